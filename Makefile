@@ -1,0 +1,30 @@
+# The README's two commands: `make demo` and `make test`. Both install into .venv first (idempotent).
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.rftbus-installed
+
+.PHONY: install demo test lock clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "rftbus needs Python 3.10+ ($(PYTHON) is older)"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/rftbus run
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Re-pin constraints.txt from the current .venv (after deliberately upgrading something).
+lock:
+	$(PY) -m pip freeze --exclude-editable | grep -v '^rftbus' > constraints.txt
+
+clean:
+	-$(VENV)/bin/rftbus down
+	rm -rf $(VENV) .rftbus

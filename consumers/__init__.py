@@ -1,0 +1,1 @@
+"""Consumers: the trainer's batch consumer, the weight-sync consumer, the analytics sink."""

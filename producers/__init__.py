@@ -1,0 +1,1 @@
+"""Producers: taskset producer, explorer rollout workers, live-traffic proxy, feedback producers."""

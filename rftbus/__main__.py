@@ -1,0 +1,3 @@
+from rftbus.cli.main import main
+
+main()

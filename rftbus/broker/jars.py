@@ -1,0 +1,51 @@
+"""Fetching the official Kafka broker jars with Maven (pom.xml beside this file), cached per version."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from importlib import resources
+from pathlib import Path
+
+from rich.console import Console
+
+from rftbus.errors import RftbusError
+
+DONE_MARKER = ".complete"
+
+
+class JarsError(RftbusError):
+    pass
+
+
+def ensure_jars(target: Path, kafka_version: str, console: Console | None = None) -> Path:
+    """Return `target` holding the broker's classpath, running Maven only if it is not complete yet."""
+    target = target.absolute()  # Maven resolves relative paths against the pom's folder
+    if (target / DONE_MARKER).exists():
+        return target
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise JarsError(
+            "Maven (`mvn`) is needed once to fetch the Apache Kafka jars from Maven Central; "
+            "install it (e.g. `apt-get install maven`)"
+        )
+    pom = resources.files("rftbus.broker") / "pom.xml"
+    tmp = target.with_name(target.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    cmd = [
+        mvn, "-q", "-B", "-f", str(pom), f"-Dkafka.version={kafka_version}",
+        "dependency:copy-dependencies", f"-DoutputDirectory={tmp}", "-DincludeScope=runtime",
+    ]
+    if console:
+        console.print(f"fetching Apache Kafka {kafka_version} jars from Maven Central (once) ...")
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    jars = list(tmp.glob("*.jar"))
+    if proc.returncode != 0 or not any(j.name.startswith("kafka_2.13-") for j in jars):
+        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise JarsError(f"Maven could not fetch Apache Kafka {kafka_version}:\n{tail}")
+    (tmp / DONE_MARKER).write_text(f"{kafka_version}\n")
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    return target

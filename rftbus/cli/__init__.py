@@ -1,0 +1,1 @@
+"""The `rftbus` command line."""

@@ -1,0 +1,63 @@
+"""`rftbus`: continuous RL fine-tuning over Apache Kafka.
+
+Every command reads one YAML config (`--config`, RFTBUS_CONFIG or ./rftbus.yaml), overridable by
+RFTBUS_* environment variables and the flags below.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from rftbus.cli import broker_cmds, run_cmd, tail_cmd, topics_cmd
+from rftbus.cli.context import CliState
+from rftbus.errors import RftbusError
+
+app = typer.Typer(
+    name="rftbus",
+    help="Continuous reinforcement fine-tuning of language models on Apache Kafka.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _global(
+    ctx: typer.Context,
+    config: Path = typer.Option(None, "--config", "-c", help="YAML config file (default: RFTBUS_CONFIG or ./rftbus.yaml)."),
+    state_dir: Path = typer.Option(None, "--state-dir", help="Folder for broker data, jars and checkpoints (default .rftbus)."),
+    bootstrap: str = typer.Option(None, "--bootstrap-servers", "-b", help="Kafka bootstrap servers (default: the embedded broker)."),
+) -> None:
+    overrides: dict = {}
+    if state_dir is not None:
+        overrides["state_dir"] = str(state_dir)
+    if bootstrap is not None:
+        overrides["kafka"] = {"bootstrap_servers": bootstrap}
+    ctx.obj = CliState(config_path=config, overrides=overrides)
+
+
+broker_cmds.register(app)
+app.add_typer(topics_cmd.app, name="topics")
+tail_cmd.register(app)
+run_cmd.register(app)
+
+
+def main() -> None:
+    """Console-script entry: rftbus errors become one red line and exit code 1, never a traceback."""
+    try:
+        app()
+    except RftbusError as e:
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""Configuration: one YAML file, validated by pydantic, with RFTBUS_* environment overrides.
+
+Precedence (last wins): built-in defaults < YAML file < environment < command-line flags.
+Kafka client settings under `kafka.client` / `kafka.producer` / `kafka.consumer` are passed to
+librdkafka unchanged, so SASL_SSL, SCRAM and mTLS work without rftbus knowing about them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rftbus.errors import RftbusError
+
+ENV_PREFIX = "RFTBUS_"
+CONFIG_ENV = "RFTBUS_CONFIG"
+DEFAULT_CONFIG_NAME = "rftbus.yaml"
+# Passthrough maps whose keys are librdkafka names (dotted); env overrides spell dots as underscores.
+PASSTHROUGH_KEYS = {"client", "producer", "consumer", "admin"}
+
+ClientValue = str | int | float | bool
+
+
+class ConfigError(RftbusError, ValueError):
+    """A configuration problem, with a message that names the key and why it is wrong."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TopicSpec(_Strict):
+    name: str
+    partitions: int = Field(4, ge=1)
+    replication_factor: int = Field(1, ge=1)
+    retention_ms: int | None = Field(None, ge=-1, description="-1 keeps forever; None uses the broker default")
+    cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
+    config: dict[str, str] = Field(default_factory=dict, description="extra topic configs, passed as-is")
+
+    def topic_config(self) -> dict[str, str]:
+        """The topic-level configs rftbus declares (what `topics create` sets and compares)."""
+        out = {"cleanup.policy": self.cleanup_policy}
+        if self.retention_ms is not None:
+            out["retention.ms"] = str(self.retention_ms)
+        out.update(self.config)
+        return out
+
+
+WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+class TopicsConfig(_Strict):
+    tasks: TopicSpec = TopicSpec(name="rft.tasks", partitions=4, retention_ms=-1)
+    raw: TopicSpec = TopicSpec(name="rft.experiences.raw", partitions=4, retention_ms=WEEK_MS)
+    curated: TopicSpec = TopicSpec(name="rft.experiences.curated", partitions=4, retention_ms=WEEK_MS)
+    expert: TopicSpec = TopicSpec(name="rft.experiences.expert", partitions=4, retention_ms=-1)
+    rejected: TopicSpec = TopicSpec(name="rft.experiences.rejected", partitions=4, retention_ms=WEEK_MS)
+    feedback: TopicSpec = TopicSpec(name="rft.feedback", partitions=4, retention_ms=-1)
+    weights: TopicSpec = TopicSpec(name="rft.weights", partitions=1, cleanup_policy="compact")
+    metrics: TopicSpec = TopicSpec(name="rft.metrics", partitions=1, retention_ms=WEEK_MS)
+
+    def all(self) -> dict[str, TopicSpec]:
+        return {key: getattr(self, key) for key in type(self).model_fields}
+
+    def by_name(self, name: str) -> tuple[str, TopicSpec] | None:
+        for key, spec in self.all().items():
+            if spec.name == name:
+                return key, spec
+        return None
+
+
+class KafkaConfig(_Strict):
+    bootstrap_servers: str | None = Field(
+        None, description="host:port list; unset means the embedded broker's address"
+    )
+    client: dict[str, ClientValue] = Field(default_factory=dict, description="librdkafka settings for every client")
+    producer: dict[str, ClientValue] = Field(default_factory=dict)
+    consumer: dict[str, ClientValue] = Field(default_factory=dict)
+    admin: dict[str, ClientValue] = Field(default_factory=dict)
+
+
+class BrokerConfig(_Strict):
+    """The embedded single-node Apache Kafka broker (KRaft combined mode)."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(9092, ge=1, le=65535)
+    controller_port: int | None = Field(None, ge=1, le=65535, description="default: port + 1")
+    kafka_version: str = "4.1.1"
+    heap: str = "512m"
+    start_timeout_s: float = Field(120.0, gt=0)
+    node_id: int = 1
+    libs_dir: Path | None = Field(None, description="broker jars folder; default <state_dir>/kafka/libs-<version>")
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def controller(self) -> int:
+        return self.controller_port if self.controller_port is not None else self.port + 1
+
+
+class SchemaRegistryConfig(_Strict):
+    url: str | None = Field(None, description="Confluent-compatible registry; unset = local schemas/ folder")
+    client: dict[str, ClientValue] = Field(default_factory=dict, description="e.g. basic.auth.user.info")
+
+
+class Config(_Strict):
+    state_dir: Path = Field(Path(".rftbus"), validate_default=True)
+    kafka: KafkaConfig = KafkaConfig()
+    broker: BrokerConfig = BrokerConfig()
+    schema_registry: SchemaRegistryConfig = SchemaRegistryConfig()
+    topics: TopicsConfig = TopicsConfig()
+
+    @field_validator("state_dir")
+    @classmethod
+    def _absolute(cls, v: Path) -> Path:
+        # Absolute at load time: child processes (java, mvn) may run from other working directories.
+        return Path(os.path.expanduser(str(v))).absolute()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self.kafka.bootstrap_servers or self.broker.bootstrap
+
+
+def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
+    """RFTBUS_KAFKA__BOOTSTRAP_SERVERS=x -> {"kafka": {"bootstrap_servers": "x"}}.
+
+    Inside a passthrough map the last part's underscores become dots, so
+    RFTBUS_KAFKA__CLIENT__SASL_MECHANISM=PLAIN sets librdkafka's `sasl.mechanism`.
+    """
+    out: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
+            continue
+        parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
+        if not parts:
+            continue
+        if len(parts) >= 2 and parts[-2] in PASSTHROUGH_KEYS:
+            parts[-1] = parts[-1].replace("_", ".")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"environment variable {name}: {'.'.join(parts)} conflicts with another override")
+        node[parts[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _format_errors(err: ValidationError, origin: str) -> str:
+    lines = [f"invalid configuration ({origin}):"]
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"  {key}: unknown key")
+        else:
+            got = e.get("input")
+            shown = "" if isinstance(got, dict) else f" (got {got!r})"
+            lines.append(f"  {key}: {e['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def find_config_file(path: str | os.PathLike[str] | None = None) -> Path | None:
+    if path:
+        return Path(path)
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV])
+    local = Path(DEFAULT_CONFIG_NAME)
+    return local if local.exists() else None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must hold a mapping at the top level, not {type(data).__name__}")
+    return data
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    overrides: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+) -> Config:
+    """Build the Config; raises ConfigError naming every bad key."""
+    environ = dict(os.environ if environ is None else environ)
+    file = find_config_file(path)
+    data: dict[str, Any] = read_yaml(file) if file else {}
+    origins = [str(file) if file else "defaults"]
+    env = _env_overrides(environ)
+    if env:
+        data = _merge(data, env)
+        origins.append("RFTBUS_* environment")
+    if overrides:
+        data = _merge(data, overrides)
+        origins.append("command line")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_format_errors(e, " + ".join(origins))) from None

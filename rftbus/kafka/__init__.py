@@ -1,0 +1,1 @@
+"""Kafka client construction, topic administration and inspection, shared by every rftbus process."""

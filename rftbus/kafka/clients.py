@@ -1,0 +1,89 @@
+"""Building confluent-kafka clients from the config.
+
+User settings (kafka.client + the per-role map) are applied last, as-is, so anything librdkafka
+supports (SASL_SSL, SCRAM, mTLS, ...) works. Producers default to idempotent, acks=all: nothing is
+acknowledged to a caller before the broker has it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from rftbus.config import Config
+from rftbus.errors import RftbusError
+
+# librdkafka logs every refused connection; rftbus reports reachability itself, so keep it out of the console.
+_quiet = logging.getLogger("rftbus.librdkafka")
+_quiet.addHandler(logging.NullHandler())
+_quiet.propagate = False
+
+
+class BrokerUnreachable(RftbusError):
+    """The configured bootstrap servers did not answer."""
+
+
+def _base(cfg: Config) -> dict[str, Any]:
+    return {"bootstrap.servers": cfg.bootstrap_servers, **cfg.kafka.client}
+
+
+def producer_conf(cfg: Config, **extra: Any) -> dict[str, Any]:
+    conf = {
+        **_base(cfg),
+        "enable.idempotence": True,
+        "acks": "all",
+        "linger.ms": 5,
+        "compression.type": "lz4",
+        "message.max.bytes": 16 * 1024 * 1024,
+    }
+    conf.update(extra)
+    conf.update(cfg.kafka.producer)
+    return conf
+
+
+def consumer_conf(cfg: Config, group_id: str, **extra: Any) -> dict[str, Any]:
+    conf = {
+        **_base(cfg),
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+        "fetch.message.max.bytes": 16 * 1024 * 1024,
+    }
+    conf.update(extra)
+    conf.update(cfg.kafka.consumer)
+    return conf
+
+
+def admin_conf(cfg: Config) -> dict[str, Any]:
+    return {**_base(cfg), **cfg.kafka.admin}
+
+
+def make_producer(cfg: Config, **extra: Any) -> Producer:
+    return Producer(producer_conf(cfg, **extra), logger=_quiet)
+
+
+def make_consumer(cfg: Config, group_id: str, **extra: Any) -> Consumer:
+    return Consumer(consumer_conf(cfg, group_id, **extra), logger=_quiet)
+
+
+def make_admin(cfg: Config) -> AdminClient:
+    return AdminClient(admin_conf(cfg), logger=_quiet)
+
+
+def check_reachable(cfg: Config, timeout: float = 5.0) -> AdminClient:
+    """An AdminClient whose cluster answered a metadata request, or BrokerUnreachable."""
+    admin = make_admin(cfg)
+    try:
+        md = admin.list_topics(timeout=timeout)
+    except KafkaException as e:
+        raise BrokerUnreachable(
+            f"Kafka at {cfg.bootstrap_servers} is not reachable ({e.args[0].str() if e.args else e}); "
+            "start the embedded broker with `rftbus up` or set kafka.bootstrap_servers"
+        ) from None
+    if not md.brokers:
+        raise BrokerUnreachable(f"Kafka at {cfg.bootstrap_servers} answered but lists no brokers")
+    return admin

@@ -1,0 +1,76 @@
+"""What `rftbus status` shows: topics with their layout and retention, consumer groups with lag."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
+
+from rftbus.kafka.topics import describe_topic_configs
+
+
+@dataclass
+class TopicInfo:
+    name: str
+    partitions: int
+    replication_factor: int
+    cleanup_policy: str | None
+    retention_ms: str | None
+    messages: int  # sum over partitions of (high watermark - low watermark)
+
+
+@dataclass
+class GroupInfo:
+    group_id: str
+    state: str
+    lag: int
+    partitions: dict[str, int] = field(default_factory=dict)  # "topic[p]" -> lag
+
+
+def _offsets(admin: AdminClient, tps: list[TopicPartition], spec: OffsetSpec, timeout: float) -> dict[tuple[str, int], int]:
+    if not tps:
+        return {}
+    futs = admin.list_offsets({tp: spec for tp in tps}, request_timeout=timeout)
+    return {(tp.topic, tp.partition): f.result(timeout=timeout).offset for tp, f in futs.items()}
+
+
+def topics_info(admin: AdminClient, timeout: float = 10.0) -> list[TopicInfo]:
+    md = admin.list_topics(timeout=timeout)
+    names = sorted(n for n in md.topics if not n.startswith("__"))
+    configs = describe_topic_configs(admin, names, timeout)
+    tps = [TopicPartition(n, p) for n in names for p in md.topics[n].partitions]
+    high = _offsets(admin, tps, OffsetSpec.latest(), timeout)
+    low = _offsets(admin, tps, OffsetSpec.earliest(), timeout)
+    out = []
+    for n in names:
+        parts = md.topics[n].partitions
+        rf = len(next(iter(parts.values())).replicas) if parts else 0
+        msgs = sum(high.get((n, p), 0) - low.get((n, p), 0) for p in parts)
+        c = configs.get(n, {})
+        out.append(TopicInfo(n, len(parts), rf, c.get("cleanup.policy"), c.get("retention.ms"), msgs))
+    return out
+
+
+def groups_info(admin: AdminClient, timeout: float = 10.0) -> list[GroupInfo]:
+    listing = admin.list_consumer_groups(request_timeout=timeout).result(timeout=timeout)
+    out = []
+    for g in sorted(listing.valid, key=lambda g: g.group_id):
+        try:
+            fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group_id)], request_timeout=timeout)
+            committed = fut[g.group_id].result(timeout=timeout).topic_partitions or []
+        except KafkaException:
+            committed = []
+        tps = [TopicPartition(tp.topic, tp.partition) for tp in committed]
+        high = _offsets(admin, tps, OffsetSpec.latest(), timeout)
+        per: dict[str, int] = {}
+        for tp in committed:
+            end = high.get((tp.topic, tp.partition), 0)
+            per[f"{tp.topic}[{tp.partition}]"] = max(0, end - tp.offset) if tp.offset >= 0 else end
+        state = getattr(g.state, "name", str(g.state)).lower()
+        out.append(GroupInfo(g.group_id, state, sum(per.values()), per))
+    return out
+
+
+def as_dicts(items: list) -> list[dict]:
+    return [asdict(i) for i in items]

@@ -1,0 +1,78 @@
+"""Creating the declared topics idempotently and reporting drift from the declaration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
+
+from rftbus.config import Config, TopicSpec
+
+
+@dataclass
+class TopicResult:
+    key: str
+    name: str
+    status: str  # "created" | "exists" | "differs" | "error"
+    differences: list[str] = field(default_factory=list)
+    error: str | None = None
+
+
+def describe_topic_configs(admin: AdminClient, names: list[str], timeout: float = 15.0) -> dict[str, dict[str, str]]:
+    if not names:
+        return {}
+    resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
+    futures = admin.describe_configs(resources, request_timeout=timeout)
+    out: dict[str, dict[str, str]] = {}
+    for res, fut in futures.items():
+        entries = fut.result(timeout=timeout)
+        out[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
+    return out
+
+
+def _differences(spec: TopicSpec, partitions: int, replication: int, actual: dict[str, str]) -> list[str]:
+    diffs = []
+    if partitions != spec.partitions:
+        diffs.append(f"partitions: declared {spec.partitions}, actual {partitions}")
+    if replication != spec.replication_factor:
+        diffs.append(f"replication_factor: declared {spec.replication_factor}, actual {replication}")
+    for key, want in spec.topic_config().items():
+        have = actual.get(key)
+        if have != want:
+            diffs.append(f"{key}: declared {want}, actual {have}")
+    return diffs
+
+
+def create_topics(cfg: Config, admin: AdminClient, timeout: float = 30.0) -> list[TopicResult]:
+    """Create missing topics; existing ones are compared with the declaration, never altered."""
+    specs = cfg.topics.all()
+    md = admin.list_topics(timeout=timeout)
+    results: dict[str, TopicResult] = {}
+    new = [
+        NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor, config=s.topic_config())
+        for s in specs.values() if s.name not in md.topics
+    ]
+    if new:
+        for name, fut in admin.create_topics(new, request_timeout=timeout).items():
+            key = next(k for k, s in specs.items() if s.name == name)
+            try:
+                fut.result(timeout=timeout)
+                results[key] = TopicResult(key, name, "created")
+            except KafkaException as e:
+                err = e.args[0]
+                if err.name() == "TOPIC_ALREADY_EXISTS":  # raced with another creator
+                    continue
+                results[key] = TopicResult(key, name, "error", error=err.str())
+    existing = [k for k, s in specs.items() if k not in results]
+    if existing:
+        md = admin.list_topics(timeout=timeout)
+        configs = describe_topic_configs(admin, [specs[k].name for k in existing], timeout)
+        for key in existing:
+            spec = specs[key]
+            topic = md.topics[spec.name]
+            parts = topic.partitions
+            replication = len(next(iter(parts.values())).replicas) if parts else 0
+            diffs = _differences(spec, len(parts), replication, configs.get(spec.name, {}))
+            results[key] = TopicResult(key, spec.name, "differs" if diffs else "exists", diffs)
+    return [results[k] for k in specs]

@@ -1,0 +1,1 @@
+"""Faust stream processors between the raw and curated experience topics."""

@@ -1,0 +1,67 @@
+"""One real Kafka broker (official jars, KRaft) for the whole test session, started by rftbus itself."""
+
+from __future__ import annotations
+
+import os
+import random
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rftbus.broker import embedded
+from rftbus.config import BrokerConfig, Config, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+# The jars are shared with the repo's own state folder so a test session does not fetch them again.
+JARS = REPO / ".rftbus" / "kafka" / f"libs-{BrokerConfig().kafka_version}"
+
+
+def _free_pair() -> int:
+    """A port p with p+1 also free (broker + controller)."""
+    for _ in range(200):
+        p = random.randint(20000, 40000)
+        ok = True
+        for port in (p, p + 1):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+        if ok:
+            return p
+    raise RuntimeError("no free port pair")
+
+
+def make_config(state_dir: Path, port: int, **overrides) -> Config:
+    data = {"state_dir": str(state_dir), "broker": {"port": port, "libs_dir": str(JARS), "heap": "512m"}}
+    for key, value in overrides.items():
+        node = data
+        *parents, last = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = value
+    return load_config(overrides=data, environ={})
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory) -> Config:
+    """The session's broker config; the broker itself is a java process running kafka.Kafka."""
+    cfg = make_config(tmp_path_factory.mktemp("rftbus-state"), _free_pair())
+    # Through the real CLI, so the broker is a detached process exactly as a user gets it.
+    out = rftbus_cli(cfg, "up")
+    assert out.returncode == 0, out.stderr
+    yield cfg
+    embedded.stop(cfg)
+
+
+def rftbus_cli(cfg: Config | None, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    """Run the real `rftbus` console script against the session broker."""
+    full_env = {**os.environ, **(env or {})}
+    cmd = [str(Path(sys.executable).parent / "rftbus")]
+    if cfg is not None:
+        cmd += ["--state-dir", str(cfg.state_dir)]
+        full_env.update({"RFTBUS_BROKER__PORT": str(cfg.broker.port), "RFTBUS_BROKER__LIBS_DIR": str(JARS)})
+    return subprocess.run(cmd + list(args), capture_output=True, text=True, env=full_env, timeout=timeout)

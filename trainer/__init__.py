@@ -1,0 +1,1 @@
+"""The DeepSpeed trainer: engine, losses, checkpointing."""
