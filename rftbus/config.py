@@ -220,6 +220,8 @@ def load_config(
     if overrides:
         data = _merge(data, overrides)
         origins.append("command line")
+    # Overlay onto the full default tree, so a partial section (one topic's partitions) keeps the rest.
+    data = _merge(Config().model_dump(), data)
     try:
         return Config.model_validate(data)
     except ValidationError as e:

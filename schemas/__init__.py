@@ -1,0 +1,50 @@
+"""rftbus.schemas: Avro schemas (``*.avsc``, published versions in ``history/``), typed records and the codec.
+
+Schemas evolve only backward-compatibly: every field added after v1 needs a default, and each
+published version is copied to ``history/<Name>/vN.avsc`` so old bytes keep decoding.
+"""
+
+from .codec import (
+    CONFLUENT_MAGIC,
+    SINGLE_OBJECT_MAGIC,
+    AvroDeserializer,
+    AvroSerializer,
+    Codec,
+    DecodeError,
+    EncodeError,
+    make_codec,
+    registry_client,
+)
+from .records import (
+    RECORD_TYPES,
+    AvroRecord,
+    Experience,
+    Feedback,
+    FeedbackKind,
+    Rejection,
+    Source,
+    Task,
+    TrainerMetric,
+    WeightVersion,
+    new_id,
+    now_ms,
+    record_class,
+)
+from .store import (
+    SCHEMA_DIR,
+    SchemaEntry,
+    SchemaStore,
+    canonical_form,
+    fingerprint64,
+    get_store,
+    load_schema,
+    load_schema_str,
+)
+
+__all__ = [
+    "AvroDeserializer", "AvroRecord", "AvroSerializer", "CONFLUENT_MAGIC", "Codec", "DecodeError",
+    "EncodeError", "Experience", "Feedback", "FeedbackKind", "RECORD_TYPES", "Rejection",
+    "SCHEMA_DIR", "SINGLE_OBJECT_MAGIC", "SchemaEntry", "SchemaStore", "Source", "Task",
+    "TrainerMetric", "WeightVersion", "canonical_form", "fingerprint64", "get_store", "load_schema",
+    "load_schema_str", "make_codec", "new_id", "now_ms", "record_class", "registry_client",
+]

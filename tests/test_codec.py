@@ -1,0 +1,289 @@
+"""Codec: both framings round-trip every record; bad bytes only ever raise DecodeError."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import json
+import math
+import random
+
+import pytest
+from confluent_kafka.schema_registry.avro import AvroSerializer as ConfluentAvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+from fastavro import schemaless_writer
+
+from rftbus.schemas import (
+    AvroDeserializer, AvroSerializer, DecodeError, EncodeError, Experience, Feedback, FeedbackKind,
+    Rejection, Source, Task, TrainerMetric, WeightVersion, get_store, make_codec, registry_client,
+)
+
+CTX = SerializationContext("rft.experiences.raw", MessageField.VALUE)
+
+
+def experience(n: int = 8, **kw) -> Experience:
+    args = dict(group_id="g1", task_id="t1", sample_index=1, group_size=4,
+                prompt_ids=list(range(100, 100 + n)), response_ids=[5, 150_000, 2**31 - 1, -3] * (n // 4),
+                logprobs=[-0.5, -1.25, 0.0, -20.0] * (n // 4), loss_mask=[True, False] * (n // 2),
+                reward=1.0, reward_components={"acc": 1.0}, advantage=-0.25, model_version=3,
+                source=Source.live, explorer_id="ex-0", prompt_text="2+2?", response_text="4",
+                finish_reason="stop", generation_ms=12.5, metadata={"k": "v"})
+    args.update(kw)
+    return Experience(**args)
+
+
+def samples():
+    return [
+        Task(taskset="gsm8k", prompt="2+2?", answer="4", n_samples=8, metadata={"a": "b"}),
+        Task(taskset="math", prompt="x"),
+        experience(),
+        experience(prompt_ids=[], response_ids=[], logprobs=[], loss_mask=[], reward=None,
+                   advantage=None, source="expert"),
+        Feedback(experience_id="e1", kind=FeedbackKind.preference, preferred_id="a", rejected_id="b"),
+        Feedback(experience_id="e1", kind="thumbs", thumbs_up=False, annotator="user-1"),
+        WeightVersion(model="qwen", version=7, step=700, uri="file:///w/7", sha256="ab" * 32, bytes=10**10),
+        TrainerMetric(model="qwen", kind="metric", step=3, version=1, values={"loss": 0.5}),
+        Rejection(experience_id="e9", reason="stale", stage="filter", source_topic="t", partition=2,
+                  offset=2**40, original=b"\xc3\x01junk"),
+        Rejection(reason="undecodable", stage="trainer"),
+    ]
+
+
+@pytest.fixture
+def mock_codec():
+    """A codec on a fresh in-memory registry (mock:// URLs share a client per name)."""
+    return make_codec(f"mock://test-{next(_MOCK_IDS)}")
+
+
+_MOCK_IDS = itertools.count()
+
+
+@pytest.mark.parametrize("rec", samples(), ids=lambda r: type(r).__name__)
+def test_single_object_round_trip(rec):
+    codec = make_codec(None)
+    data = codec.serializer(type(rec))(rec, CTX)
+    assert data[:2] == b"\xc3\x01" and data[2:10] == get_store().current(rec.SCHEMA_NAME).fingerprint
+    for de in (codec.deserializer(type(rec)), codec.deserializer(None)):
+        out = de(data, CTX)
+        assert type(out) is type(rec) and out == rec
+    assert codec.decode(codec.encode(rec)) == rec
+
+
+@pytest.mark.parametrize("rec", samples(), ids=lambda r: type(r).__name__)
+def test_confluent_round_trip(rec, mock_codec):
+    data = mock_codec.serializer(type(rec))(rec, CTX)
+    assert data[0] == 0
+    schema_id = int.from_bytes(data[1:5], "big")
+    registered = mock_codec.registry.get_schema(schema_id).schema_str
+    assert json.loads(registered) == get_store().current(rec.SCHEMA_NAME).raw
+    for de in (mock_codec.deserializer(type(rec)), mock_codec.deserializer(None)):
+        assert de(data, CTX) == rec and type(de(data, None)) is type(rec)
+    # ctx=None still works (subject "<record name>-value")
+    assert mock_codec.deserializer(None)(mock_codec.serializer(type(rec))(rec)) == rec
+
+
+def test_one_deserializer_accepts_both_framings(mock_codec):
+    rec = experience()
+    single = make_codec(None).encode(rec)
+    confluent = mock_codec.serializer(Experience)(rec, CTX)
+    de = mock_codec.deserializer(Experience)
+    assert de(single) == de(confluent) == rec
+    with pytest.raises(DecodeError) as ei:
+        make_codec(None).deserializer(Experience)(confluent)
+    assert ei.value.reason == "no_registry" and "no schema registry is configured" in ei.value.detail
+
+
+def test_confluent_bytes_match_confluent_serializer(mock_codec):
+    """Our cached-prefix fast path writes what confluent-kafka's own serializer writes."""
+    rec = experience(64)
+    ours = mock_codec.serializer(Experience)
+    first, second = ours(rec, CTX), ours(rec, CTX)  # first delegates, second uses the cached id
+    theirs = ConfluentAvroSerializer(mock_codec.registry, get_store().current("Experience").schema_str,
+                                     to_dict=lambda r, _c: r.to_avro())(rec, CTX)
+    assert first == second == theirs
+    other = ours(rec, SerializationContext("rft.experiences.curated", MessageField.VALUE))
+    assert other[5:] == first[5:]  # other subject, same body
+    sr = mock_codec.registry
+    assert set(sr.get_subjects()) >= {"rft.experiences.raw-value", "rft.experiences.curated-value"}
+
+
+def _fastavro_bytes(rec) -> bytes:
+    entry = get_store().current(rec.SCHEMA_NAME)
+    fo = io.BytesIO()
+    fo.write(b"\xc3\x01" + entry.fingerprint)
+    schemaless_writer(fo, entry.parsed, rec.to_avro())
+    return fo.getvalue()
+
+
+@pytest.mark.parametrize("variant", ["plain", "empty", "edge_floats", "truthy_mask", "tuples", "big"])
+def test_fast_path_is_byte_identical_to_fastavro(variant):
+    rng = random.Random(variant)
+    rec = {
+        "plain": experience(),
+        "empty": experience(0),
+        "edge_floats": experience(logprobs=[math.inf, -math.inf, -0.0, 1e40, 1e-50, 3.4e38, -1e-3, 7.0]),
+        "truthy_mask": experience(loss_mask=[2, 0, None, "x", 1, 0.0, True, False]),
+        "tuples": experience(logprobs=(-1.0,) * 8, loss_mask=(True,) * 8, response_ids=(1,) * 8),
+        "big": experience(2048, logprobs=[-rng.random() * 9 for _ in range(2048)],
+                          loss_mask=[rng.random() < 0.8 for _ in range(2048)]),
+    }[variant]
+    ours = make_codec(None).encode(rec)
+    assert ours == _fastavro_bytes(rec)
+    out = make_codec(None).decode(ours)
+    assert out.loss_mask == [bool(v) for v in rec.loss_mask]
+    if variant != "edge_floats":
+        assert out.logprobs == [float(v) for v in rec.logprobs] or variant == "big"
+    assert out.response_ids == list(rec.response_ids)
+
+
+def _varint(n: int) -> bytes:
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def test_decodes_multi_block_arrays_from_other_writers():
+    """Avro lets writers split arrays into blocks, with negative counts carrying a byte size."""
+    rec = experience(8)
+    data = make_codec(None).encode(rec)
+    lp = b"".join(__import__("struct").pack("<f", v) for v in rec.logprobs)
+    mask = bytes(rec.loss_mask)
+    std = _varint(8) + lp + b"\x00" + _varint(8) + mask + b"\x00"
+    assert std in data
+    blocky = (_varint(-3) + _varint(12) + lp[:12] + _varint(5) + lp[12:] + b"\x00"
+              + _varint(2) + mask[:2] + _varint(-6) + _varint(6) + mask[2:] + b"\x00")
+    assert make_codec(None).decode(data.replace(std, blocky)) == rec
+
+
+BAD = {
+    "empty": (b"", "empty"),
+    "one_c3": (b"\xc3", "truncated"),
+    "short_header": (b"\xc3\x01\x00\x01", "truncated"),
+    "confluent_header_only": (b"\x00\x00\x00\x00\x01", "truncated"),
+    "zero_byte": (b"\x00", "truncated"),
+    "json": (b'{"task_id": "x"}', "unknown_magic"),
+    "container_file": (b"Obj\x01" + b"\x00" * 20, "unknown_magic"),
+    "wrong_second_magic": (b"\xc3\x02" + b"\x00" * 20, "unknown_magic"),
+    "unknown_fingerprint": (b"\xc3\x01" + b"\x11" * 8 + b"\x02ab", "unknown_schema"),
+}
+
+
+@pytest.mark.parametrize("name", BAD)
+def test_bad_bytes_raise_decode_error(name):
+    data, reason = BAD[name]
+    for de in (make_codec(None).deserializer(Experience), make_codec(None).deserializer(None)):
+        with pytest.raises(DecodeError) as ei:
+            de(data)
+        assert ei.value.reason == reason, ei.value
+        assert ei.value.detail and str(ei.value).startswith(reason)
+
+
+def test_wrong_record_type_and_unknown_registry_id(mock_codec):
+    task = Task(taskset="s", prompt="p")
+    with pytest.raises(DecodeError) as ei:
+        make_codec(None).deserializer(Experience)(make_codec(None).encode(task))
+    assert ei.value.reason == "wrong_record_type"
+    with pytest.raises(DecodeError) as ei:
+        mock_codec.deserializer(Experience)(mock_codec.serializer(Task)(task, CTX))
+    assert ei.value.reason == "wrong_record_type"
+    with pytest.raises(DecodeError) as ei:
+        mock_codec.deserializer(None)(b"\x00\x00\x00\x30\x39" + b"\x02ab")
+    assert ei.value.reason == "unknown_schema" and "12345" in ei.value.detail
+
+
+@pytest.mark.parametrize("framing", ["single", "confluent"])
+def test_every_truncation_and_trailing_garbage(framing, mock_codec):
+    rec = experience(8)
+    data = make_codec(None).encode(rec) if framing == "single" else mock_codec.serializer(Experience)(rec, CTX)
+    de = mock_codec.deserializer(None)
+    header = 10 if framing == "single" else 5
+    for cut in range(len(data)):
+        with pytest.raises(DecodeError) as ei:
+            de(data[:cut])
+        assert ei.value.reason in ("empty", "truncated", "malformed_body"), (cut, ei.value)
+        if cut > header:
+            assert ei.value.reason in ("truncated", "malformed_body")
+    with pytest.raises(DecodeError) as ei:
+        de(data + b"\x00")
+    assert ei.value.reason == "malformed_body" and "trailing" in ei.value.detail
+
+
+def test_random_garbage_only_raises_decode_error(mock_codec):
+    rng = random.Random(7)
+    de = mock_codec.deserializer(None)
+    mock_codec.encode(Task(taskset="s", prompt="p"))  # registry has schema id 1
+    heads = [b"", b"\xc3\x01" + get_store().current("Experience").fingerprint,
+             b"\xc3\x01" + get_store().current("Task").fingerprint, b"\x00\x00\x00\x00\x01"]
+    for i in range(3000):
+        body = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 60)))
+        try:
+            de(heads[i % len(heads)] + body)
+        except DecodeError:
+            pass
+    valid = bytearray(make_codec(None).encode(experience(16)))
+    for i in range(2000):  # flip bytes of a valid record
+        mutated = bytearray(valid)
+        for _ in range(rng.randrange(1, 4)):
+            mutated[rng.randrange(10, len(mutated))] = rng.randrange(256)
+        try:
+            de(bytes(mutated))
+        except DecodeError:
+            pass
+
+
+def test_tombstones_and_buffers():
+    codec = make_codec(None)
+    assert codec.serializer(Task)(None, None) is None
+    assert codec.deserializer(Task)(None, None) is None
+    rec = Task(taskset="s", prompt="p")
+    data = codec.encode(rec)
+    assert codec.decode(memoryview(data)) == rec and codec.decode(bytearray(data)) == rec
+    for wrong in ("text", 5):
+        with pytest.raises(DecodeError) as ei:
+            codec.decode(wrong)
+        assert ei.value.reason == "not_bytes"
+
+
+def test_encode_errors_are_encode_errors(mock_codec):
+    for codec in (make_codec(None), mock_codec):
+        with pytest.raises(EncodeError):
+            codec.serializer(Task)(Task(taskset=None, prompt="p"), CTX)
+        with pytest.raises(EncodeError):
+            codec.serializer(Task)(experience(), CTX)
+        with pytest.raises(EncodeError):
+            codec.serializer(Experience)(experience(loss_mask=None), CTX)
+        with pytest.raises(EncodeError):
+            codec.serializer(Experience)(experience(logprobs=[None] * 8), CTX)
+    # a plain dict in the record's Avro shape is accepted
+    rec = Task(taskset="s", prompt="p")
+    assert make_codec(None).decode(make_codec(None).serializer(Task)(rec.to_avro())) == rec
+
+
+def test_make_codec_caches_and_shares_mock_registry():
+    a, b = make_codec("mock://shared-x"), make_codec("mock://shared-x")
+    assert a.registry is b.registry is registry_client({"url": "mock://shared-x"})
+    assert a.serializer(Task) is a.serializer(Task) and a.deserializer() is a.deserializer(None)
+    assert make_codec(None).registry is None
+    data = a.encode(Task(taskset="s", prompt="p"))
+    assert b.decode(data).prompt == "p"  # a producer and a consumer in one process see one registry
+    ser = AvroSerializer(Task, registry_conf={"url": "mock://shared-x"})
+    assert ser.framing == "confluent" and AvroSerializer(Task).framing == "single-object"
+    assert AvroDeserializer(Task, a.registry)(ser(Task(taskset="s", prompt="q"), CTX)).prompt == "q"
+
+
+def test_records_defaults_and_types():
+    a, b = Task(taskset="s", prompt="p"), Task(taskset="s", prompt="p")
+    assert a.task_id != b.task_id and len(a.task_id) == 32 and isinstance(a.created_at, int)
+    assert experience(source="human").source is Source.human
+    assert Feedback(experience_id="e", kind="rating").kind is FeedbackKind.rating
+    with pytest.raises(ValueError):
+        experience(source="martian")
+    e = experience()
+    d = e.to_avro()
+    assert d["prompt_ids"] is e.prompt_ids  # shallow: no copies of token lists
+    assert e.kafka_key() == "g1" and WeightVersion(model="m", version=1, step=1, uri="u", sha256="s",
+                                                    bytes=1).kafka_key() == "m"
+    assert not hasattr(e, "__dict__")  # slots
