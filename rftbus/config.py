@@ -15,6 +15,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rftbus.errors import RftbusError
+from rftbus.models.config import ModelConfig
+from rftbus.producers.config import ExplorerConfig, TasksetConfig
+from rftbus.streams.config import StreamsConfig
+from rftbus.trainer.config import TrainerConfig
 
 ENV_PREFIX = "RFTBUS_"
 CONFIG_ENV = "RFTBUS_CONFIG"
@@ -109,12 +113,28 @@ class SchemaRegistryConfig(_Strict):
     client: dict[str, ClientValue] = Field(default_factory=dict, description="e.g. basic.auth.user.info")
 
 
+class RLConfig(_Strict):
+    """The knobs every component agrees on (explorer admission, streams filters, trainer)."""
+
+    max_staleness: int = Field(1, ge=0, description="η: an experience from version v may train the step "
+                               "publishing s+1 only if s - v <= η; 0 = synchronous on-policy")
+    group_size: int = Field(8, ge=1, description="n: samples per task (one GRPO group)")
+    batch_groups: int = Field(8, ge=1, description="B: groups per trainer step")
+    sync_interval: int = Field(1, ge=1, description="trainer steps between published weight versions")
+
+
 class Config(_Strict):
     state_dir: Path = Field(Path(".rftbus"), validate_default=True)
     kafka: KafkaConfig = KafkaConfig()
     broker: BrokerConfig = BrokerConfig()
     schema_registry: SchemaRegistryConfig = SchemaRegistryConfig()
     topics: TopicsConfig = TopicsConfig()
+    rl: RLConfig = RLConfig()
+    model: ModelConfig = ModelConfig()
+    taskset: TasksetConfig = TasksetConfig()
+    explorer: ExplorerConfig = ExplorerConfig()
+    streams: StreamsConfig = StreamsConfig()
+    trainer: TrainerConfig = TrainerConfig()
 
     @field_validator("state_dir")
     @classmethod

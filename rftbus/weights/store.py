@@ -1,0 +1,107 @@
+"""Writing and reading policy weights for sync.
+
+The trainer writes `<store>/<model>/v<version>.safetensors` (atomically on local disk: write, fsync,
+rename), then publishes a WeightVersion with the URI and sha256. Explorers read the URI and refuse
+any file whose hash differs, so a torn or corrupt checkpoint is never loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import fsspec
+import torch
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
+
+from rftbus.errors import RftbusError
+
+_NAME = re.compile(r"^v(\d+)\.safetensors$")
+
+
+class WeightsError(RftbusError):
+    """A checkpoint is missing, unreadable or does not match its sha256."""
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class SavedWeights:
+    uri: str
+    sha256: str
+    bytes: int
+
+
+def _to_bytes(state_dict: dict[str, torch.Tensor]) -> bytes:
+    # Clone so tied parameters (embeddings shared with the LM head) are stored as separate tensors.
+    return st_save({k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()})
+
+
+class WeightStore:
+    def __init__(self, base_url: str | os.PathLike[str]):
+        self.base = str(base_url).rstrip("/")
+        self.fs, self.root = fsspec.core.url_to_fs(self.base)
+        self.local = self.fs.protocol in ("file", ("file", "local")) or "file" in self.fs.protocol
+
+    def uri(self, model: str, version: int) -> str:
+        path = f"{self.root}/{model}/v{version}.safetensors"
+        return f"file://{path}" if self.local else self.fs.unstrip_protocol(path)
+
+    def save(self, model: str, version: int, state_dict: dict[str, torch.Tensor]) -> SavedWeights:
+        data = _to_bytes(state_dict)
+        path = f"{self.root}/{model}/v{version}.safetensors"
+        if self.local:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            tmp = f"{path}.tmp-{os.getpid()}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            dir_fd = os.open(Path(path).parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        else:
+            self.fs.makedirs(f"{self.root}/{model}", exist_ok=True)
+            with self.fs.open(path, "wb") as f:
+                f.write(data)
+        return SavedWeights(self.uri(model, version), sha256_hex(data), len(data))
+
+    def versions(self, model: str) -> list[int]:
+        try:
+            names = [Path(p).name for p in self.fs.ls(f"{self.root}/{model}", detail=False)]
+        except FileNotFoundError:
+            return []
+        return sorted(int(m.group(1)) for n in names if (m := _NAME.match(n)))
+
+    def gc(self, model: str, keep: int, protect: set[int] = frozenset()) -> list[int]:
+        """Delete all but the newest `keep` versions, never one in `protect` (still being loaded)."""
+        versions = self.versions(model)
+        doomed = [v for v in versions[:-keep] if v not in protect] if keep > 0 else []
+        for v in doomed:
+            self.fs.rm(f"{self.root}/{model}/v{v}.safetensors")
+        return doomed
+
+
+def load_weights(uri: str, sha256: str) -> dict[str, torch.Tensor]:
+    """Read and verify a checkpoint; WeightsError if it is missing, corrupt or not what was published."""
+    try:
+        with fsspec.open(uri, "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, OSError) as e:
+        raise WeightsError(f"checkpoint {uri} cannot be read: {e}") from None
+    got = sha256_hex(data)
+    if got != sha256:
+        raise WeightsError(f"checkpoint {uri} has sha256 {got[:12]}…, but {sha256[:12]}… was published")
+    try:
+        return st_load(data)
+    except Exception as e:  # safetensors raises its own SafetensorError for malformed headers
+        raise WeightsError(f"checkpoint {uri} is not a valid safetensors file: {e}") from None
