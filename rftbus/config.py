@@ -61,6 +61,9 @@ class TopicsConfig(_Strict):
     tasks: TopicSpec = TopicSpec(name="rft.tasks", partitions=4, retention_ms=-1)
     raw: TopicSpec = TopicSpec(name="rft.experiences.raw", partitions=4, retention_ms=WEEK_MS)
     curated: TopicSpec = TopicSpec(name="rft.experiences.curated", partitions=4, retention_ms=WEEK_MS)
+    # The high-priority lane: streams route the experiences worth learning from first here, and the
+    # trainer drains it before the normal curated lane.
+    curated_priority: TopicSpec = TopicSpec(name="rft.experiences.curated.priority", partitions=4, retention_ms=WEEK_MS)
     expert: TopicSpec = TopicSpec(name="rft.experiences.expert", partitions=4, retention_ms=-1)
     rejected: TopicSpec = TopicSpec(name="rft.experiences.rejected", partitions=4, retention_ms=WEEK_MS)
     feedback: TopicSpec = TopicSpec(name="rft.feedback", partitions=4, retention_ms=-1)

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from rftbus.cli import broker_cmds, run_cmd, tail_cmd, topics_cmd
+from rftbus.cli import bench_cmd, broker_cmds, run_cmd, tail_cmd, topics_cmd
 from rftbus.cli.context import CliState
 from rftbus.errors import RftbusError
 
@@ -46,6 +46,7 @@ broker_cmds.register(app)
 app.add_typer(topics_cmd.app, name="topics")
 tail_cmd.register(app)
 run_cmd.register(app)
+app.add_typer(bench_cmd.app, name="bench")
 
 
 def main() -> None:
