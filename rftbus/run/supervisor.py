@@ -1,0 +1,124 @@
+"""Supervised child processes: a crashed child is reported and restarted, within limits.
+
+Children are rftbus commands (`rftbus explore`, `rftbus streams`, ...) in their own process groups,
+so Ctrl-C reaches only the supervisor, which then stops them in order with SIGTERM (clean stop),
+escalating to SIGKILL for any that do not exit in time.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass
+class ChildSpec:
+    name: str
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    max_restarts: int = 3
+    log: Path | None = None
+
+
+@dataclass
+class Child:
+    spec: ChildSpec
+    proc: subprocess.Popen | None = None
+    restarts: int = 0
+    started_at: float = 0.0
+    gave_up: bool = False
+    restart_at: float | None = None  # monotonic time of a scheduled restart (backoff without blocking)
+    exit_codes: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Event:
+    child: str
+    kind: str  # "started" | "exited" | "crashed" | "restarted" | "gave_up"
+    detail: str = ""
+
+
+class Supervisor:
+    def __init__(self, specs: list[ChildSpec], backoff_s: float = 1.0):
+        self.children = {s.name: Child(s) for s in specs}
+        self.backoff_s = backoff_s
+
+    def _spawn(self, child: Child) -> None:
+        spec = child.spec
+        out = open(spec.log, "ab") if spec.log else subprocess.DEVNULL
+        try:
+            child.proc = subprocess.Popen(
+                spec.argv, env={**os.environ, **spec.env}, stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        finally:
+            if spec.log:
+                out.close()
+        child.started_at = time.monotonic()
+
+    def start(self) -> list[Event]:
+        events = []
+        for child in self.children.values():
+            self._spawn(child)
+            events.append(Event(child.spec.name, "started", f"pid {child.proc.pid}"))
+        return events
+
+    def poll(self) -> list[Event]:
+        """Check every child; restart crashed ones (after a backoff) until their restart budget is spent."""
+        events = []
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.gave_up:
+                continue
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    child.restart_at = None
+                    child.restarts += 1
+                    self._spawn(child)
+                    events.append(Event(child.spec.name, "restarted", f"pid {child.proc.pid} (restart {child.restarts})"))
+                continue
+            if child.proc is None:
+                continue
+            code = child.proc.poll()
+            if code is None:
+                continue
+            child.exit_codes.append(code)
+            child.proc = None
+            if code == 0:
+                events.append(Event(child.spec.name, "exited", "clean exit"))
+                continue
+            reason = f"signal {-code}" if code < 0 else f"exit code {code}"
+            events.append(Event(child.spec.name, "crashed", reason))
+            if child.restarts >= child.spec.max_restarts:
+                child.gave_up = True
+                events.append(Event(child.spec.name, "gave_up", f"after {child.restarts} restarts"))
+            else:
+                child.restart_at = now + min(self.backoff_s * (2 ** child.restarts), 10.0)
+        return events
+
+    def alive(self) -> list[str]:
+        return [n for n, c in self.children.items() if c.proc is not None and c.proc.poll() is None]
+
+    def stop(self, order: list[str] | None = None, timeout: float = 30.0) -> dict[str, int | None]:
+        """SIGTERM each child (in `order`, then the rest), wait, SIGKILL stragglers; exit codes."""
+        names = list(order or []) + [n for n in self.children if n not in (order or [])]
+        codes: dict[str, int | None] = {}
+        for name in names:
+            child = self.children[name]
+            if child.proc is None or child.proc.poll() is not None:
+                codes[name] = child.proc.returncode if child.proc else None
+                continue
+            try:
+                os.killpg(child.proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                codes[name] = child.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.proc.pid, signal.SIGKILL)
+                codes[name] = child.proc.wait(10)
+        return codes

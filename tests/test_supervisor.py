@@ -1,0 +1,49 @@
+"""The supervisor restarts crashed children within limits and stops the rest cleanly (real processes)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rftbus.run.supervisor import ChildSpec, Supervisor
+
+
+def _wait(sup: Supervisor, kinds: set[str], timeout: float = 20.0) -> list:
+    seen = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        seen += sup.poll()
+        if kinds <= {e.kind for e in seen}:
+            return seen
+        time.sleep(0.05)
+    raise AssertionError(f"wanted {kinds}, saw {[(e.child, e.kind) for e in seen]}")
+
+
+def test_crashing_child_is_restarted_then_given_up(tmp_path):
+    crash = ChildSpec("crasher", [sys.executable, "-c", "import sys; sys.exit(3)"], max_restarts=2)
+    steady = ChildSpec("steady", [sys.executable, "-c", "import time; time.sleep(60)"])
+    sup = Supervisor([crash, steady], backoff_s=0.05)
+    sup.start()
+    events = _wait(sup, {"gave_up"})
+    crashes = [e for e in events if e.child == "crasher" and e.kind == "crashed"]
+    assert len(crashes) == 3 and all(e.detail == "exit code 3" for e in crashes)
+    assert sum(e.kind == "restarted" for e in events) == 2
+    assert sup.alive() == ["steady"]
+    codes = sup.stop(timeout=5)
+    assert codes["steady"] == -15  # SIGTERM ended it
+    assert sup.alive() == []
+
+
+def test_stubborn_child_is_killed(tmp_path):
+    stubborn = ChildSpec("stubborn", [sys.executable, "-c",
+                                      "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                                      "print('ready', flush=True); time.sleep(60)"], log=tmp_path / "s.log")
+    sup = Supervisor([stubborn])
+    sup.start()
+    deadline = time.monotonic() + 10
+    while "ready" not in (tmp_path / "s.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    codes = sup.stop(timeout=1)
+    assert codes["stubborn"] == -9
+    assert time.monotonic() - t0 < 8
