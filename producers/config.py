@@ -2,14 +2,88 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
-class ExplorerConfig(BaseModel):
+class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class SamplingConfig(_Strict):
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0, description="0 = off")
+    max_new_tokens: int = Field(8, ge=1)
+    # "sampling": logprob of each token under the distribution it was drawn from (temperature,
+    # top-k/top-p applied); "raw": under the model's plain softmax (temperature 1, no truncation).
+    logprobs: Literal["sampling", "raw"] = "sampling"
+    seed: int | None = Field(None, description="seed the engine's sampler (reproducible rollouts)")
+
+
+class RewardSpec(_Strict):
+    """One reward term: a built-in name (taskset, math, code, format, judge) or a dotted path."""
+
+    name: str
+    weight: float = 1.0
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class EngineConfig(_Strict):
+    kind: str = Field("transformers", description="transformers | vllm | openai | dotted path")
+    device: str = Field("auto", description="transformers/vllm: auto, cpu, cuda, cuda:1 ...")
+    # openai engine
+    base_url: str = "http://127.0.0.1:8000/v1"
+    api_key: str = "EMPTY"
+    model: str | None = Field(None, description="openai: model name at the endpoint (default: model.name)")
+    request_timeout_s: float = Field(60.0, gt=0)
+    served_version: int = Field(0, ge=0, description="openai: weight version the endpoint serves (stamped)")
+    # vllm engine
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+
+
+class WorkflowConfig(_Strict):
+    kind: str = Field("single_turn", description="single_turn | multi_turn | dotted path | entry point name")
+    env: str | None = Field(None, description="multi_turn: environment, a built-in name or dotted path")
+    env_params: dict[str, Any] = Field(default_factory=dict)
+    max_turns: int = Field(4, ge=1)
+    chat_template: bool = Field(False, description="wrap prompts in the tokenizer's chat template")
+
+
+class ExplorerConfig(_Strict):
     group_id: str = "rftbus-explorers"
+    id: str | None = Field(None, description="explorer id stamped on experiences; default host-pid")
+    engine: EngineConfig = EngineConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    workflow: WorkflowConfig = WorkflowConfig()
+    rewards: list[RewardSpec] = Field(default_factory=lambda: [RewardSpec(name="taskset")])
+    task_timeout_s: float = Field(120.0, gt=0, description="per attempt; over it -> retry, then task_timeout")
+    task_retries: int = Field(1, ge=0, description="extra attempts before a task becomes a Rejection")
+    admission: bool = Field(True, description="staleness admission control (off only for tests/benchmarks)")
+    admission_refresh_s: float = Field(0.5, gt=0, description="how often consumer lags are re-read")
+    expert: bool = Field(False, description="also publish the taskset's expert demonstration per task")
+    status_interval_s: float = Field(1.0, gt=0)
+    max_tasks: int | None = Field(None, ge=1, description="stop after this many tasks (benchmarks, tests)")
+    idle_exit_s: float | None = Field(None, gt=0, description="exit after this long with no new task")
 
 
-class TasksetConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class FieldMap(_Strict):
+    """Which column of a JSONL/Parquet/CSV/HF dataset row feeds which Task field."""
+
+    prompt: str = "prompt"
+    answer: str | None = "answer"
+    task_id: str | None = Field(None, description="unset = stable id from (taskset, prompt)")
+    workflow: str | None = None
+    n_samples: str | None = None
+    priority: str | None = None
+    metadata: list[str] = Field(default_factory=list, description="columns copied into Task.metadata")
+
+
+class TasksetConfig(_Strict):
     name: str = "addition"
+    params: dict[str, Any] = Field(default_factory=dict, description="built-in taskset parameters")
+    fields: FieldMap = FieldMap()
+    split: str = "train"
+    n: int = Field(64, ge=1, description="built-in tasksets: how many tasks to publish")
+    seed: int = 0

@@ -1,0 +1,46 @@
+"""The rollout-engine interface: token ids in, sampled token ids + behaviour logprobs out.
+
+Engines work on token ids, not text, so the ids the trainer sees are exactly the ids sampled
+(re-tokenizing text can split differently). `version` is the weight version in use; the explorer
+stamps it on every experience and only changes it through `load_weights` between generations.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from rftbus.producers.config import SamplingConfig
+
+
+@dataclass
+class Completion:
+    """One sampled continuation of one prompt."""
+
+    response_ids: list[int]
+    logprobs: list[float]  # one per response token, under the distribution named in `logprob_kind`
+    finish_reason: str  # "stop" (EOS) or "length"
+    text: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+class RolloutEngine(ABC):
+    """Generates continuations and hot-swaps weights; one instance per explorer process."""
+
+    name: str = "base"
+    version: int = 0
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
+                 max_new_tokens: int | None = None) -> list[Completion]:
+        """One completion per entry of `prompts` (pass a prompt n times for a group of n)."""
+
+    @abstractmethod
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Swap in new weights; called only between generations."""
+
+    def close(self) -> None:
+        """Release resources (servers, GPU memory)."""

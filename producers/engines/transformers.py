@@ -1,0 +1,75 @@
+"""The default rollout engine: Hugging Face `generate` on CPU or GPU, one batch per group
+(prompts left-padded, as decoder-only generation needs).
+
+Logprobs. With `sampling.logprobs = "sampling"` (default) each token's logprob is taken from the
+*processed* scores `generate` sampled from, i.e. after temperature, top-k and top-p: the exact
+behaviour distribution, which is what importance ratios need. The trainer must score with the same
+temperature (it is stamped in metadata["logprob_temperature"]); with top-k/top-p on, the truncated
+distribution is not something the trainer can recompute, so keep them off for RL or use "raw"
+(plain softmax of the model's logits, temperature 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from rftbus.config import Config
+from rftbus.models.loading import load_policy
+from rftbus.producers.config import SamplingConfig
+from rftbus.producers.engines.base import Completion, RolloutEngine
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+class TransformersEngine(RolloutEngine):
+    name = "transformers"
+
+    def __init__(self, cfg: Config, tokenizer, model: torch.nn.Module | None = None):
+        self.tok = tokenizer
+        self.device = pick_device(cfg.explorer.engine.device)
+        self.model = (model or load_policy(cfg.model, tokenizer)).to(self.device).eval()
+        self.version = 0
+        self.eos_id = tokenizer.eos_token_id
+        self.max_context = getattr(self.model.config, "max_position_embeddings", None)
+        if cfg.explorer.sampling.seed is not None:
+            torch.manual_seed(cfg.explorer.sampling.seed)
+
+    @torch.inference_mode()
+    def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
+                 max_new_tokens: int | None = None) -> list[Completion]:
+        width = max(len(p) for p in prompts)
+        pad = self.tok.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        raw = sampling.logprobs == "raw"
+        out = self.model.generate(
+            input_ids=input_ids, attention_mask=attention,
+            do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            max_new_tokens=max_new_tokens or sampling.max_new_tokens, return_dict_in_generate=True,
+            output_scores=not raw, output_logits=raw, pad_token_id=self.tok.pad_token_id,
+            eos_token_id=self.eos_id,
+        )
+        new = out.sequences[:, input_ids.shape[1]:]
+        steps = torch.stack(out.logits if raw else out.scores, dim=1).float()  # [batch, new, vocab]
+        lps = torch.log_softmax(steps, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        meta = {"logprob_kind": sampling.logprobs,
+                "logprob_temperature": "1.0" if raw else repr(sampling.temperature)}
+        results = []
+        for ids, lp in zip(new.tolist(), lps.tolist()):
+            finish = "length"
+            if self.eos_id in ids:
+                ids = ids[: ids.index(self.eos_id) + 1]
+                finish = "stop"
+            text = self.tok.decode(ids, skip_special_tokens=True)
+            results.append(Completion(ids, lp[: len(ids)], finish, text, dict(meta)))
+        return results
+
+    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        self.model.load_state_dict(state_dict, strict=True)
+        self.version = version

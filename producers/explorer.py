@@ -1,0 +1,302 @@
+"""The explorer rollout worker: tasks in, one group of experiences per task out.
+
+Loop: poll a task -> wait for admission (partitions paused, group membership kept) -> run its
+workflow (n samples) -> produce the experiences keyed by group_id -> commit the task offset once
+Kafka has acknowledged every record of the group (AckTracker). Weights are swapped between groups
+when the follower has prefetched a newer verified version. SIGTERM/SIGINT (`request_stop`) ends the
+loop after the current group; shutdown flushes, commits and leaves the group.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaException, TopicPartition
+
+from rftbus.config import Config
+from rftbus.consumers.weight_sync import WeightFollower
+from rftbus.kafka.clients import make_admin, make_consumer, make_producer
+from rftbus.models.loading import load_tokenizer
+from rftbus.producers.acks import AckTracker
+from rftbus.producers.admission import Admission, AdmissionUnavailable
+from rftbus.producers.engines import RolloutEngine, make_engine
+from rftbus.producers.experience import expert_experience, experiences
+from rftbus.producers.rewards import make_rewards
+from rftbus.producers.rollout import run_task
+from rftbus.producers.seen_tasks import SeenTasks
+from rftbus.producers.status_file import StatusFile
+from rftbus.producers.workflows import RolloutContext
+from rftbus.schemas import DecodeError, Experience, Rejection, Task, make_codec
+from rftbus.tasksets import get_taskset, taskset_names
+
+
+@dataclass
+class Timings:
+    """Seconds spent per stage (what `rftbus bench explore` reports)."""
+
+    generate_s: float = 0.0
+    encode_s: float = 0.0
+    produce_s: float = 0.0
+    commit_s: float = 0.0
+    admission_s: float = 0.0
+    experiences: int = 0
+    groups: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+class Explorer:
+    def __init__(self, cfg: Config, report: Callable[[str], None] = print, engine: RolloutEngine | None = None):
+        self.cfg, self.report = cfg, report
+        ex = cfg.explorer
+        self.id = ex.id or f"{socket.gethostname()}-{os.getpid()}"
+        codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
+        self.encode_exp, self.encode_rej = codec.serializer(Experience), codec.serializer(Rejection)
+        self.decode_task = codec.deserializer(Task)
+        self.tokenizer = load_tokenizer(cfg.model)
+        self.engine = engine or make_engine(cfg, self.tokenizer)
+        self.ctx = RolloutContext(self.engine, self.tokenizer, ex.sampling, make_rewards(ex.rewards), ex.workflow)
+        self.producer = make_producer(cfg)
+        self.consumer = make_consumer(cfg, ex.group_id)
+        self.admission = Admission(cfg, make_admin(cfg)) if ex.admission else None
+        syncs = getattr(self.engine, "supports_weight_sync", True)
+        self.follower = WeightFollower(cfg, report=self.report) if syncs else None
+        self.acks, self.seen = AckTracker(), SeenTasks(cfg)
+        self.status = StatusFile(cfg.state_dir, "explorer", self.id, ex.status_interval_s)
+        self.t = Timings()
+        self.stats = {"groups_produced": 0, "experiences_produced": 0, "tasks_rejected": 0,
+                      "tasks_skipped_duplicate": 0, "expert_produced": 0}
+        self._stop = False
+        self._held = None
+        self._paused = False
+        self._handled = 0
+        self._last_activity = time.monotonic()
+        self._topic = cfg.topics.tasks.name
+
+    def request_stop(self) -> None:
+        self._stop = True
+        self.status.update(state="stopping")
+
+    # -- main loop ------------------------------------------------------------------------------
+    def run(self) -> dict:
+        ex = self.cfg.explorer
+        self.status.update(state="starting", version=self.engine.version, waiting_for_admission=False,
+                           admission_bound=self.admission.bound if self.admission else None, **self.stats)
+        self.status.start()
+        if self.follower:
+            self.follower.start()
+            if not self.follower.caught_up.wait(15):
+                self.report(f"weights topic {self.cfg.topics.weights.name} not read to its end in 15 s; starting anyway")
+            self._swap_weights(wait_s=30)
+        self.consumer.subscribe([self._topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                                on_lost=self._on_lost)
+        self.status.update(state="running")
+        self._last_activity = time.monotonic()
+        try:
+            while not self._stop:
+                self.producer.poll(0)
+                self._commit()
+                self._swap_weights()
+                if self._held is None:
+                    msg = self.consumer.poll(0.2)
+                    if msg is None:
+                        idle = time.monotonic() - self._last_activity
+                        if (ex.idle_exit_s and idle > ex.idle_exit_s and self.consumer.assignment()
+                                and not self.acks.outstanding_groups()):
+                            self.report(f"no new task for {ex.idle_exit_s:g}s; exiting")
+                            break
+                        continue
+                    if msg.error():
+                        self.report(f"reading {self._topic}: {msg.error().str()}")
+                        continue
+                    self._held = msg
+                if not self._admitted():
+                    continue
+                msg, self._held = self._held, None
+                self._handle(msg)
+                self._last_activity = time.monotonic()
+                if ex.max_tasks and self._handled >= ex.max_tasks:
+                    break
+        finally:
+            self._shutdown()
+        return dict(self.stats, version=self.engine.version)
+
+    def _admitted(self) -> bool:
+        """True when the held task may start; otherwise keep membership with partitions paused."""
+        t0 = time.perf_counter()
+        why = self._blocked_reason()
+        self.t.admission_s += time.perf_counter() - t0
+        if why is None:
+            if self._paused:
+                self.consumer.resume(self.consumer.assignment())
+                self._paused = False
+                self.status.update(waiting_for_admission=False, waiting_reason=None, state="running")
+                self.report("admission: resumed")
+            return True
+        if not self._paused:
+            self.consumer.pause(self.consumer.assignment())
+            self._paused = True
+            self.report(f"admission: waiting ({why})")
+        self.status.update(waiting_for_admission=True, waiting_reason=why, state="waiting")
+        stray = self.consumer.poll(0.2)  # serves rebalances; anything fetched is rewound, not lost
+        if stray is not None and not stray.error():
+            self.consumer.seek(TopicPartition(stray.topic(), stray.partition(), stray.offset()))
+        return False
+
+    def _blocked_reason(self) -> str | None:
+        if self.cfg.rl.max_staleness == 0 and self.follower:
+            latest = self.follower.latest_version()
+            if latest is not None and latest > self.engine.version and latest not in self.follower.refused:
+                return f"η=0: loading the newest version v{latest} first"
+        if self.admission is None:
+            return None
+        try:
+            pending = self.admission.pending()
+        except AdmissionUnavailable as e:
+            return f"consumer lags unreadable ({e})"
+        self.status.update(pending_groups=round(pending, 2))
+        if pending >= self.admission.bound:
+            return f"pending {pending:.1f} groups >= bound (η+1)·B = {self.admission.bound}"
+        return None
+
+    # -- one task -------------------------------------------------------------------------------
+    def _handle(self, msg) -> None:
+        p, off = msg.partition(), msg.offset()
+        self.acks.begin(p, off)
+        try:
+            try:
+                task = self.decode_task(msg.value(), None)
+            except DecodeError as e:
+                self._reject(msg, "malformed", f"task does not decode: {e}")
+                return
+            if (p, task.task_id) in self.seen:
+                self.stats["tasks_skipped_duplicate"] += 1
+                return
+            self._handled += 1
+            self._roll_out(task, msg)
+            self.seen.add(p, task.task_id)
+        finally:
+            self.acks.seal(p, off)
+            self.status.update(version=self.engine.version, **self.stats)
+
+    def _roll_out(self, task: Task, msg) -> None:
+        ex, n = self.cfg.explorer, task.n_samples or self.cfg.rl.group_size
+        version = self.engine.version
+        t0 = time.perf_counter()
+        outcome = run_task(task, n, self.ctx, ex.workflow.kind, ex.task_timeout_s, ex.task_retries)
+        self.t.generate_s += time.perf_counter() - t0
+        if outcome.samples is None:
+            self.report(f"task {task.task_id} -> {outcome.reason} after {outcome.attempts} attempt(s): "
+                        f"{outcome.detail.splitlines()[0] if outcome.detail else ''}")
+            self._reject(msg, outcome.reason, outcome.detail)
+            self.stats["tasks_rejected"] += 1
+            return
+        records = experiences(task, outcome.samples, version, self.id)
+        for rec in records:
+            self._produce(self.cfg.topics.raw.name, rec.group_id, rec, self.encode_exp, msg)
+        self.stats["groups_produced"] += 1
+        self.stats["experiences_produced"] += len(records)
+        self.t.groups += 1
+        self.t.experiences += len(records)
+        self.status.update(last_reward_mean=sum(r.reward for r in records) / len(records))
+        if self.admission:
+            self.admission.produced_group()
+        if ex.expert and task.taskset in taskset_names():
+            demo = expert_experience(task, get_taskset(task.taskset).expert(task), self.tokenizer, self.id,
+                                     ex.workflow.chat_template)
+            self._produce(self.cfg.topics.expert.name, demo.group_id, demo, self.encode_exp, msg)
+            self.stats["expert_produced"] += 1
+
+    def _produce(self, topic: str, key: str | bytes | None, record, encode, msg) -> None:
+        t0 = time.perf_counter()
+        value = encode(record, None)
+        t1 = time.perf_counter()
+        cb = self.acks.expect(msg.partition(), msg.offset())
+        while True:
+            try:
+                self.producer.produce(topic, value=value, key=key, on_delivery=cb)
+                break
+            except BufferError:  # local queue full: let deliveries drain
+                self.producer.poll(0.1)
+        self.t.encode_s += t1 - t0
+        self.t.produce_s += time.perf_counter() - t1
+
+    def _reject(self, msg, reason: str, detail: str) -> None:
+        rec = Rejection(reason=reason, detail=detail, stage="explorer", source_topic=msg.topic(),
+                        partition=msg.partition(), offset=msg.offset(), original=msg.value())
+        self._produce(self.cfg.topics.rejected.name, msg.key(), rec, self.encode_rej, msg)
+
+    # -- offsets, weights, rebalances -----------------------------------------------------------
+    def _commit(self, sync: bool = False) -> None:
+        """Commit the acknowledged prefix; async in the loop, sync on revoke and shutdown."""
+        ready = self.acks.committable()
+        if not ready:
+            return
+        t0 = time.perf_counter()
+        try:
+            self.consumer.commit(offsets=[TopicPartition(self._topic, p, o) for p, o in ready.items()],
+                                 asynchronous=not sync)
+        except KafkaException as e:
+            self.report(f"commit of task offsets {ready} failed ({e}); those tasks may be redone by another explorer")
+        self.t.commit_s += time.perf_counter() - t0
+
+    def _swap_weights(self, wait_s: float = 0.0) -> None:
+        if not self.follower:
+            return
+        deadline = time.monotonic() + wait_s
+        while True:
+            ready = self.follower.take_ready(self.engine.version)
+            if ready:
+                rec, state = ready
+                try:
+                    self.engine.load_weights(state, rec.version)
+                except (RuntimeError, ValueError, KeyError) as e:
+                    self.follower.refuse(rec, f"does not fit the model: {e}")
+                else:
+                    self.report(f"weights: now serving v{rec.version}")
+                    self.status.update(version=rec.version)
+                return
+            latest = self.follower.latest_version()
+            behind = latest is not None and latest > self.engine.version and latest not in self.follower.refused
+            if not behind or time.monotonic() >= deadline:
+                self.status.update(refused_versions=sorted(self.follower.refused))
+                return
+            time.sleep(0.05)
+
+    def _on_assign(self, consumer, partitions) -> None:
+        self._last_activity = time.monotonic()
+        for tp in consumer.committed(partitions, timeout=30):
+            self.seen.rebuild(self._topic, tp.partition, tp.offset)
+        self.status.update(partitions=sorted({tp.partition for tp in consumer.assignment()} |
+                                             {tp.partition for tp in partitions}))
+
+    def _on_revoke(self, consumer, partitions) -> None:
+        self.producer.flush(60)
+        self._commit(sync=True)
+        gone = [tp.partition for tp in partitions]
+        if self._held is not None and self._held.partition() in gone:
+            self._held = None
+        self.acks.drop(gone)
+        self.seen.drop(gone)
+
+    def _on_lost(self, consumer, partitions) -> None:
+        gone = [tp.partition for tp in partitions]
+        if self._held is not None and self._held.partition() in gone:
+            self._held = None
+        self.acks.drop(gone)
+        self.seen.drop(gone)
+
+    def _shutdown(self) -> None:
+        self.status.update(state="stopping")
+        self.producer.flush(60)
+        self._commit(sync=True)
+        self.consumer.close()
+        if self.follower:
+            self.follower.stop()
+        if self.engine:
+            self.engine.close()
+        self.status.update(state="stopped", waiting_for_admission=False, **self.stats)
+        self.status.stop()

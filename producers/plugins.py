@@ -1,0 +1,40 @@
+"""Loading user code by dotted path (`pkg.mod:Name` or `pkg.mod.Name`) or entry-point name.
+
+Workflows, environments, reward functions and engines all plug in this way, so a user package
+can ship them without touching rftbus.
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import entry_points
+from typing import Any
+
+from rftbus.errors import RftbusError
+
+
+class PluginError(RftbusError):
+    """A dotted path or entry point that does not resolve to an object."""
+
+
+def load_object(spec: str, group: str, what: str) -> Any:
+    """Resolve `spec`: an entry point in `group`, else a dotted path."""
+    for ep in entry_points(group=group):
+        if ep.name == spec:
+            return ep.load()
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+    elif "." in spec:
+        module_name, _, attr = spec.rpartition(".")
+    else:
+        raise PluginError(f"{what} {spec!r} is neither a built-in, an entry point in {group!r}, nor a dotted path")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise PluginError(f"{what} {spec!r}: cannot import {module_name!r} ({e})") from None
+    obj = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise PluginError(f"{what} {spec!r}: {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj

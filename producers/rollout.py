@@ -1,0 +1,77 @@
+"""Running one task's workflow with a deadline and retries; failures become a reason, not a crash.
+
+The deadline interrupts the workflow at the next Python bytecode boundary (SIGALRM in the main
+thread, an async exception elsewhere): `generate` loops in Python per token and the sandbox waits
+in Python, so both stop promptly; a single long C call finishes first.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import signal
+import threading
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from rftbus.producers.workflows import RolloutContext, Sample, load_workflow
+from rftbus.schemas import Task
+
+
+class TaskTimeout(BaseException):
+    """Raised inside a workflow when its deadline passes (BaseException: user code can't swallow it
+    with `except Exception`)."""
+
+
+@contextmanager
+def deadline(seconds: float):
+    if threading.current_thread() is threading.main_thread():
+        def on_alarm(signum, frame):
+            raise TaskTimeout()
+        old = signal.signal(signal.SIGALRM, on_alarm)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        return
+    tid = threading.get_ident()
+    timer = threading.Timer(seconds, lambda: ctypes.pythonapi.PyThreadState_SetAsyncExc(
+        ctypes.c_ulong(tid), ctypes.py_object(TaskTimeout)))
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+@dataclass
+class Outcome:
+    samples: list[Sample] | None
+    reason: str | None = None  # task_failed | task_timeout
+    detail: str = ""
+    attempts: int = 1
+
+
+def run_task(task: Task, n: int, ctx: RolloutContext, default_workflow: str, timeout_s: float,
+             retries: int) -> Outcome:
+    """Samples for `task`, or the reason it failed after 1 + `retries` attempts."""
+    reason, detail = "task_failed", ""
+    for attempt in range(1, retries + 2):
+        try:
+            with deadline(timeout_s):
+                workflow = load_workflow(task.workflow or default_workflow)
+                samples = workflow.run(task, n, ctx)
+            if len(samples) != n:
+                raise ValueError(f"workflow returned {len(samples)} samples, expected {n}")
+            for s in samples:
+                if not (len(s.response_ids) == len(s.logprobs) == len(s.loss_mask)):
+                    raise ValueError("sample has response_ids/logprobs/loss_mask of different lengths")
+            return Outcome(samples, attempts=attempt)
+        except TaskTimeout:
+            reason, detail = "task_timeout", f"attempt {attempt} ran over {timeout_s:g}s"
+        except Exception as e:  # noqa: BLE001 - one task's error is reported, the worker goes on
+            reason = "task_failed"
+            detail = f"attempt {attempt}: {type(e).__name__}: {e}\n" + "".join(traceback.format_exc(limit=-3))
+    return Outcome(None, reason, detail[:4000], attempts=retries + 1)

@@ -1,0 +1,1 @@
+"""The taskset producer: reading task sources and publishing Task records to `topics.tasks`."""

@@ -1,0 +1,89 @@
+"""Publishing Tasks to `topics.tasks` (key = task_id), with delivery accounting.
+
+Nothing counts as published until Kafka acknowledged it; bad rows are collected with their
+position and skipped. Re-publishing creates records with the same stable task ids, which the
+explorers skip (rftbus.producers.seen_tasks), so no task is rolled out twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from rftbus.config import Config
+from rftbus.errors import RftbusError
+from rftbus.kafka.clients import make_producer
+from rftbus.producers.tasks.sources import Row
+from rftbus.schemas import Experience, Task, make_codec
+
+
+class PublishError(RftbusError):
+    """Kafka did not acknowledge some records."""
+
+
+@dataclass
+class PublishReport:
+    published: int = 0
+    expert: int = 0
+    bad: list[tuple[str, str]] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+
+
+def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False,
+                  on_row: Callable[[Row], None] | None = None) -> PublishReport:
+    codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
+    enc_task, enc_exp = codec.serializer(Task), codec.serializer(Experience)
+    producer = make_producer(cfg)
+    report = PublishReport()
+    demo_of = _expert_maker(cfg) if expert else None
+
+    def delivered(kind: str):
+        def cb(err, msg):
+            if err is not None:
+                report.failed.append(f"{msg.topic()} key={msg.key()!r}: {err.str()}")
+            elif kind == "task":
+                report.published += 1
+            else:
+                report.expert += 1
+        return cb
+
+    def produce(topic: str, key: str, value: bytes, kind: str) -> None:
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value, on_delivery=delivered(kind))
+                return
+            except BufferError:
+                producer.poll(0.1)
+
+    for row in rows:
+        if row.task is None:
+            report.bad.append((row.where, row.error or "invalid"))
+        else:
+            produce(cfg.topics.tasks.name, row.task.task_id, enc_task(row.task, None), "task")
+            if demo_of is not None:
+                demo = demo_of(row.task)
+                if demo is not None:
+                    produce(cfg.topics.expert.name, demo.group_id, enc_exp(demo, None), "expert")
+        producer.poll(0)
+        if on_row:
+            on_row(row)
+    remaining = producer.flush(60)
+    if remaining:
+        report.failed.append(f"{remaining} records still unacknowledged after 60 s")
+    return report
+
+
+def _expert_maker(cfg: Config):
+    """Demonstrations from the built-in tasksets' `.expert` (tokenized with the policy's tokenizer)."""
+    from rftbus.models.loading import load_tokenizer
+    from rftbus.producers.experience import expert_experience
+    from rftbus.tasksets import get_taskset, taskset_names
+    tok = load_tokenizer(cfg.model)
+
+    def make(task: Task) -> Experience | None:
+        if task.taskset not in taskset_names():
+            return None if task.answer is None else expert_experience(task, task.answer, tok, "tasks-publish",
+                                                                      cfg.explorer.workflow.chat_template)
+        return expert_experience(task, get_taskset(task.taskset).expert(task), tok, "tasks-publish",
+                                 cfg.explorer.workflow.chat_template)
+    return make

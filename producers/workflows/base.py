@@ -1,0 +1,57 @@
+"""Workflows turn one Task into one group of samples: generate with the engine, score, return.
+
+A workflow is a class with one method, `run(task, n, ctx)`; users plug their own in by dotted path
+or entry point (`explorer.workflow.kind`, or per task via Task.workflow).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+from rftbus.producers.config import SamplingConfig, WorkflowConfig
+from rftbus.producers.engines.base import RolloutEngine
+from rftbus.producers.rewards.base import RewardSet
+from rftbus.schemas import Task
+
+
+@dataclass
+class Sample:
+    """One sampled response, ready to become an Experience."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    logprobs: list[float]
+    loss_mask: list[bool]
+    reward: float
+    components: dict[str, float]
+    prompt_text: str = ""
+    response_text: str = ""
+    finish_reason: str = "stop"
+    generation_ms: float = 0.0
+    reward_ms: float = 0.0
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class RolloutContext:
+    engine: RolloutEngine
+    tokenizer: Any
+    sampling: SamplingConfig
+    rewards: RewardSet
+    workflow: WorkflowConfig
+
+
+class Workflow(ABC):
+    @abstractmethod
+    def run(self, task: Task, n: int, ctx: RolloutContext) -> list[Sample]:
+        """Return exactly `n` samples for `task` (one GRPO group)."""
+
+
+def encode_prompt(tokenizer, text: str, chat_template: bool = False) -> list[int]:
+    """Prompt token ids, the same way for explorers and expert demonstrations."""
+    if chat_template:
+        return list(tokenizer.apply_chat_template([{"role": "user", "content": text}],
+                                                  add_generation_prompt=True, tokenize=True))
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -1,0 +1,27 @@
+"""Single-turn: prompt -> n sampled responses (one batched generate) -> reward each."""
+
+from __future__ import annotations
+
+import time
+
+from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow, encode_prompt
+from rftbus.schemas import Task
+
+
+class SingleTurn(Workflow):
+    def run(self, task: Task, n: int, ctx: RolloutContext) -> list[Sample]:
+        prompt_ids = encode_prompt(ctx.tokenizer, task.prompt, ctx.workflow.chat_template)
+        t0 = time.perf_counter()
+        completions = ctx.engine.generate([prompt_ids] * n, ctx.sampling)
+        gen_ms = (time.perf_counter() - t0) * 1000
+        samples = []
+        for c in completions:
+            scored = ctx.rewards.score(task, c.text)
+            samples.append(Sample(
+                prompt_ids=prompt_ids, response_ids=c.response_ids, logprobs=c.logprobs,
+                loss_mask=[True] * len(c.response_ids), reward=scored.reward, components=scored.components,
+                prompt_text=task.prompt, response_text=c.text, finish_reason=c.finish_reason,
+                generation_ms=gen_ms / n, reward_ms=scored.reward_ms,
+                metadata={**c.metadata, "batch_generation_ms": f"{gen_ms:.3f}"},
+            ))
+        return samples

@@ -1,0 +1,47 @@
+"""`rftbus explore`: one explorer rollout worker in the explorers' consumer group."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import typer
+from rich.markup import escape
+
+from rftbus.cli.context import state
+from rftbus.kafka.clients import check_reachable
+from rftbus.kafka.topics import create_topics
+
+
+def explore(
+    ctx: typer.Context,
+    explorer_id: str = typer.Option(None, "--id", help="Explorer id (default host-pid)."),
+    engine: str = typer.Option(None, "--engine", help="transformers | vllm | openai | dotted path."),
+    workflow: str = typer.Option(None, "--workflow", help="single_turn | multi_turn | dotted path."),
+    expert: bool = typer.Option(None, "--expert/--no-expert", help="Also publish expert demonstrations."),
+    max_tasks: int = typer.Option(None, "--max-tasks", min=1, help="Exit after this many tasks."),
+    idle_exit: float = typer.Option(None, "--idle-exit", help="Exit after this many seconds without a new task."),
+    as_json: bool = typer.Option(False, "--json", help="Print the final figures as one JSON object."),
+) -> None:
+    """Roll out tasks from topics.tasks into topics.experiences.raw until stopped (SIGTERM: finish the
+    current group, flush, commit, exit 0)."""
+    st = state(ctx)
+    cfg = st.config(**{"explorer.id": explorer_id, "explorer.engine.kind": engine, "explorer.workflow.kind": workflow,
+                       "explorer.expert": expert, "explorer.max_tasks": max_tasks, "explorer.idle_exit_s": idle_exit})
+    create_topics(cfg, check_reachable(cfg))
+    from rftbus.producers.explorer import Explorer  # heavy (torch): only for this command
+
+    explorer = Explorer(cfg, report=lambda line: st.err.print(f"[dim]explorer:[/] {escape(line)}", soft_wrap=True))
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: explorer.request_stop())
+    st.err.print(f"explorer {explorer.id} ({cfg.explorer.engine.kind}, v{explorer.engine.version}) "
+                 f"on {cfg.topics.tasks.name} -> {cfg.topics.raw.name}; status in {explorer.status.path}")
+    result = explorer.run()
+    if as_json:
+        st.console.out(json.dumps(result), highlight=False)
+    else:
+        st.console.print(", ".join(f"{k}={v}" for k, v in result.items()))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(explore)

@@ -1,0 +1,67 @@
+"""Helpers for the explorer/taskset tests: per-test topics and reading a topic back."""
+
+from __future__ import annotations
+
+import uuid
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from rftbus.kafka.clients import make_admin, make_consumer
+from rftbus.kafka.topics import create_topics
+from rftbus.schemas import make_codec
+
+KEYS = ("tasks", "raw", "curated", "curated_priority", "expert", "rejected", "weights")
+
+
+def fresh_config(make_config, tmp_path, broker, **overrides):
+    """A Config with unique topic names and group ids on the session broker; topics created."""
+    u = uuid.uuid4().hex[:8]
+    names = {f"topics.{k}.name": f"{k}-{u}" for k in KEYS}
+    cfg = make_config(tmp_path, broker.broker.port, **names, **{
+        "explorer.group_id": f"explorers-{u}", "streams.app_id": f"streams-{u}", "trainer.group_id": f"trainer-{u}",
+        "rl.group_size": 2, "explorer.sampling.seed": 0, **overrides})
+    create_topics(cfg, make_admin(cfg))
+    return cfg
+
+
+def read_topic(cfg, key: str, timeout: float = 10.0):
+    """Every (key, record) in a topic, decoded, in partition/offset order."""
+    name = cfg.topics.all()[key].name
+    consumer = make_consumer(cfg, f"reader-{uuid.uuid4().hex[:8]}", **{"enable.partition.eof": True})
+    md = consumer.list_topics(name, timeout=10).topics[name]
+    parts = list(md.partitions)
+    consumer.assign([TopicPartition(name, p, 0) for p in parts])
+    decode = make_codec(None).deserializer()
+    out, eof = [], set()
+    import time
+    deadline = time.monotonic() + timeout
+    while len(eof) < len(parts) and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                eof.add(msg.partition())
+            continue
+        eof.discard(msg.partition())
+        out.append((msg.key().decode() if msg.key() else None, decode(msg.value(), None)))
+    consumer.close()
+    return out
+
+
+def committed(cfg, group: str, key: str) -> dict[int, int]:
+    name = cfg.topics.all()[key].name
+    consumer = make_consumer(cfg, group)
+    md = consumer.list_topics(name, timeout=10).topics[name]
+    got = consumer.committed([TopicPartition(name, p) for p in md.partitions], timeout=10)
+    consumer.close()
+    return {tp.partition: tp.offset for tp in got}
+
+
+def end_offsets(cfg, key: str) -> dict[int, int]:
+    name = cfg.topics.all()[key].name
+    consumer = make_consumer(cfg, "offsets-reader")
+    md = consumer.list_topics(name, timeout=10).topics[name]
+    out = {p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=10)[1] for p in md.partitions}
+    consumer.close()
+    return out

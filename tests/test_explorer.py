@@ -1,0 +1,180 @@
+"""The explorer against the real broker, in-process: groups, rejections, weight sync, admission."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from confluent_kafka import TopicPartition
+from conftest import make_config
+from explorer_kafka import committed, end_offsets, fresh_config, read_topic
+
+from rftbus.kafka.clients import make_consumer, make_producer
+from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.producers.explorer import Explorer
+from rftbus.schemas import Task, WeightVersion, make_codec
+from rftbus.tasksets import get_taskset
+from rftbus.weights import WeightStore
+
+ENC = make_codec(None)
+
+
+def publish(cfg, tasks):
+    p = make_producer(cfg)
+    for t in tasks:
+        p.produce(cfg.topics.tasks.name, key=t.task_id, value=ENC.encode(t))
+    assert p.flush(10) == 0
+
+
+def start(explorer):
+    th = threading.Thread(target=explorer.run, daemon=True)
+    th.start()
+    return th
+
+
+def wait_for(cond, timeout=30.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_groups_rejections_and_commits(broker, tmp_path):
+    cfg = fresh_config(make_config, tmp_path, broker, **{
+        "explorer.admission": False, "explorer.idle_exit_s": 2.0, "explorer.task_timeout_s": 1.0,
+        "explorer.task_retries": 1, "explorer.expert": True})
+    good = list(get_taskset("addition").tasks("train", 3))
+    good[0].n_samples = 3
+    bad = Task(taskset="addition", prompt="1+1=", answer="2", workflow="explorer_plugins:Failing")
+    hang = Task(taskset="addition", prompt="2+2=", answer="4", workflow="explorer_plugins.Hanging")
+    publish(cfg, good + [bad, hang])
+    p = make_producer(cfg)
+    p.produce(cfg.topics.tasks.name, key=b"junk", value=b"\x00\x01garbage")
+    p.flush(10)
+    explorer = Explorer(cfg, report=lambda s: None)
+    result = explorer.run()
+    assert result["groups_produced"] == 3 and result["tasks_rejected"] == 2
+    raw = read_topic(cfg, "raw")
+    groups: dict[str, list] = {}
+    for key, e in raw:
+        assert key == e.group_id
+        groups.setdefault(e.group_id, []).append(e)
+    assert len(groups) == 3
+    for members in groups.values():
+        n = 3 if members[0].task_id == good[0].task_id else 2
+        assert sorted(e.sample_index for e in members) == list(range(n)) and {e.group_size for e in members} == {n}
+        for e in members:
+            assert len(e.response_ids) == len(e.logprobs) == len(e.loss_mask) > 0
+            assert all(lp <= 0 for lp in e.logprobs) and all(e.loss_mask)
+            assert e.model_version == 0 and e.explorer_id == explorer.id and e.reward is not None
+            assert "taskset" in e.reward_components and e.generation_ms > 0
+    rejected = {r.reason: r for _, r in read_topic(cfg, "rejected")}
+    assert set(rejected) == {"task_failed", "task_timeout", "malformed"}
+    assert "environment server is down" in rejected["task_failed"].detail and "attempt 2" in rejected["task_failed"].detail
+    assert rejected["task_timeout"].stage == "explorer" and ENC.decode(rejected["task_timeout"].original).task_id == hang.task_id
+    assert len(read_topic(cfg, "expert")) == 3
+    # every task offset is committed, only after its records were acknowledged
+    ends = {p: o for p, o in end_offsets(cfg, "tasks").items() if o > 0}
+    assert {p: o for p, o in committed(cfg, cfg.explorer.group_id, "tasks").items() if p in ends} == ends
+    status = (cfg.state_dir / "status" / f"explorer-{explorer.id}.json").read_text()
+    assert '"state": "stopped"' in status and '"groups_produced": 3' in status
+
+
+def test_weight_hot_reload_refuses_corrupt_version(broker, tmp_path):
+    cfg = fresh_config(make_config, tmp_path, broker, **{"explorer.admission": False})
+    store = WeightStore(tmp_path / "weights")
+    tok = load_tokenizer(cfg.model)
+    p = make_producer(cfg)
+
+    def announce(version, saved, sha=None):
+        rec = WeightVersion(model=cfg.model.name, version=version, step=version, uri=saved.uri,
+                            sha256=sha or saved.sha256, bytes=saved.bytes)
+        p.produce(cfg.topics.weights.name, key=rec.model, value=ENC.encode(rec))
+        p.flush(10)
+
+    base = load_policy(cfg.model, tok).state_dict()
+    corrupt = store.save(cfg.model.name, 1, base)
+    announce(1, corrupt, sha="0" * 64)  # published hash does not match the file
+    explorer = Explorer(cfg, report=lambda s: None)
+    th = start(explorer)
+    tasks = list(get_taskset("addition").tasks("train", 6))
+    publish(cfg, tasks[:2])
+    wait_for(lambda: explorer.stats["groups_produced"] == 2, what="2 groups on v0")
+    assert explorer.engine.version == 0 and 1 in explorer.follower.refused
+    new_state = {k: v + 0.01 for k, v in base.items()}
+    announce(2, store.save(cfg.model.name, 2, new_state))
+    wait_for(lambda: explorer.engine.version == 2, what="swap to v2")
+    publish(cfg, tasks[2:4])
+    wait_for(lambda: explorer.stats["groups_produced"] == 4, what="2 groups on v2")
+    explorer.request_stop()
+    th.join(30)
+    versions = {e.task_id: e.model_version for _, e in read_topic(cfg, "raw")}
+    assert {versions[t.task_id] for t in tasks[:2]} == {0} and {versions[t.task_id] for t in tasks[2:4]} == {2}
+    got = explorer.engine.model.state_dict()
+    assert all(torch.equal(got[k], new_state[k]) for k in new_state)
+    status = (cfg.state_dir / "status" / f"explorer-{explorer.id}.json").read_text()
+    assert '"refused_versions": [1]' in status and '"version": 2' in status
+
+
+def _forward_raw_to_curated(cfg, stop: threading.Event):
+    """Stands in for streams: moves raw experiences to curated and commits (so only the trainer lags)."""
+    consumer = make_consumer(cfg, cfg.streams.app_id)
+    consumer.subscribe([cfg.topics.raw.name])
+    producer = make_producer(cfg)
+    while not stop.is_set():
+        msg = consumer.poll(0.2)
+        if msg is None or msg.error():
+            continue
+        producer.produce(cfg.topics.curated.name, key=msg.key(), value=msg.value())
+        producer.flush(10)
+        consumer.commit(msg, asynchronous=False)
+    consumer.close()
+
+
+def test_admission_pauses_at_bound_and_resumes(broker, tmp_path):
+    cfg = fresh_config(make_config, tmp_path, broker, **{
+        "rl.max_staleness": 1, "rl.batch_groups": 2, "explorer.admission_refresh_s": 0.2})
+    stop = threading.Event()
+    fwd = threading.Thread(target=_forward_raw_to_curated, args=(cfg, stop), daemon=True)
+    fwd.start()
+    explorer = Explorer(cfg, report=lambda s: None)
+    bound = explorer.admission.bound
+    assert bound == 4
+    th = start(explorer)
+    publish(cfg, list(get_taskset("addition").tasks("train", 12)))
+    status_path = cfg.state_dir / "status" / f"explorer-{explorer.id}.json"
+    wait_for(lambda: '"waiting_for_admission": true' in status_path.read_text(), what="explorer waiting")
+    time.sleep(1.5)  # it stays at the bound while the trainer does not advance
+    assert explorer.stats["groups_produced"] == bound
+    wait_for(lambda: sum(end_offsets(cfg, "curated").values()) == bound * 2, what="forwarded")
+    # the trainer commits what it has trained: its lag drops to zero and the explorer resumes
+    trainer = make_consumer(cfg, cfg.trainer.group_id)
+    trainer.commit(offsets=[TopicPartition(cfg.topics.curated.name, p, o) for p, o in end_offsets(cfg, "curated").items()],
+                   asynchronous=False)
+    trainer.close()
+    wait_for(lambda: explorer.stats["groups_produced"] == 2 * bound, what="resumed to the next bound")
+    time.sleep(1.0)
+    assert explorer.stats["groups_produced"] == 2 * bound and explorer.status.fields["waiting_for_admission"]
+    explorer.request_stop()
+    th.join(30)
+    stop.set()
+    fwd.join(10)
+
+
+@pytest.mark.parametrize("eta", [0])
+def test_eta_zero_loads_newest_version_before_admitting(broker, tmp_path, eta):
+    cfg = fresh_config(make_config, tmp_path, broker, **{"rl.max_staleness": eta, "rl.batch_groups": 100,
+                                                          "explorer.max_tasks": 2})
+    tok = load_tokenizer(cfg.model)
+    saved = WeightStore(tmp_path / "w").save(cfg.model.name, 3, load_policy(cfg.model, tok).state_dict())
+    p = make_producer(cfg)
+    rec = WeightVersion(model=cfg.model.name, version=3, step=3, uri=saved.uri, sha256=saved.sha256, bytes=saved.bytes)
+    p.produce(cfg.topics.weights.name, key=rec.model, value=ENC.encode(rec))
+    p.flush(10)
+    publish(cfg, list(get_taskset("addition").tasks("train", 2)))
+    Explorer(cfg, report=lambda s: None).run()
+    assert {e.model_version for _, e in read_topic(cfg, "raw")} == {3}
