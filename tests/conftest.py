@@ -49,10 +49,18 @@ def make_config(state_dir: Path, port: int, **overrides) -> Config:
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory) -> Config:
     """The session's broker config; the broker itself is a java process running kafka.Kafka."""
-    cfg = make_config(tmp_path_factory.mktemp("rftbus-state"), _free_pair())
-    # Through the real CLI, so the broker is a detached process exactly as a user gets it.
-    out = rftbus_cli(cfg, "up")
-    assert out.returncode == 0, out.stderr
+    # Through the real CLI, so the broker is a detached process exactly as a user gets it. A second
+    # attempt on a fresh port covers a port taken between our check and the broker's bind.
+    failures = []
+    for _ in range(2):
+        cfg = make_config(tmp_path_factory.mktemp("rftbus-state"), _free_pair())
+        out = rftbus_cli(cfg, "up")
+        if out.returncode == 0:
+            break
+        failures.append(f"port {cfg.broker.port}: {out.stderr}\n{embedded.log_tail(cfg)}")
+        embedded.stop(cfg)
+    else:
+        pytest.fail("the session broker did not start:\n" + "\n".join(failures))
     yield cfg
     embedded.stop(cfg)
 
