@@ -2,9 +2,59 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LossName = Literal["sft", "grpo", "ppo", "mix", "dpo"]
 
 
 class TrainerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     group_id: str = "rftbus-trainer"
+    id: str | None = Field(None, description="status-file id; default the process rank")
+
+    # What is learned.
+    loss: LossName = "grpo"
+    zero_stage: int = Field(1, ge=0, le=3, description="DeepSpeed ZeRO stage")
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    warmup_steps: int = Field(0, ge=0, description="linear LR warm-up, in trainer steps")
+    grad_clip: float = Field(1.0, ge=0, description="0 = off")
+    update_epochs: int = Field(1, ge=1, description="optimizer steps per batch (PPO-style reuse)")
+    seed: int = 0
+
+    # Policy-gradient knobs.
+    clip_low: float = Field(0.2, ge=0, description="ratio clip 1 - clip_low")
+    clip_high: float = Field(0.2, ge=0, description="ratio clip 1 + clip_high")
+    off_policy: Literal["auto", "none", "tis", "decoupled"] = Field(
+        "auto", description="correction with the behaviour logprobs; auto = decoupled when η > 0, else none")
+    is_cap: float = Field(2.0, gt=0, description="truncation C of the behaviour importance weight")
+    kl_coef: float | None = Field(None, ge=0, description="KL to the frozen reference; default 0.05 for ppo, else 0")
+    entropy_coef: float = Field(0.0, ge=0)
+    mix_mu: float = Field(0.1, ge=0, le=1, description="μ: loss = (1-μ)·GRPO(usual) + μ·SFT(expert)")
+    mix_expert_per_batch: int | None = Field(None, ge=0, description="expert experiences per MIX batch; default B")
+    dpo_beta: float = Field(0.1, gt=0)
+    gamma: float = Field(1.0, ge=0, le=1)
+    gae_lambda: float = Field(0.95, ge=0, le=1)
+    vf_coef: float = Field(0.5, ge=0)
+    max_seq_len: int | None = Field(None, ge=2, description="default: the model's max_position_embeddings")
+
+    # Checkpoints, weights, lineage.
+    checkpoint_dir: str | None = Field(None, description="default <state_dir>/checkpoints")
+    checkpoint_interval: int = Field(1, ge=1, description="steps between checkpoints (every publish also checkpoints)")
+    keep_checkpoints: int = Field(2, ge=1)
+    store_url: str | None = Field(None, description="weight store, any fsspec URL; default <state_dir>/weights")
+    keep_versions: int = Field(4, ge=1, description="weight versions kept in the store (see weights_gc.py)")
+    gc_grace_s: float = Field(60.0, ge=0, description="a superseded version survives at least this long")
+
+    # Loop.
+    staleness_for_expert: bool = Field(False, description="apply η to the expert lane too (demos have no behaviour policy)")
+    poll_timeout_s: float = Field(0.2, gt=0)
+    max_pending_groups: int | None = Field(None, ge=1, description="buffer cap before lanes pause; default 4·B")
+    max_steps: int | None = Field(None, ge=1, description="stop after this many steps (counting from the checkpoint)")
+    idle_exit_s: float | None = Field(None, gt=0, description="exit after this long with no trainable batch")
+    status_interval_s: float = Field(1.0, gt=0)
+    eval_interval: int = Field(0, ge=0, description="steps between evals on the held-out split; 0 = off")
+    eval_n: int = Field(16, ge=1)
+    eval_max_new_tokens: int = Field(8, ge=1)

@@ -1,0 +1,126 @@
+"""Wiring the trainer's parts from the config: model + DeepSpeed engine, Kafka clients, sinks.
+
+Kept apart from the loop so the loop reads as the protocol it implements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rftbus.config import Config
+from rftbus.errors import RftbusError
+from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
+from rftbus.schemas import Experience, Rejection, TrainerMetric, WeightVersion, make_codec
+from rftbus.trainer.losses import Loss, make_loss
+from rftbus.trainer.metrics import MetricsSink
+from rftbus.trainer.publish import WeightPublisher, latest_published
+from rftbus.trainer.rejects import Rejector
+from rftbus.trainer.status import StatusFile
+
+
+@dataclass
+class Components:
+    cfg: Config
+    rank: int
+    world: int
+    loss: Loss
+    tokenizer: Any
+    engine: Any
+    ref_model: Any
+    pad_id: int
+    max_len: int
+    producer: Any
+    consumer: Any
+    codec: Any
+    deserializer: Any
+    lane_topics: dict[str, str]
+    rejector: Rejector
+    publisher: WeightPublisher | None
+    metrics: MetricsSink | None
+    status: StatusFile
+    checkpoint_dir: Path
+
+    def assigned_partitions(self) -> list[tuple[str, int]]:
+        """This rank's share of every lane: partition p of each topic goes to rank p % world."""
+        out = []
+        for topic in self.lane_topics.values():
+            md = self.consumer.list_topics(topic, timeout=15).topics.get(topic)
+            if md is None or md.error is not None or not md.partitions:
+                raise RftbusError(f"trainer input topic {topic!r} does not exist at {self.cfg.bootstrap_servers} "
+                                  "(create it with `rftbus topics create`)")
+            out += [(topic, p) for p in sorted(md.partitions) if p % self.world == self.rank]
+        if not out:
+            raise RftbusError(f"rank {self.rank} of {self.world} has no partitions to read; use at most as many "
+                              "ranks as the input topics have partitions")
+        return out
+
+    def latest_published(self) -> WeightVersion | None:
+        probe = make_consumer(self.cfg, f"{self.cfg.trainer.group_id}-weights-probe")
+        try:
+            return latest_published(probe, self.cfg.topics.weights.name, self.cfg.model.name,
+                                    self.codec.deserializer(WeightVersion))
+        finally:
+            probe.close()
+
+    def taskset(self):
+        from rftbus.tasksets import get_taskset
+
+        ts = self.cfg.taskset
+        return get_taskset(ts.name, **ts.params)
+
+    def close(self) -> None:
+        self.producer.flush(30)
+        if self.metrics is not None:
+            self.metrics.close()
+
+
+def build_components(cfg: Config, rank: int, world: int) -> Components:
+    import torch
+
+    from rftbus.models.loading import load_policy, load_tokenizer
+    from rftbus.trainer.engine import build_engine
+    from rftbus.trainer.policy import PolicyWithValue
+
+    tc = cfg.trainer
+    check_reachable(cfg)
+    loss = make_loss(tc, cfg.rl.max_staleness)
+    torch.manual_seed(tc.seed + rank)
+    tokenizer = load_tokenizer(cfg.model)
+    lm = load_policy(cfg.model, tokenizer)
+    lm.config.use_cache = False
+    module = PolicyWithValue(lm, value_head=loss.needs_values)
+    ref_model = None
+    if loss.uses_reference():
+        ref_model = load_policy(cfg.model, tokenizer).eval()
+        ref_model.requires_grad_(False)
+    engine = build_engine(module, tc)
+    max_len = tc.max_seq_len or int(getattr(lm.config, "max_position_embeddings", 2048))
+
+    codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
+    producer = make_producer(cfg, **{"linger.ms": 0})
+    consumer = make_consumer(cfg, tc.group_id, **{"enable.partition.eof": False})
+    topics = cfg.topics
+    lanes = {"priority": topics.curated_priority.name, "curated": topics.curated.name, "expert": topics.expert.name}
+    wanted = (("priority", "curated") if "rl" in loss.lanes else ()) + (("expert",) if "expert" in loss.lanes else ())
+    lane_topics = {lane: lanes[lane] for lane in wanted}
+    rejector = Rejector(producer, codec.serializer(Rejection), topics.rejected.name)
+    publisher = metrics = None
+    if rank == 0:
+        store_url = tc.store_url or str(cfg.state_dir / "weights")
+        publisher = WeightPublisher(store_url, cfg.model.name, producer, codec.serializer(WeightVersion),
+                                    topics.weights.name, cfg.rl.max_staleness, tc.keep_versions, tc.gc_grace_s)
+        metrics = MetricsSink(producer, codec.serializer(TrainerMetric), topics.metrics.name, cfg.model.name,
+                              cfg.state_dir / "tensorboard")
+    ident = tc.id or str(rank)  # a restarted rank overwrites its own status file
+    status = StatusFile(cfg.state_dir, ident, tc.status_interval_s)
+    status.update(rank=rank, world=world, loss_name=loss.name, off_policy=loss.off_policy, step=0, version=0)
+    ckpt_dir = Path(tc.checkpoint_dir) if tc.checkpoint_dir else cfg.state_dir / "checkpoints"
+    return Components(
+        cfg=cfg, rank=rank, world=world, loss=loss, tokenizer=tokenizer, engine=engine, ref_model=ref_model,
+        pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, max_len=max_len,
+        producer=producer, consumer=consumer, codec=codec, deserializer=codec.deserializer(Experience),
+        lane_topics=lane_topics, rejector=rejector, publisher=publisher, metrics=metrics, status=status,
+        checkpoint_dir=ckpt_dir,
+    )

@@ -1,0 +1,52 @@
+"""Building the DeepSpeed engine from the config: ZeRO stage, AdamW, linear warm-up, clipping.
+
+The optimizer and scheduler are plain torch objects handed to `deepspeed.initialize` (no fused
+op to compile on CPU); DeepSpeed wraps the optimizer for ZeRO and checkpoints both.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from rftbus.trainer.config import TrainerConfig
+
+
+def ds_config(cfg: TrainerConfig) -> dict[str, Any]:
+    zero: dict[str, Any] = {"stage": cfg.zero_stage}
+    if cfg.zero_stage == 3:
+        zero["stage3_gather_16bit_weights_on_model_save"] = True
+    return {
+        "train_micro_batch_size_per_gpu": 1,
+        "gradient_accumulation_steps": 1,
+        "gradient_clipping": cfg.grad_clip,
+        "zero_optimization": zero,
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+        "zero_allow_untested_optimizer": True,
+    }
+
+
+def build_engine(module: torch.nn.Module, cfg: TrainerConfig):
+    import deepspeed
+
+    params = [p for p in module.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    warm = cfg.warmup_steps
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
+    engine, _, _, _ = deepspeed.initialize(
+        model=module, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config(cfg),
+        dist_init_required=True)
+    return engine
+
+
+def policy_state_dict(engine) -> dict[str, torch.Tensor]:
+    """The LM's full weights (gathered under ZeRO-3), keyed as a plain transformers model's."""
+    if engine.zero_optimization_stage() == 3:
+        full = engine._zero3_consolidated_16bit_state_dict()  # every rank must call; rank 0 gets it
+        if full is None:
+            return {}
+        return {k[len("lm."):]: v for k, v in full.items() if k.startswith("lm.")}
+    return {k: v.detach() for k, v in engine.module.lm.state_dict().items()}

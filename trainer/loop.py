@@ -1,0 +1,259 @@
+"""The trainer loop: batches off the stream → DeepSpeed step → checkpoint + offsets → weight version.
+
+Order inside a step is what makes the guarantees hold:
+1. whole units are taken (priority lane first); stale experiences go to rejected (reason `stale`);
+2. the batch trains; its experience ids join the pending lineage segment;
+3. at a checkpoint (every `checkpoint_interval` steps and at every publish): rejections are flushed,
+   the checkpoint (model, optimizer, scheduler, RNG, positions, lineage) is made durable, and only
+   then are offsets committed to Kafka;
+4. every `sync_interval` steps the new version is published — after the checkpoint that holds it, so
+   a restart never re-trains a step whose weights explorers already used.
+Ranks move in lockstep: each loop turn they exchange (ready, stop, at_end) and train only together.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from dataclasses import dataclass, field
+
+from rftbus.config import Config
+from rftbus.consumers.batch_consumer import BatchConsumer, Polled, start_positions
+from rftbus.errors import RftbusError
+from rftbus.trainer.checkpoint import Checkpoints, positions_to_json
+from rftbus.trainer.dist import all_gather, prepare_env
+from rftbus.trainer.staleness import split_stale
+
+
+@dataclass
+class RunOptions:
+    mode: str = "online"  # online | replay
+    start_offsets: dict[tuple[str, int], int] | None = None
+    start_timestamp_ms: int | None = None
+    until_end: bool = False  # replay: stop once every partition is read to its end
+    enforce_staleness: bool = True
+
+
+@dataclass
+class RunSummary:
+    steps: int = 0
+    start_step: int = 0
+    version: int = 0
+    trained: int = 0
+    rejected: dict[str, int] = field(default_factory=dict)
+    resumed_from: str | None = None
+    stopped_by: str = ""
+
+
+class Trainer:
+    def __init__(self, cfg: Config, opts: RunOptions | None = None, log=print):
+        self.cfg, self.opts, self.log = cfg, opts or RunOptions(), log
+        self.tc = cfg.trainer
+        self.dist = prepare_env()
+        self.rank, self.world = self.dist.rank, self.dist.world
+        self.stop_reason = ""
+        self.summary = RunSummary()
+
+    # -- setup -----------------------------------------------------------------------------------
+    def _build(self) -> None:
+        from rftbus.trainer.components import build_components
+
+        self.c = build_components(self.cfg, self.rank, self.world)
+        self.loss = self.c.loss
+        self.ckpts = Checkpoints(self.c.checkpoint_dir, self.rank, self.world)
+
+    def _on_signal(self, signum, _frame) -> None:
+        self.stop_reason = signal.Signals(signum).name
+
+    def _resume_or_start(self) -> BatchConsumer:
+        c, latest = self.c, self.ckpts.latest()
+        tps = c.assigned_partitions()
+        if latest is not None:
+            if self.opts.start_offsets or self.opts.start_timestamp_ms is not None:
+                raise RftbusError(f"checkpoint {latest[0]} exists, so the stream position comes from it; "
+                                  "start offsets/timestamps apply only to a fresh checkpoint_dir")
+            path, m = latest
+            self.ckpts.restore(c.engine, path, m)
+            self.step, self.version = m.step, m.version
+            positions = m.positions_of(self.rank)
+            missing = [tp for tp in tps if tp not in positions]
+            if missing:  # partitions added since the checkpoint
+                positions.update(start_positions(c.consumer, missing))
+            self.summary.resumed_from = path.name
+            self._ensure_published()
+            self.log(f"resumed from {path.name}: step {self.step}, version {self.version}")
+        else:
+            self.step, self.version = 0, 0
+            positions = start_positions(c.consumer, tps, self.opts.start_offsets, self.opts.start_timestamp_ms)
+            self._publish(0)  # fresh start: v0, the weights every explorer can also build from the seed
+            self.log("fresh start: published version 0")
+        self.summary.start_step = self.step
+        return BatchConsumer(c.consumer, c.lane_topics, c.deserializer, c.rejector, positions,
+                             pairs=self.loss.name == "dpo", max_pending=self.tc.max_pending_groups
+                             or 4 * self.cfg.rl.batch_groups)
+
+    def _publish(self, version: int) -> None:
+        from rftbus.trainer.engine import policy_state_dict
+
+        sd = policy_state_dict(self.c.engine)  # collective under ZeRO-3
+        if self.rank == 0:
+            rec = self.c.publisher.publish(sd, version, self.step)
+            self.c.status.update(version=version, weights_uri=rec.uri)
+
+    def _ensure_published(self) -> None:
+        """After a crash between checkpoint and publish, the checkpoint's version is published now."""
+        need = False
+        if self.rank == 0:
+            last = self.c.latest_published()
+            need = last is None or last.version < self.version
+        if all_gather(need, self.world)[0]:
+            self._publish(self.version)
+            self.log(f"published version {self.version} that the checkpoint holds")
+
+    # -- batches ---------------------------------------------------------------------------------
+    def _select(self, bc: BatchConsumer, partial: bool) -> list[Polled] | None:
+        B, eta = self.cfg.rl.batch_groups, self.cfg.rl.max_staleness
+        primary = ("priority", "curated") if "rl" in self.loss.lanes else ("expert",)
+        chosen: list[list[Polled]] = []
+        for unit in bc.complete_units(primary):
+            if len(chosen) == B:
+                break
+            records = list(unit.records)
+            if self.opts.enforce_staleness:
+                records, stale = split_stale(records, self.version, eta, self.tc.staleness_for_expert)
+                for r in stale:
+                    self.c.rejector(r.topic, r.partition, r.offset, r.key, r.raw, "stale",
+                                    f"model_version {r.exp.model_version}, latest published {self.version}, "
+                                    f"max_staleness {eta}", r.exp.experience_id)
+                if stale:
+                    self.dirty = True
+                    bc.finish(stale)
+            if records:
+                chosen.append(records)
+        if not chosen or (len(chosen) < B and not partial):
+            return None
+        if any(recs[0].lane == "curated" for recs in chosen) and not bc.lane_drained("priority"):
+            return None  # the priority lane has records not read yet: they go first
+        out = [r for recs in chosen for r in recs]
+        if self.loss.name == "mix":
+            n_exp = self.tc.mix_expert_per_batch if self.tc.mix_expert_per_batch is not None else B
+            out += [r for u in bc.complete_units(("expert",))[:n_exp] for r in u.records]
+        return out
+
+    # -- steps -----------------------------------------------------------------------------------
+    def _train(self, bc: BatchConsumer, records: list[Polled]) -> None:
+        from rftbus.trainer.batch import collate
+        from rftbus.trainer.step import train_step
+
+        t0 = time.perf_counter()
+        batch = collate([r.exp for r in records], [r.lane == "expert" for r in records],
+                        self.c.pad_id, self.c.max_len)
+        parts = train_step(self.c.engine, self.loss, batch, self.c.ref_model, self.tc.update_epochs)
+        bc.finish(records)
+        dt = time.perf_counter() - t0
+        self.step += 1
+        rl = [r for r in records if r.lane != "expert"]
+        stal = [self.version - r.exp.model_version for r in rl]
+        rewards = [r.exp.reward for r in rl if r.exp.reward is not None]
+        tokens = int(batch.attention_mask.sum())
+        self.pending_lineage.append({
+            "step": self.step, "rank": self.rank, "version": self.version,
+            "experience_ids": [r.exp.experience_id for r in records],
+            "offsets": [[r.topic, r.partition, r.offset] for r in records],
+            "staleness_max": max(stal, default=0), "time_ms": int(time.time() * 1000),
+        })
+        values = {**parts, "experiences": len(records), "tokens": tokens, "step_s": dt,
+                  "tokens_per_s": tokens / dt if dt > 0 else 0.0, "experiences_per_s": len(records) / dt if dt else 0.0,
+                  "staleness_mean": sum(stal) / len(stal) if stal else 0.0, "staleness_max": max(stal, default=0)}
+        if rewards:
+            values["reward_mean"] = sum(rewards) / len(rewards)
+        self.summary.trained += len(records)
+        publish_now = self.step % self.cfg.rl.sync_interval == 0
+        if publish_now or self.step - self.last_ckpt >= self.tc.checkpoint_interval:
+            self._checkpoint(bc, self.version + 1 if publish_now else self.version)
+        if publish_now:
+            self.version += 1
+            self._publish(self.version)
+        if self.rank == 0:
+            self.c.metrics.emit(self.step, self.version, values)
+            self.c.status.update(state="training", step=self.step, version=self.version,
+                                 last_reward=values.get("reward_mean"), staleness=values["staleness_mean"],
+                                 throughput_tokens_s=values["tokens_per_s"], last_loss=values.get("loss"))
+            self.log(f"step {self.step} v{self.version} loss {values.get('loss', 0.0):.4f} "
+                     f"reward {values.get('reward_mean', float('nan')):.3f} staleness {values['staleness_mean']:.2f} "
+                     f"{len(records)} exps {values['tokens_per_s']:.0f} tok/s")
+        if self.tc.eval_interval and self.step % self.tc.eval_interval == 0 and self.rank == 0:
+            self._eval()
+
+    def _eval(self) -> None:
+        from rftbus.trainer.evaluate import evaluate
+
+        res = evaluate(self.c.engine.module.lm, self.c.tokenizer, self.c.taskset(), self.tc.eval_n,
+                       self.tc.eval_max_new_tokens)
+        self.c.metrics.emit(self.step, self.version, res, kind="eval")
+
+    def _checkpoint(self, bc: BatchConsumer, version: int) -> None:
+        self.c.rejector.flush()
+        positions = bc.positions()
+        all_pos = all_gather(positions_to_json(positions), self.world)
+        segment = [line for seg in all_gather(self.pending_lineage, self.world) for line in seg]
+        self.ckpts.save(self.c.engine, self.step, version, all_pos, segment, self.loss.name)
+        bc.commit(positions)  # only now: the checkpoint holding these offsets is durable
+        self.pending_lineage, self.last_ckpt, self.dirty = [], self.step, False
+        self.ckpts.prune(self.tc.keep_checkpoints)
+
+    # -- the loop --------------------------------------------------------------------------------
+    def run(self) -> RunSummary:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+        self._build()
+        self.c.status.start()
+        try:
+            bc = self._resume_or_start()
+        except BaseException:
+            self.c.status.stop(state="failed")
+            self.c.consumer.close()
+            self.c.close()
+            raise
+        self.pending_lineage: list[dict] = []
+        self.last_ckpt, self.dirty = self.step, False
+        idle_since = time.monotonic()
+        try:
+            while True:
+                bc.poll(self.tc.poll_timeout_s)
+                records = self._select(bc, partial=False)
+                at_end = records is None and self.opts.until_end and bc.caught_up()
+                ran = self.step - self.summary.start_step
+                if not self.stop_reason and self.tc.max_steps is not None and ran >= self.tc.max_steps:
+                    self.stop_reason = "max_steps"
+                if (not self.stop_reason and self.tc.idle_exit_s is not None
+                        and time.monotonic() - idle_since > self.tc.idle_exit_s):
+                    self.stop_reason = "idle"
+                flags = all_gather((records is not None, self.stop_reason, at_end), self.world)
+                stops = [f[1] for f in flags if f[1]]
+                if stops:
+                    self.summary.stopped_by = stops[0]
+                    break
+                if all(f[0] for f in flags):
+                    self._train(bc, records)
+                    idle_since = time.monotonic()
+                    continue
+                if all(f[0] or f[2] for f in flags):  # replay reached the end: train what is left
+                    records = records or self._select(bc, partial=True)
+                    left = all_gather(records is not None, self.world)
+                    if all(left):
+                        self._train(bc, records)
+                        continue
+                    self.summary.stopped_by = "end"
+                    break
+                self.c.status.update(state="waiting", pending_units=sum(len(u) for u in bc.units.values()))
+            if self.step > self.last_ckpt or self.dirty:
+                self._checkpoint(bc, self.version)
+        finally:
+            self.c.status.stop(state="stopped")
+            self.summary.steps = self.step - self.summary.start_step
+            self.summary.version = self.version
+            self.summary.rejected = dict(self.c.rejector.count)
+            self.c.close()
+            bc.close()
+        return self.summary

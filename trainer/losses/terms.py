@@ -1,0 +1,58 @@
+"""Terms several losses share: token-level means, the KL estimator, the clipped policy gradient."""
+
+from __future__ import annotations
+
+import torch
+
+from rftbus.trainer.losses.base import OffPolicy
+
+
+def num(x) -> float:
+    """A metric value: detached Python float."""
+    return float(x.detach()) if isinstance(x, torch.Tensor) else float(x)
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Token-level mean: every trained token weighs the same, however long its sequence (DAPO)."""
+    m = mask.to(x.dtype)
+    return (x * m).sum() / m.sum().clamp_min(1.0)
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(π‖ref) estimator k3 = e^(ref-π) - (ref-π) - 1: unbiased, always ≥ 0 (Schulman)."""
+    d = ref_logp - logp
+    return torch.exp(d) - d - 1.0
+
+
+def policy_gradient(
+    logp: torch.Tensor, prox_logp: torch.Tensor, behav_logp: torch.Tensor, adv: torch.Tensor,
+    mask: torch.Tensor, mode: OffPolicy, clip_low: float, clip_high: float, is_cap: float,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The surrogate loss and its diagnostics.
+
+    r = π/π_prox, where π_prox is the policy before this batch's updates (detached).
+    - none: -min(r·A, clip(r)·A); assumes behaviour == proximal (on-policy).
+    - tis: -w·r·A with w = min(π_prox/π_behav, C): truncated importance sampling, no ratio clip.
+    - decoupled: -w·min(r·A, clip(r)·A), the decoupled PPO objective (AReaL): the trust region is
+      around the recent proximal policy, and the stale behaviour policy is corrected by w.
+    """
+    ratio = torch.exp(logp - prox_logp)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
+    if mode == "tis":
+        surrogate = unclipped
+    else:
+        surrogate = torch.minimum(unclipped, clipped)
+    parts: dict[str, float] = {}
+    if mode in ("tis", "decoupled"):
+        raw_w = torch.exp(prox_logp - behav_logp)
+        w = torch.clamp(raw_w, max=is_cap).detach()
+        surrogate = w * surrogate
+        parts["is_weight"] = num(masked_mean(w, mask))
+        parts["is_truncated_frac"] = num(masked_mean((raw_w > is_cap).float(), mask))
+    loss = -masked_mean(surrogate, mask)
+    with torch.no_grad():
+        active = (clipped < unclipped) if mode != "tis" else torch.zeros_like(mask)
+        parts["clip_frac"] = num(masked_mean(active.float(), mask))
+        parts["ratio"] = num(masked_mean(ratio, mask))
+    return loss, parts

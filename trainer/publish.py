@@ -1,0 +1,92 @@
+"""Publishing weight versions: safetensors into the WeightStore, then WeightVersion on rft.weights.
+
+The record goes out only after the file is durable, and `publish` returns only after the broker
+acknowledged it. Garbage collection (why a version is safe to delete):
+- an explorer loads the newest version it has seen, and one admitted under the bound may still be
+  generating with — or about to load — any version within η of the newest, so versions
+  ≥ newest − (η + 1) are never deleted (the +1 covers a version superseded mid-load);
+- a version superseded less than `gc_grace_s` ago is never deleted (an explorer that read its
+  record just before the next one may still be reading the file);
+- beyond that, the newest `keep_versions` are kept.
+"""
+
+from __future__ import annotations
+
+import time
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+from rftbus.schemas import WeightVersion
+from rftbus.weights import WeightStore
+
+
+def protected_versions(versions: list[int], newest: int, eta: int, superseded_at: dict[int, float],
+                       grace_s: float, now: float) -> set[int]:
+    """The versions GC must not touch (see module doc)."""
+    keep = {v for v in versions if v >= newest - (eta + 1)}
+    keep |= {v for v in versions if now - superseded_at.get(v, now) < grace_s}
+    return keep
+
+
+class WeightPublisher:
+    def __init__(self, store_url: str, model: str, producer, serializer, topic: str, eta: int,
+                 keep: int, grace_s: float):
+        self.store = WeightStore(store_url)
+        self.model = model
+        self.producer, self.serialize, self.topic = producer, serializer, topic
+        self.eta, self.keep, self.grace_s = eta, keep, grace_s
+        self.superseded_at: dict[int, float] = {}
+        self.last: WeightVersion | None = None
+
+    def publish(self, state_dict, version: int, step: int) -> WeightVersion:
+        saved = self.store.save(self.model, version, state_dict)
+        rec = WeightVersion(model=self.model, version=version, step=step, uri=saved.uri, sha256=saved.sha256,
+                            bytes=saved.bytes, metadata={"trainer_step": str(step)})
+        errors: list[str] = []
+        self.producer.produce(self.topic, key=self.model.encode(), value=self.serialize(rec, None),
+                              on_delivery=lambda err, _m: errors.append(err.str()) if err else None)
+        if self.producer.flush(30) or errors:
+            raise RuntimeError(f"weight version {version} not acknowledged by the broker: {errors or 'timeout'}")
+        now = time.time()
+        for v in self.store.versions(self.model):
+            if v < version:
+                self.superseded_at.setdefault(v, now)
+        self.last = rec
+        self.gc(version)
+        return rec
+
+    def gc(self, newest: int) -> list[int]:
+        versions = self.store.versions(self.model)
+        protect = protected_versions(versions, newest, self.eta, self.superseded_at, self.grace_s, time.time())
+        return self.store.gc(self.model, keep=max(self.keep, 1), protect=protect)
+
+
+def latest_published(consumer, topic: str, model: str, deserializer) -> WeightVersion | None:
+    """The newest WeightVersion for `model` on the (compacted) weights topic."""
+    md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+    if md is None or md.error is not None:
+        return None
+    best: WeightVersion | None = None
+    for p in md.partitions:
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+        if high <= low:
+            continue
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
+        pos = low
+        deadline = time.monotonic() + 30
+        while pos < high and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                continue
+            pos = msg.offset() + 1
+            if msg.key() != model.encode():
+                continue
+            rec = deserializer(msg.value(), None)
+            if isinstance(rec, WeightVersion) and (best is None or rec.version >= best.version):
+                best = rec
+    consumer.unassign()
+    return best
