@@ -1,10 +1,62 @@
-"""The `streams:` config section (pydantic only: no heavy imports here)."""
+"""The `streams:` config section (pydantic only: no heavy imports here).
+
+Every limit the stream processors apply is here, so a rejection reason can always be traced to
+one setting. Times are seconds, sizes bytes/tokens.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class StreamsConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    app_id: str = "rftbus-streams"
+
+    app_id: str = Field("rftbus-streams", description="Faust app id = Kafka consumer group; prefixes internal topics")
+    worker_id: str | None = Field(None, description="status file name part; default <hostname>-<pid>")
+    log_level: str = "WARNING"
+    processing_guarantee: Literal["at_least_once", "exactly_once"] = Field(
+        "at_least_once", description="at_least_once + output dedupe (measured to hold); exactly_once = "
+        "Faust's Kafka transactions, which do not hold in faust-streaming 0.15 (see docs/BENCHMARKS.md)")
+    commit_interval_s: float = Field(0.5, gt=0, description="Faust broker_commit_interval")
+    session_timeout_s: float = Field(10.0, gt=0, description="consumer group session: how soon a killed "
+                                     "worker's partitions move to the others")
+    linger_ms: int = Field(5, ge=0, description="aiokafka producer linger")
+    partitions: int | None = Field(None, ge=1, description="internal topics' partitions; default = raw's")
+    internal_retention_ms: int = Field(24 * 3600 * 1000, ge=-1, description="retention of the internal topics")
+
+    # verify
+    max_message_bytes: int = Field(8 * 1024 * 1024, ge=1, description="larger raw records: too_large")
+    version_wait_s: float = Field(2.0, ge=0, description="how long a newer-than-known model_version waits "
+                                  "for its WeightVersion before unknown_version")
+    # join feedback
+    feedback_ttl_s: float = Field(3600.0, gt=0, description="live experiences without feedback: no_feedback")
+    rating_scale: tuple[float, float] = Field((1.0, 5.0), description="rating min, max -> reward 0..1")
+    # group advantages
+    advantage: Literal["grpo"] = Field("grpo", description="estimator for groups of n >= 2")
+    advantage_eps: float = Field(1e-6, gt=0, description="eps in (r - mean) / (std + eps)")
+    group_timeout_s: float = Field(120.0, gt=0, description="an incomplete group is closed after this")
+    incomplete_policy: Literal["reject", "complete"] = Field(
+        "reject", description="reject: incomplete_group; complete: emit what arrived (if it has >= 2 samples)")
+    # filters
+    max_tokens: int = Field(8192, ge=1, description="prompt + response tokens over this: over_length")
+    reward_min: float = -10.0
+    reward_max: float = 10.0
+    zero_variance_eps: float = Field(1e-6, ge=0, description="group reward std <= this: zero_variance")
+    # prioritize
+    priority_threshold: float = Field(0.9, ge=0, description="group priority >= this: curated_priority lane")
+    difficulty_weight: float = Field(0.5, ge=0, description="bonus weight of 4p(1-p) for task pass rate p")
+    recency_decay: float = Field(0.8, gt=0, le=1, description="priority factor per version behind latest")
+    pass_rate_alpha: float = Field(0.2, gt=0, le=1, description="EMA weight of a new group's mean reward")
+    # synthesize
+    promote_expert: bool = Field(True, description="copy a group's best experience to topics.expert")
+    expert_min_reward: float = Field(1.0, description="promote only at or above this reward")
+    # housekeeping
+    tick_interval_s: float = Field(1.0, gt=0, description="timeouts are checked this often (tick records)")
+    status_interval_s: float = Field(1.0, gt=0)
+    metrics_interval_s: float = Field(5.0, gt=0, description="TrainerMetric kind=streams / task_pass_rate")
+    dedupe_window_s: float = Field(900.0, gt=0, description="emitted sources remembered for replay dedupe")
+    recovery_margin_s: float = Field(300.0, ge=0, description="output scan starts this much before the "
+                                     "first replayed record's timestamp (clock skew allowance)")

@@ -1,0 +1,197 @@
+"""`rftbus bench streams`: one streams worker's sustained throughput and raw->curated latency at a fixed
+load, beside a plain Kafka consume->produce pass-through of the same bytes measured in the same run."""
+
+from __future__ import annotations
+
+import json
+import pstats
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import typer
+from confluent_kafka import KafkaError
+from confluent_kafka.admin import NewTopic
+
+from rftbus.cli.context import state
+from rftbus.errors import RftbusError
+from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
+from rftbus.kafka.topics import create_topics
+from rftbus.schemas import make_codec
+from rftbus.streams.harness import WorkerProcess, read_all
+from rftbus.streams.outputs import H_T0
+from rftbus.streams.synthetic import make_group
+from rftbus.streams.worker import PROFILE_ENV
+
+KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
+
+
+def _records(n_exp: int, group: int, tokens: int) -> list[tuple[bytes, bytes]]:
+    codec = make_codec(None)
+    out = []
+    rewards = [[1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 0.75, 0.0][i % 8] for i in range(group)]
+    for g in range((n_exp + group - 1) // group):
+        for e in make_group(rewards=rewards, response_tokens=tokens, seed=g % 50, group_id=uuid.uuid4().hex):
+            out.append((e.group_id.encode(), codec.encode(e)))
+    return out[:n_exp]
+
+
+def _produce(cfg, topic: str, recs, rate: float | None = None) -> None:
+    p = make_producer(cfg)
+    t0 = time.perf_counter()
+    for i, (k, v) in enumerate(recs):
+        while True:
+            try:
+                p.produce(topic, key=k, value=v)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if rate:
+            ahead = t0 + (i + 1) / rate - time.perf_counter()
+            if ahead > 0:
+                time.sleep(ahead)
+        p.poll(0)
+    p.flush(60)
+
+
+def _baseline(cfg, recs, src: str, dst: str) -> float:
+    """Consume `src` and produce every record to `dst` unchanged: what Kafka costs, nothing else."""
+    admin = check_reachable(cfg)
+    for fut in admin.create_topics([NewTopic(t, cfg.topics.raw.partitions, 1) for t in (src, dst)]).values():
+        fut.result(30)
+    _produce(cfg, src, recs)
+    c = make_consumer(cfg, f"bench-base-{uuid.uuid4().hex[:6]}")
+    c.subscribe([src])
+    p = make_producer(cfg)
+    n, t_first = 0, None
+    deadline = time.monotonic() + 120
+    while n < len(recs) and time.monotonic() < deadline:
+        for m in c.consume(500, 1.0):
+            if m.error():
+                continue
+            if t_first is None:
+                t_first = time.perf_counter()
+            while True:
+                try:
+                    p.produce(dst, key=m.key(), value=m.value())
+                    break
+                except BufferError:
+                    p.poll(0.05)
+            n += 1
+        p.poll(0)
+    p.flush(60)
+    c.close()
+    if t_first is None:
+        raise RftbusError(f"baseline: nothing consumed from {src}")
+    return (n - 1) / (time.perf_counter() - t_first)
+
+
+def _drain_rate(cfg, worker: WorkerProcess, expected: int, timeout: float) -> tuple[float, int]:
+    """Experiences/s from the outputs' own timestamps (first to last curated record). Progress is watched
+    through the worker's status file, so the benchmark does not compete with the worker for CPU."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = worker.status() or {}
+        if st.get("curated", 0) >= expected:
+            break
+        time.sleep(0.5)
+    msgs = [m for r in ("curated", "curated_priority") for m in read_all(cfg, getattr(cfg.topics, r).name)]
+    ts = sorted(m.timestamp()[1] for m in msgs)
+    return (len(ts) - 1) / max(1e-3, (ts[-1] - ts[0]) / 1000), len(ts)
+
+
+def _latency(cfg, recs, rate: float) -> list[float]:
+    lat: list[float] = []
+    c = make_consumer(cfg, f"bench-lat-{uuid.uuid4().hex[:6]}", **{"auto.offset.reset": "latest"})
+    c.subscribe([cfg.topics.curated.name, cfg.topics.curated_priority.name])
+    ready, stop = threading.Event(), threading.Event()
+
+    def consume():
+        while not stop.is_set():
+            for m in c.consume(200, 0.2):
+                ready.set()
+                if m.error():
+                    if m.error().code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(m.error().str())
+                    continue
+                t0 = dict(m.headers() or []).get(H_T0)
+                if t0:
+                    lat.append(time.time() * 1000 - int(t0))
+            if c.assignment():
+                ready.set()
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    ready.wait(30)
+    time.sleep(1.0)
+    _produce(cfg, cfg.topics.raw.name, recs, rate)
+    deadline = time.monotonic() + 30
+    while len(lat) < len(recs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    stop.set()
+    t.join(5)
+    c.close()
+    return lat
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def streams(
+    ctx: typer.Context,
+    experiences: int = typer.Option(12_000, help="Experiences preloaded for the sustained-throughput drain."),
+    load: float = typer.Option(1000.0, help="Offered load (experiences/s) for the latency phase."),
+    seconds: float = typer.Option(10.0, help="Length of the latency phase."),
+    tokens: int = typer.Option(1000, help="Response tokens per experience (each with a logprob)."),
+    group: int = typer.Option(8, help="Samples per group (n)."),
+    profile: bool = typer.Option(False, "--profile", help="cProfile the worker; print where its time goes."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Streams throughput (one worker, realistic records) and p50/p99 raw->curated latency at a fixed load."""
+    st = state(ctx)
+    tag = uuid.uuid4().hex[:6]
+    cfg = st.config(**{f"topics.{k}.name": f"bench{tag}.{k}" for k in KEYS}, **{"streams.app_id": f"bench{tag}"})
+    check_reachable(cfg)
+    create_topics(cfg, check_reachable(cfg))
+    say = (lambda *a: None) if as_json else st.err.print
+    say(f"[dim]building {experiences} experiences of {tokens} tokens ...[/]")
+    recs = _records(experiences, group, tokens)
+    size = sum(len(v) for _, v in recs) / len(recs)
+    say(f"[dim]baseline: plain Kafka consume->produce of the same {len(recs)} records ...[/]")
+    base = _baseline(cfg, recs, f"bench{tag}.base.in", f"bench{tag}.base.out")
+    say("[dim]preloading raw, starting one worker ...[/]")
+    _produce(cfg, cfg.topics.raw.name, recs)
+    work = Path(tempfile.mkdtemp(prefix="rftbus-bench-streams-"))
+    prof = work / "worker.prof"
+    w = WorkerProcess(cfg, f"bench{tag}", work / "worker.log", extra_env={PROFILE_ENV: str(prof)} if profile else None)
+    try:
+        w.wait_ready(120)
+        rate, drained = _drain_rate(cfg, w, len(recs), 600)
+        say(f"[dim]drained {drained} at {rate:.0f}/s; latency phase at {load:.0f}/s for {seconds:.0f}s ...[/]")
+        lat = _latency(cfg, _records(int(load * seconds), group, tokens), load)
+    finally:
+        code = w.stop(60)
+    result = {"experiences_per_s": round(rate, 1), "baseline_experiences_per_s": round(base, 1),
+              "ratio_to_baseline": round(rate / base, 3), "p50_ms": round(_pct(lat, 0.5), 1),
+              "p99_ms": round(_pct(lat, 0.99), 1), "offered_load_per_s": load, "latency_samples": len(lat),
+              "drained": drained, "record_bytes": round(size), "response_tokens": tokens, "group_size": group,
+              "worker_exit": code, "processing_guarantee": cfg.streams.processing_guarantee}
+    if profile and prof.exists():
+        stats = pstats.Stats(str(prof))
+        total = stats.total_tt
+        top = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:15]
+        result["profile_top_tottime"] = [
+            {"function": f"{Path(f[0]).name}:{f[1]}:{f[2]}", "tottime_s": round(v[2], 2),
+             "share": round(v[2] / total, 3)} for f, v in top]
+    if as_json:
+        st.console.out(json.dumps(result), highlight=False)
+        return
+    for k, v in result.items():
+        if k != "profile_top_tottime":
+            st.console.print(f"{k:28} {v}")
+    for row in result.get("profile_top_tottime", []):
+        st.console.print(f"  {row['share']:6.1%} {row['tottime_s']:7.2f}s  {row['function']}")

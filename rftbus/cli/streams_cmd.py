@@ -1,0 +1,31 @@
+"""`rftbus streams`: run one Faust stream-processor worker (more processes share the partitions)."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from rftbus.cli.context import state
+
+
+def streams(
+    ctx: typer.Context,
+    worker_id: str = typer.Option(None, "--worker-id", help="Status file id (default <hostname>-<pid>)."),
+    log_level: str = typer.Option(None, "--log-level", help="Faust/rftbus log level (default streams.log_level)."),
+) -> None:
+    """Verify, join feedback, group advantages, filter, prioritize and route raw experiences (Faust worker).
+
+    Reads topics.raw and topics.feedback; writes curated / curated_priority / expert / rejected and
+    metrics; writes <state_dir>/status/streams-<id>.json every second; SIGTERM or Ctrl-C stops it cleanly.
+    """
+    st = state(ctx)
+    cfg = st.config(**{"streams.worker_id": worker_id, "streams.log_level": log_level})
+    from rftbus.streams.worker import run
+
+    code = run(cfg, cfg.streams.worker_id)
+    sys.exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(streams)

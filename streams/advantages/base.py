@@ -1,0 +1,15 @@
+"""The advantage estimator interface: rewards of one complete group in, one advantage per sample out."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+
+
+class AdvantageEstimator(ABC):
+    name: str
+
+    @abstractmethod
+    def advantages(self, rewards: Sequence[float], baseline: float | None = None) -> list[float]:
+        """Advantages in the order of `rewards`; `baseline` is an outside estimate (e.g. the task's pass
+        rate) that estimators may use where the group alone carries no signal."""

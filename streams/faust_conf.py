@@ -1,0 +1,104 @@
+"""rftbus Config -> faust.App settings, including what of `kafka.client` aiokafka can take.
+
+librdkafka settings are translated where aiokafka has the same thing (security protocol, SASL
+PLAIN/SCRAM/GSSAPI credentials, TLS CA / client certificate / key); everything else is listed in
+`untranslated` and logged at start, so a secured cluster that needs more fails visibly, not silently.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from typing import Any
+
+from rftbus.config import Config
+from rftbus.errors import RftbusError
+
+TRANSLATED = {"security.protocol", "sasl.mechanism", "sasl.mechanisms", "sasl.username", "sasl.password",
+              "ssl.ca.location", "ssl.certificate.location", "ssl.key.location", "ssl.key.password",
+              "sasl.kerberos.service.name", "sasl.kerberos.domain.name", "enable.ssl.certificate.verification",
+              "ssl.endpoint.identification.algorithm"}
+# Settings that do not change how aiokafka connects, so leaving them out loses nothing.
+HARMLESS = {"client.id", "enable.idempotence", "acks", "linger.ms", "compression.type", "message.max.bytes",
+            "fetch.message.max.bytes", "isolation.level", "auto.offset.reset", "enable.auto.commit"}
+
+
+class StreamsConfigError(RftbusError):
+    """The Kafka client settings cannot be expressed for Faust/aiokafka."""
+
+
+@dataclass
+class FaustSettings:
+    kwargs: dict[str, Any]
+    untranslated: list[str] = field(default_factory=list)
+
+
+def _ssl_context(client: dict[str, Any]) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=client.get("ssl.ca.location"))
+    if client.get("ssl.certificate.location"):
+        ctx.load_cert_chain(client["ssl.certificate.location"], client.get("ssl.key.location"),
+                            client.get("ssl.key.password"))
+    if str(client.get("enable.ssl.certificate.verification", "true")).lower() == "false":
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif str(client.get("ssl.endpoint.identification.algorithm", "https")).lower() == "none":
+        ctx.check_hostname = False
+    return ctx
+
+
+def credentials(client: dict[str, Any]) -> Any:
+    import faust  # heavy; only when a worker starts
+
+    proto = str(client.get("security.protocol", "PLAINTEXT")).upper()
+    if proto == "PLAINTEXT":
+        return None
+    ctx = _ssl_context(client) if proto in ("SSL", "SASL_SSL") else None
+    if proto == "SSL":
+        return faust.SSLCredentials(ctx)
+    if proto not in ("SASL_PLAINTEXT", "SASL_SSL"):
+        raise StreamsConfigError(f"kafka.client security.protocol={proto!r} is not supported by the streams "
+                                 "worker (aiokafka): use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+    mech = str(client.get("sasl.mechanism", client.get("sasl.mechanisms", "PLAIN"))).upper()
+    if mech == "GSSAPI":
+        return faust.GSSAPICredentials(
+            kerberos_service_name=str(client.get("sasl.kerberos.service.name", "kafka")),
+            kerberos_domain_name=client.get("sasl.kerberos.domain.name"), ssl_context=ctx, mechanism=mech)
+    if mech not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+        raise StreamsConfigError(f"kafka.client sasl.mechanism={mech!r} is not translated for the streams "
+                                 "worker (aiokafka supports PLAIN, SCRAM-SHA-256/512, GSSAPI here)")
+    return faust.SASLCredentials(username=client.get("sasl.username"), password=client.get("sasl.password"),
+                                 ssl_context=ctx, mechanism=mech)
+
+
+def faust_settings(cfg: Config, datadir: str) -> FaustSettings:
+    client = {**cfg.kafka.client}
+    sc = cfg.streams
+    brokers = ";".join(f"kafka://{h.strip()}" for h in cfg.bootstrap_servers.split(",") if h.strip())
+    kwargs: dict[str, Any] = dict(
+        broker=brokers,
+        broker_credentials=credentials(client),
+        key_serializer="raw",
+        value_serializer="raw",
+        store="memory://",
+        datadir=datadir,
+        processing_guarantee=sc.processing_guarantee,
+        broker_commit_interval=sc.commit_interval_s,
+        producer_linger_ms=sc.linger_ms,
+        broker_session_timeout=sc.session_timeout_s,
+        broker_heartbeat_interval=min(3.0, sc.session_timeout_s / 4),
+        broker_rebalance_timeout=max(10.0, sc.session_timeout_s * 2),
+        # ~6 KB experiences: aiokafka's 16 KB default batch holds two, and one request is in flight per broker
+        producer_max_batch_size=1024 * 1024,
+        producer_max_request_size=max(16 * 1024 * 1024, sc.max_message_bytes + 65536),
+        consumer_max_fetch_size=16 * 1024 * 1024,
+        producer_acks=-1,
+        web_enabled=False,
+        autodiscover=False,
+        topic_allow_declare=False,  # rftbus declares its topics itself (right partitions, retention)
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        table_cleanup_interval=3600.0,
+        stream_wait_empty=False,
+    )
+    untranslated = sorted(k for k in client if k not in TRANSLATED | HARMLESS)
+    return FaustSettings(kwargs, untranslated)

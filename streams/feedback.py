@@ -1,0 +1,79 @@
+"""Feedback -> reward, and preference pairs -> two-sample groups.
+
+Mapping (documented for the trainer in docs/BENCHMARKS.md `## streams`):
+- reward: the value as given. thumbs: 1.0 up / 0.0 down. rating: scaled from
+  `streams.rating_scale` (min, max) onto 0..1. correction: reward 0.0 (the response needed fixing)
+  and metadata["correction"] = the corrected text.
+- preference (preferred_id, rejected_id): both experiences become one group of two keyed by the
+  pair id (= feedback_id): group_id = pair id, group_size 2, sample_index 0 preferred / 1 rejected,
+  reward 1.0 / 0.0, metadata preference_pair = pair id, preferred = "1"/"0", original_group_id = the
+  experience's own group. GRPO then gives +1 / -1, and a pairwise loss (DPO) can pick pairs by the key.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rftbus.schemas import Experience, Feedback, FeedbackKind
+
+
+class BadFeedback(ValueError):
+    """A Feedback record that carries no usable signal for its kind."""
+
+
+@dataclass(slots=True)
+class Grade:
+    """What one feedback record does to one experience."""
+
+    experience_id: str
+    reward: float
+    metadata: dict[str, str]
+    pair_id: str | None = None  # set for preference: the experience joins this two-sample group
+    preferred: bool = False
+
+
+def grades(fb: Feedback, rating_scale: tuple[float, float]) -> list[Grade]:
+    """One Grade per experience the feedback is about (two for a preference)."""
+    meta = {"feedback_id": fb.feedback_id, "feedback_kind": fb.kind.value}
+    if fb.annotator:
+        meta["annotator"] = fb.annotator
+    kind = fb.kind
+    if kind is FeedbackKind.reward:
+        if fb.reward is None or not math.isfinite(fb.reward):
+            raise BadFeedback(f"kind=reward with reward={fb.reward}")
+        return [Grade(fb.experience_id, float(fb.reward), meta)]
+    if kind is FeedbackKind.thumbs:
+        if fb.thumbs_up is None:
+            raise BadFeedback("kind=thumbs without thumbs_up")
+        return [Grade(fb.experience_id, 1.0 if fb.thumbs_up else 0.0, meta)]
+    if kind is FeedbackKind.rating:
+        lo, hi = rating_scale
+        if fb.rating is None or not math.isfinite(fb.rating) or hi <= lo:
+            raise BadFeedback(f"kind=rating with rating={fb.rating} (scale {lo}..{hi})")
+        return [Grade(fb.experience_id, min(1.0, max(0.0, (fb.rating - lo) / (hi - lo))), meta)]
+    if kind is FeedbackKind.correction:
+        if not fb.correction:
+            raise BadFeedback("kind=correction without correction text")
+        return [Grade(fb.experience_id, 0.0, {**meta, "correction": fb.correction})]
+    if kind is FeedbackKind.preference:
+        if not fb.preferred_id or not fb.rejected_id or fb.preferred_id == fb.rejected_id:
+            raise BadFeedback(f"kind=preference needs two different ids (preferred={fb.preferred_id}, "
+                              f"rejected={fb.rejected_id})")
+        pair = fb.feedback_id
+        return [Grade(fb.preferred_id, 1.0, {**meta, "preference_pair": pair, "preferred": "1"}, pair, True),
+                Grade(fb.rejected_id, 0.0, {**meta, "preference_pair": pair, "preferred": "0"}, pair, False)]
+    raise BadFeedback(f"unknown feedback kind {kind}")
+
+
+def apply_grade(e: Experience, g: Grade) -> Experience:
+    """The experience with its reward set (and regrouped into the pair for a preference)."""
+    e.reward = g.reward
+    e.reward_components = {**e.reward_components, "feedback": g.reward}
+    e.metadata = {**e.metadata, **g.metadata}
+    if g.pair_id is not None:
+        e.metadata["original_group_id"] = e.group_id
+        e.group_id = g.pair_id
+        e.group_size = 2
+        e.sample_index = 0 if g.preferred else 1
+    return e

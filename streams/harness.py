@@ -1,0 +1,96 @@
+"""Running `rftbus streams` as a subprocess and reading topics back: shared by the tests and the benchmark."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+from rftbus.config import Config
+from rftbus.kafka.clients import make_consumer
+
+# Environment for a child worker: the whole Config, so it sees exactly what the caller built.
+CONFIG_ENV = "RFTBUS_CONFIG"
+
+
+class WorkerProcess:
+    def __init__(self, cfg: Config, worker_id: str, log_path: Path, extra_env: dict | None = None):
+        self.cfg = cfg
+        self.worker_id = worker_id
+        self.log_path = log_path
+        self.status_path = Path(cfg.state_dir) / "status" / f"streams-{worker_id}.json"
+        cfg_path = Path(cfg.state_dir) / f"streams-{worker_id}.yaml"
+        cfg_path.write_text(json.dumps(cfg.model_dump(mode="json")))  # JSON is YAML
+        self._log = open(log_path, "ab")
+        exe = Path(sys.executable).parent / "rftbus"
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")}, **(extra_env or {})}
+        self.proc = subprocess.Popen([str(exe), "--config", str(cfg_path), "streams", "--worker-id", worker_id],
+                                     stdout=self._log, stderr=subprocess.STDOUT, env=env)
+
+    def status(self) -> dict | None:
+        try:
+            return json.loads(self.status_path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def wait_ready(self, timeout: float = 60.0) -> dict:
+        """Until the worker has partitions of raw assigned (Faust has joined the group)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker {self.worker_id} exited {self.proc.returncode}: {self.tail()}")
+            st = self.status()
+            if st and st.get("pid") == self.proc.pid and any(a.startswith(self.cfg.topics.raw.name + "/")
+                                                                 for a in st["assigned"]):
+                return st
+            time.sleep(0.2)
+        raise TimeoutError(f"worker {self.worker_id} not ready after {timeout}s: {self.tail()}")
+
+    def tail(self, n: int = 3000) -> str:
+        self._log.flush()
+        return self.log_path.read_bytes()[-n:].decode(errors="replace")
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self._log.close()
+        return self.proc.returncode
+
+
+def read_all(cfg: Config, topic: str, *, decode=None, idle_s: float = 1.0, timeout_s: float = 30.0) -> list:
+    """Every committed message of a topic (from the beginning to its end now), decoded if asked."""
+    consumer = make_consumer(cfg, "rftbus-streams-read", **{"enable.partition.eof": True})
+    try:
+        md = consumer.list_topics(topic, timeout=10).topics[topic]
+        parts = sorted(md.partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        out, eof = [], set()
+        deadline = time.monotonic() + timeout_s
+        while len(eof) < len(parts) and time.monotonic() < deadline:
+            msg = consumer.poll(idle_s)
+            if msg is None:
+                continue
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    eof.add(msg.partition())
+                continue
+            eof.discard(msg.partition())
+            out.append(decode(msg.value(), None) if decode else msg)
+        return out
+    finally:
+        consumer.close()

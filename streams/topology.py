@@ -1,0 +1,89 @@
+"""The topics the streams app reads and writes, checked (and the internal ones created) before start.
+
+Internal topics: `<app_id>-join` (repartition by experience_id), `<app_id>-joined` (joined
+experiences, same partition count as raw: co-partitioned with it in the ingest agent) and the
+changelog of the `pending` table. rftbus declares them itself (Faust's topic_allow_declare is off)
+so partitions and retention are what this module says.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from confluent_kafka.admin import NewTopic
+
+from rftbus.config import Config
+from rftbus.errors import RftbusError
+from rftbus.kafka.clients import check_reachable
+from rftbus.kafka.topics import create_topics
+
+OUTPUT_ROLES = ("curated", "curated_priority", "expert", "rejected")
+
+
+@dataclass
+class Topology:
+    raw: str
+    feedback: str
+    join: str
+    joined: str
+    changelog: str
+    raw_partitions: int
+    names: dict[str, str]  # role -> topic name for everything the Emitter writes
+    partitions: dict[str, int]
+
+
+def pending_table_changelog(cfg: Config) -> str:
+    return f"{cfg.streams.app_id}-pending-changelog"
+
+
+def prepare(cfg: Config) -> Topology:
+    admin = check_reachable(cfg)
+    create_topics(cfg, admin)
+    t = cfg.topics
+    app_id = cfg.streams.app_id
+    md = admin.list_topics(timeout=15)
+
+    def parts(name: str) -> int:
+        tm = md.topics.get(name)
+        if tm is None or tm.error is not None or not tm.partitions:
+            raise RftbusError(f"topic {name!r} does not exist at {cfg.bootstrap_servers}")
+        return len(tm.partitions)
+
+    r = parts(t.raw.name)
+    n = cfg.streams.partitions or r
+    if n != r:
+        raise RftbusError(f"streams.partitions={n} must equal topics.raw partitions ({r}): "
+                          "the joined topic is co-partitioned with raw")
+    internal = {f"{app_id}-join": {"cleanup.policy": "delete"}, f"{app_id}-joined": {"cleanup.policy": "delete"},
+                pending_table_changelog(cfg): {"cleanup.policy": "compact"}}
+    missing = []
+    for name, conf in internal.items():
+        if name in md.topics:
+            if len(md.topics[name].partitions) != n:
+                raise RftbusError(f"internal topic {name!r} has {len(md.topics[name].partitions)} partitions, "
+                                  f"raw has {n}: delete it (it only holds in-flight state) or match them")
+            continue
+        if conf["cleanup.policy"] == "delete":
+            conf = {**conf, "retention.ms": str(cfg.streams.internal_retention_ms)}
+        missing.append(NewTopic(name, n, t.raw.replication_factor, config=conf))
+    if missing:
+        for name, fut in admin.create_topics(missing).items():
+            try:
+                fut.result(30)
+            except Exception as e:  # already created by a sibling worker is fine
+                if "TOPIC_ALREADY_EXISTS" not in str(e):
+                    raise RftbusError(f"cannot create internal topic {name}: {e}") from None
+        deadline = time.monotonic() + 30  # a new topic shows in metadata a moment after creation
+        while True:
+            md = admin.list_topics(timeout=15)
+            if all(name in md.topics and md.topics[name].partitions for name in internal):
+                break
+            if time.monotonic() > deadline:
+                raise RftbusError(f"internal topics {sorted(internal)} not in metadata 30 s after creation")
+            time.sleep(0.2)
+    names = {role: getattr(t, role).name for role in OUTPUT_ROLES}
+    names.update(join=f"{app_id}-join", joined=f"{app_id}-joined")
+    partitions = {role: parts(name) for role, name in names.items()}
+    return Topology(raw=t.raw.name, feedback=t.feedback.name, join=names["join"], joined=names["joined"],
+                    changelog=pending_table_changelog(cfg), raw_partitions=r, names=names, partitions=partitions)
