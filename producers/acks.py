@@ -46,6 +46,10 @@ class AckTracker:
                 out[p] = off + 1
         return out
 
+    def unacked_groups(self) -> int:
+        """Groups with records Kafka has not acknowledged yet (not visible in end offsets)."""
+        return sum(1 for e in self._parts.values() for outstanding, _ in e.values() if outstanding)
+
     def outstanding_groups(self) -> int:
         return sum(len(e) for e in self._parts.values())
 

@@ -1,15 +1,16 @@
 """Staleness admission: admit a new group only while pending < (η + 1) × B.
 
 pending = (streams' lag on raw + trainer's lag on the curated lanes, both from committed offsets,
-in experiences ÷ n) + the explorer's own groups produced since the lags were last read. Lags are
-re-read every `explorer.admission_refresh_s`; in between, counting our own output keeps the estimate
-conservative. Several explorers may each admit one group at the bound, so the overshoot is at most
+in experiences ÷ n) + the explorer's own groups that the lags cannot see yet: those still awaiting
+Kafka's acknowledgement when the lags were read, plus those produced since. Lags are re-read every
+`explorer.admission_refresh_s`; in between, counting our own output keeps the estimate conservative. Several explorers may each admit one group at the bound, so the overshoot is at most
 (explorers − 1) groups; the trainer's `stale` check is the hard guarantee.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
@@ -18,8 +19,8 @@ from rftbus.config import Config
 
 
 class Admission:
-    def __init__(self, cfg: Config, admin: AdminClient):
-        self.cfg, self.admin = cfg, admin
+    def __init__(self, cfg: Config, admin: AdminClient, unacked: Callable[[], int] = lambda: 0):
+        self.cfg, self.admin, self.unacked = cfg, admin, unacked
         self.bound = (cfg.rl.max_staleness + 1) * cfg.rl.batch_groups
         self.lanes = [(cfg.streams.app_id, [cfg.topics.raw.name]),
                       (cfg.trainer.group_id, [cfg.topics.curated.name, cfg.topics.curated_priority.name])]
@@ -54,12 +55,13 @@ class Admission:
         return lag
 
     def refresh(self) -> None:
+        unseen = self.unacked()  # read before the lags: a group acknowledged in between counts twice, never zero times
         try:
             lag = sum(self.group_lag(g, ts) for g, ts in self.lanes)
         except KafkaException as e:  # broker hiccup: keep the last figure, retry next refresh
             raise AdmissionUnavailable(str(e)) from None
         self._lag_groups = lag / self.cfg.rl.group_size
-        self._since_refresh = 0
+        self._since_refresh = unseen
         self._read_at = time.monotonic()
 
     def pending(self) -> float:

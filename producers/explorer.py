@@ -61,7 +61,7 @@ class Explorer:
         self.ctx = RolloutContext(self.engine, self.tokenizer, ex.sampling, make_rewards(ex.rewards), ex.workflow)
         self.producer = make_producer(cfg)
         self.consumer = make_consumer(cfg, ex.group_id)
-        self.admission = Admission(cfg, make_admin(cfg)) if ex.admission else None
+        self.admission = Admission(cfg, make_admin(cfg), lambda: self.acks.unacked_groups()) if ex.admission else None
         syncs = getattr(self.engine, "supports_weight_sync", True)
         self.follower = WeightFollower(cfg, report=self.report) if syncs else None
         self.acks, self.seen = AckTracker(), SeenTasks(cfg)

@@ -178,7 +178,10 @@ class Ingest:
         else:
             if outcome.promoted is not None and outcome.promoted.src not in expert_done:
                 e = outcome.promoted.exp
-                promoted = type(e)(**{**e.to_avro(), "metadata": {**e.metadata, "promoted": "1"}})
+                # A promoted copy is a new record (its own stable id): the trainer may learn from the
+                # original as an RL sample and from the copy as a demonstration, each exactly once.
+                promoted = type(e)(**{**e.to_avro(), "experience_id": f"{e.experience_id}:expert",
+                                      "metadata": {**e.metadata, "promoted": "1", "promoted_from": e.experience_id}})
                 await self.emit.experience("expert", promoted, src=outcome.promoted.src, p=p, group=None)
                 self.counters.inc("expert_promoted")
             for r in outcome.rejects:
