@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: install
-	$(VENV)/bin/rftbus run
+	$(VENV)/bin/rftbus run configs/toy.yaml
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,4 +1,4 @@
-"""A round trip of every record type through the bus: what `rftbus run` does until the loop exists.
+"""A round trip of every record type through the bus: what `rftbus check` runs.
 
 Each record is encoded with the project's codec, produced idempotently (acks=all) to the topic it
 belongs on, read back by offset and decoded; the check passes only if every record comes back equal.

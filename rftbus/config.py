@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from rftbus.errors import RftbusError
 from rftbus.models.config import ModelConfig
 from rftbus.producers.config import ExplorerConfig, TasksetConfig
+from rftbus.run.config import RunConfig
 from rftbus.streams.config import StreamsConfig
 from rftbus.trainer.config import TrainerConfig
 
@@ -138,6 +139,7 @@ class Config(_Strict):
     explorer: ExplorerConfig = ExplorerConfig()
     streams: StreamsConfig = StreamsConfig()
     trainer: TrainerConfig = TrainerConfig()
+    run: RunConfig = RunConfig()
 
     @field_validator("state_dir")
     @classmethod

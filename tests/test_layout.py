@@ -43,7 +43,7 @@ def test_every_package_folder_is_declared():
 def test_help_reads_well():
     out = rftbus_cli(None, "--help")
     assert out.returncode == 0
-    for cmd in ("up", "down", "status", "topics", "tail", "run"):
+    for cmd in ("up", "down", "status", "topics", "tail", "run", "check"):
         assert f" {cmd} " in out.stdout
     sub = rftbus_cli(None, "tail", "--help")
     assert "--from-beginning" in sub.stdout and "--json" in sub.stdout

@@ -9,4 +9,8 @@ import typer
 
 app = typer.Typer(help="Benchmarks (figures in docs/BENCHMARKS.md); each has --json.", no_args_is_help=True)
 
-# Registered benchmarks (one line each): app.command("NAME")(module.function)
+from rftbus.cli import bench_explore, bench_streams, bench_sync  # noqa: E402  (after `app` exists)
+
+app.command("explore")(bench_explore.explore)
+app.command("streams")(bench_streams.streams)
+app.command("sync")(bench_sync.sync)

@@ -13,7 +13,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from rftbus.cli import bench_cmd, broker_cmds, run_cmd, tail_cmd, topics_cmd
+from rftbus.cli import (
+    bench_cmd, broker_cmds, explore_cmd, run_cmd, streams_cmd, tail_cmd, tasks_cmd, topics_cmd, train_cmd,
+)
 from rftbus.cli.context import CliState
 from rftbus.errors import RftbusError
 
@@ -42,10 +44,15 @@ def _global(
     ctx.obj = CliState(config_path=config, overrides=overrides)
 
 
+# In the order `--help` lists them: the loop first, then its parts, then the bus tools.
+run_cmd.register(app)
+tasks_cmd.register(app)
+explore_cmd.register(app)
+streams_cmd.register(app)
+train_cmd.register(app)
 broker_cmds.register(app)
 app.add_typer(topics_cmd.app, name="topics")
 tail_cmd.register(app)
-run_cmd.register(app)
 app.add_typer(bench_cmd.app, name="bench")
 
 

@@ -1,0 +1,77 @@
+"""Held-out eval during the main job: v0 at start, every k-th published version, the last one at the end.
+
+It runs in the main job's process, beside (not inside) the trainer, so eval never delays a training
+step. It follows the weights topic exactly as an explorer does (sha256-verified checkpoints).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+
+from rftbus.config import Config
+from rftbus.consumers.weight_sync import WeightFollower
+from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.tasksets import get_taskset
+from rftbus.trainer.evaluate import evaluate
+
+
+class Evaluator:
+    def __init__(self, cfg: Config, started: float, report=lambda msg: None):
+        self.cfg, self.started, self.report = cfg, started, report
+        self.tokenizer = load_tokenizer(cfg.model)
+        self.model = load_policy(cfg.model, self.tokenizer)
+        self.taskset = get_taskset(cfg.taskset.name, **cfg.taskset.params)
+        self.points: list[dict] = []
+        self.version = 0
+        self.follower = WeightFollower(cfg, report=report)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="evaluator", daemon=True)
+
+    def _score(self, version: int) -> dict:
+        with self._lock:
+            res = evaluate(self.model, self.tokenizer, self.taskset, self.cfg.run.eval_n,
+                           max_new_tokens=self.cfg.explorer.sampling.max_new_tokens)
+            point = {"version": version, "seconds": round(time.time() - self.started, 2),
+                     "reward": res["mean_reward"], **{k: v for k, v in res.items() if k != "mean_reward"}}
+            self.points.append(point)
+        return point
+
+    def _swap(self, newer_than: int) -> bool:
+        ready = self.follower.take_ready(newer_than)
+        if ready is None:
+            return False
+        record, state = ready
+        with self._lock, torch.no_grad():
+            self.model.load_state_dict(state)
+            self.version = record.version
+        return True
+
+    def start(self) -> Evaluator:
+        torch.set_num_threads(1)  # two cores are shared with the explorer and the trainer
+        self._score(0)
+        self.follower.start()
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        k = self.cfg.run.eval_every_versions
+        while not self._stop.wait(0.5):
+            if self._swap(self.version) and self.version % k == 0:
+                self._score(self.version)
+
+    def finish(self, wait_s: float = 10.0) -> None:
+        """Stop following; evaluate the newest published version if it has not been scored yet."""
+        self._stop.set()
+        self._thread.join(timeout=60)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not self._swap(self.version):
+            if self.follower.latest_version() in (None, self.version):
+                break
+            time.sleep(0.2)
+        self.follower.stop()
+        if not self.points or self.points[-1]["version"] != self.version:
+            self._score(self.version)

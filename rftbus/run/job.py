@@ -1,0 +1,197 @@
+"""The main job: broker, topics, taskset, then explorer(s), streams, trainer (and the analytics sink)
+as supervised processes, a live view, held-out eval, and a reconciled summary at the end.
+
+Children are the same `rftbus` commands a user can run by hand, sharing one resolved config file,
+so what `rftbus run` does is reproducible piece by piece.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import signal
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.live import Live
+
+from rftbus.broker import embedded
+from rftbus.config import Config
+from rftbus.kafka.clients import BrokerUnreachable, check_reachable
+from rftbus.kafka.inspect import groups_info
+from rftbus.kafka.topics import create_topics
+from rftbus.run.display import render
+from rftbus.run.plots import plot_eval
+from rftbus.run.supervisor import ChildSpec, Supervisor
+from rftbus.status import read_statuses
+
+STOP_ORDER = ["explorer", "streams", "trainer", "analytics"]  # producers first, so the rest can drain
+
+
+class MainJob:
+    def __init__(self, cfg: Config, console: Console, err: Console):
+        self.cfg, self.console, self.err = cfg, console, err
+        self.run_dir = cfg.state_dir / "run"
+        self.started = time.time()
+        self.started_broker = False
+        self.events: list[str] = []
+        self._stop_requested = False
+        self.exit_codes: dict[str, int | None] = {}
+
+    # ---- setup -------------------------------------------------------------------------------
+    def ensure_broker(self) -> None:
+        try:
+            check_reachable(self.cfg, timeout=3.0)
+            self.console.print(f"using Kafka at {self.cfg.bootstrap_servers}")
+        except BrokerUnreachable:
+            if self.cfg.kafka.bootstrap_servers:
+                raise
+            with self.err.status(f"starting the embedded Kafka {self.cfg.broker.kafka_version} ..."):
+                info = embedded.start(self.cfg, self.err)
+            self.started_broker = info.started
+            self.console.print(f"embedded Kafka broker running (pid {info.pid}) at {info.bootstrap}")
+
+    def publish_tasks(self) -> None:
+        from rftbus.producers.tasks.publish import publish_tasks
+        from rftbus.producers.tasks.sources import read_source
+
+        c = self.cfg
+        rows = read_source(c.taskset.name, fields=c.taskset.fields, split="train", n=c.run.tasks,
+                           seed=c.taskset.seed, params=c.taskset.params)
+        report = publish_tasks(c, rows, expert=c.run.expert)
+        self.console.print(f"published {report.published} {c.taskset.name} tasks"
+                           + (f" and {report.expert} expert demonstrations" if c.run.expert else ""))
+
+    def write_child_config(self) -> Path:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        path = self.run_dir / "config.yaml"
+        path.write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+        return path
+
+    def child_specs(self, config_path: Path) -> list[ChildSpec]:
+        c = self.cfg
+        base = [sys.executable, "-m", "rftbus", "--config", str(config_path)]
+        logs = c.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        specs = [ChildSpec("trainer", base + ["train"], env, c.run.max_restarts, logs / "trainer.log")]
+        for i in range(c.run.streams_workers):
+            specs.append(ChildSpec(f"streams-{i}", base + ["streams", "--worker-id", f"s{i}"], env,
+                                   c.run.max_restarts, logs / f"streams-{i}.log"))
+        for i in range(c.run.explorers):
+            specs.append(ChildSpec(f"explorer-{i}", base + ["explore", "--id", f"e{i}"], env,
+                                   c.run.max_restarts, logs / f"explorer-{i}.log"))
+        if c.run.analytics and importlib.util.find_spec("rftbus.consumers.analytics_sink") is not None:
+            specs.append(ChildSpec("analytics", base + ["analytics", "sink"], env, c.run.max_restarts,
+                                   logs / "analytics.log"))
+        return specs
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def _lags(self, admin) -> dict[str, int]:
+        wanted = {self.cfg.streams.app_id: "streams", self.cfg.trainer.group_id: "trainer",
+                  self.cfg.explorer.group_id: "explorers"}
+        return {wanted[g.group_id]: g.lag for g in groups_info(admin, timeout=5) if g.group_id in wanted}
+
+    def _done(self, statuses: list[dict], evals: list[dict]) -> str | None:
+        r = self.cfg.run
+        if time.time() - self.started > r.max_minutes * 60:
+            return f"time budget of {r.max_minutes:g} min reached"
+        step = max((s.get("step", 0) for s in statuses if s.get("role") == "trainer"), default=0)
+        if r.max_steps and step >= r.max_steps:
+            return f"trainer reached step {step}"
+        if r.target_eval_reward is not None and len(evals) > 1 and evals[-1]["reward"] >= r.target_eval_reward:
+            return f"eval reward {evals[-1]['reward']:.3f} reached the target {r.target_eval_reward}"
+        return None
+
+    def _on_signal(self, signum, frame) -> None:
+        self._stop_requested = True
+
+    def run(self) -> dict:
+        from rftbus.run.evaluator import Evaluator
+
+        self.ensure_broker()
+        admin = check_reachable(self.cfg)
+        create_topics(self.cfg, admin)
+        self.publish_tasks()
+        sup = Supervisor(self.child_specs(self.write_child_config()))
+        evaluator = Evaluator(self.cfg, self.started, report=lambda m: self.events.append(f"eval: {m}"))
+        self.console.print("evaluating the initial weights (v0) on the held-out split ...")
+        evaluator.start()
+        self.console.print(f"eval v0: mean reward {evaluator.points[0]['reward']:.3f}")
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        reason = "stopped by the user"
+        lags: dict[str, int] = {}
+        last_lag = 0.0
+        try:
+            self.events += [f"{e.child}: {e.kind} {e.detail}" for e in sup.start()]
+            with Live(console=self.console, refresh_per_second=2, transient=False) as live:
+                while not self._stop_requested:
+                    self.events += [f"{e.child}: {e.kind} {e.detail}" for e in sup.poll()]
+                    statuses = read_statuses(self.cfg.state_dir)
+                    if time.monotonic() - last_lag > 2:
+                        lags, last_lag = self._lags(admin), time.monotonic()
+                    children = {n: ("gave up" if c.gave_up else "restarting" if c.restart_at else "running")
+                                for n, c in sup.children.items()}
+                    live.update(render(started=self.started, statuses=statuses, lags=lags,
+                                       evals=evaluator.points, events=self.events, children=children))
+                    done = self._done(statuses, evaluator.points)
+                    if done:
+                        reason = done
+                        break
+                    if all(c.gave_up for c in sup.children.values()):
+                        reason = "every child process gave up"
+                        break
+                    time.sleep(0.5)
+            self.console.print(f"stopping: {reason}")
+            order = [n for kind in STOP_ORDER for n in sup.children if n.startswith(kind)]
+            codes = sup.stop(order=order, timeout=60)
+            self.exit_codes = codes
+            self.console.print("children stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()))
+            evaluator.finish()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+            sup.stop(timeout=10)  # no-op when already stopped; a safety net on errors
+        summary = self.summarize(evaluator.points, reason, sup)
+        if self.started_broker:
+            embedded.stop(self.cfg)
+            self.console.print("embedded Kafka broker stopped")
+        return summary
+
+    # ---- the end -----------------------------------------------------------------------------
+    def summarize(self, evals: list[dict], reason: str, sup: Supervisor) -> dict:
+        from rftbus.run.summary import reconcile
+
+        ckpt = Path(self.cfg.trainer.checkpoint_dir or self.cfg.state_dir / "checkpoints")
+        rec = reconcile(self.cfg, ckpt / "lineage.jsonl")
+        versions = sorted({p["version"] for p in evals})
+        plots = plot_eval(evals, self.run_dir, title=f"{self.cfg.taskset.name}: held-out eval reward")
+        summary = {
+            "stop_reason": reason,
+            "eval_reward_initial": evals[0]["reward"] if evals else None,
+            "eval_reward_final": evals[-1]["reward"] if evals else None,
+            "eval_points": evals,
+            "trainer_steps": rec.trainer_steps,
+            "versions_published": max(versions, default=0),
+            "experiences_produced": rec.produced,
+            "experiences_trained": rec.trained,
+            "expert_experiences_trained": rec.expert_trained,
+            "experiences_rejected": rec.rejected_by_reason,
+            "experiences_in_flight": rec.in_flight,
+            "counts_reconcile": rec.ok,
+            "trained_twice": rec.trained_twice,
+            "max_staleness_trained": rec.max_staleness_trained,
+            "explorer_versions_used": len(rec.explorer_versions),
+            "explorer_newest_version": max(rec.explorer_versions, default=0),
+            "max_staleness": self.cfg.rl.max_staleness,
+            "restarts": {n: c.restarts for n, c in sup.children.items()},
+            "exit_codes": self.exit_codes,
+            "wall_seconds": round(time.time() - self.started, 1),
+            "plots": [str(p) for p in plots],
+        }
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        return summary

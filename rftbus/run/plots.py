@@ -1,0 +1,36 @@
+"""PNG plots of a run: held-out eval reward against wall time and against weight version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; never a display
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def plot_eval(points: list[dict], out_dir: Path, title: str = "held-out eval reward") -> list[Path]:
+    """`points`: dicts with `seconds`, `version`, `reward`. Writes eval_vs_time.png and eval_vs_version.png."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if not points:
+        return []
+    pts = sorted(points, key=lambda p: p["seconds"])
+    written = []
+    for x_key, x_label, name in (("seconds", "wall time (s)", "eval_vs_time.png"),
+                                 ("version", "weight version", "eval_vs_version.png")):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+        xs = [p[x_key] for p in pts]
+        ys = [p["reward"] for p in pts]
+        ax.plot(xs, ys, marker="o", linewidth=1.5)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel("mean eval reward")
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+        ax.set_title(title)
+        fig.tight_layout()
+        path = out_dir / name
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written

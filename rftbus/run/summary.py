@@ -1,0 +1,99 @@
+"""What a run did, from the log itself: counts per topic, rejections by reason, the trainer's lineage.
+
+Reconciliation: every experience produced to the raw topic is trained (it is in the lineage), rejected
+(it is on the rejected topic) or still in flight when the job stopped; none is both trained and rejected.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+from rftbus.config import Config
+from rftbus.kafka.clients import make_admin, make_consumer
+from rftbus.schemas import DecodeError, Experience, Rejection, make_codec
+from rftbus.trainer.checkpoint import read_lineage
+
+
+def read_topic(cfg: Config, topic: str, timeout: float = 60.0):
+    """Every message of `topic` from the beginning to its current end."""
+    md = make_admin(cfg).list_topics(topic=topic, timeout=10).topics.get(topic)
+    if md is None or not md.partitions:
+        return
+    consumer = make_consumer(cfg, "rftbus-run-summary", **{"enable.partition.eof": True})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])
+    done: set[int] = set()
+    try:
+        while len(done) < len(md.partitions):
+            msg = consumer.poll(timeout)
+            if msg is None:
+                raise TimeoutError(f"reading {topic} stalled")
+            if msg.error():
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    done.add(msg.partition())
+                    continue
+                raise RuntimeError(msg.error().str())
+            yield msg
+    finally:
+        consumer.close()
+
+
+@dataclass
+class Reconciliation:
+    produced: int = 0
+    trained: int = 0
+    rejected: int = 0
+    in_flight: int = 0
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    trained_twice: int = 0
+    trained_and_rejected: int = 0
+    trainer_steps: int = 0
+    max_staleness_trained: int = 0
+    expert_trained: int = 0
+    explorer_versions: list[int] = field(default_factory=list)  # weight versions experiences were made with
+
+    @property
+    def ok(self) -> bool:
+        return (self.in_flight >= 0 and self.trained_twice == 0 and self.trained_and_rejected == 0
+                and self.produced == self.trained + self.rejected + self.in_flight)
+
+
+def reconcile(cfg: Config, lineage_path: Path) -> Reconciliation:
+    codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
+    dec_exp, dec_rej = codec.deserializer(Experience), codec.deserializer(Rejection)
+    produced: set[str] = set()
+    versions: set[int] = set()
+    for msg in read_topic(cfg, cfg.topics.raw.name):
+        try:
+            exp = dec_exp(msg.value(), None)
+        except DecodeError:
+            continue  # malformed raw bytes are not produced experiences; streams reject them
+        produced.add(exp.experience_id)
+        versions.add(exp.model_version)
+    reasons: Counter[str] = Counter()
+    rejected: set[str] = set()
+    for msg in read_topic(cfg, cfg.topics.rejected.name):
+        try:
+            rej = dec_rej(msg.value(), None)
+        except DecodeError:
+            continue
+        if rej.experience_id in produced and rej.experience_id not in rejected:
+            rejected.add(rej.experience_id)
+            reasons[rej.reason] += 1
+    lineage = read_lineage(lineage_path)
+    trained_list = [eid for seg in lineage for eid in seg["experience_ids"] if eid in produced]
+    trained = set(trained_list)
+    r = Reconciliation(
+        produced=len(produced), trained=len(trained), rejected=len(rejected - trained),
+        rejected_by_reason=dict(reasons), trained_twice=len(trained_list) - len(trained),
+        trained_and_rejected=len(trained & rejected),
+        trainer_steps=max((seg["step"] for seg in lineage), default=0),
+        max_staleness_trained=max((seg.get("staleness_max", 0) for seg in lineage), default=0),
+        expert_trained=sum(1 for seg in lineage for eid in seg["experience_ids"] if eid not in produced),
+        explorer_versions=sorted(versions),
+    )
+    r.in_flight = r.produced - r.trained - r.rejected
+    return r
