@@ -28,7 +28,7 @@ from rftbus.producers.experience import expert_experience, experiences
 from rftbus.producers.rewards import make_rewards
 from rftbus.producers.rollout import run_task
 from rftbus.producers.seen_tasks import SeenTasks
-from rftbus.producers.status_file import StatusFile
+from rftbus.status import StatusFile
 from rftbus.producers.workflows import RolloutContext
 from rftbus.schemas import DecodeError, Experience, Rejection, Task, make_codec
 from rftbus.tasksets import get_taskset, taskset_names
@@ -299,4 +299,4 @@ class Explorer:
         if self.engine:
             self.engine.close()
         self.status.update(state="stopped", waiting_for_admission=False, **self.stats)
-        self.status.stop()
+        self.status.stop(state="stopped")

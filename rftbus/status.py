@@ -1,13 +1,16 @@
 """Live status files: each long-running process writes `<state_dir>/status/<role>-<id>.json`.
 
 Files rather than a topic, because the main job's display wants the latest figures of each process
-instantly and a crashed process's last words stay readable. Writes are atomic (tmp + rename).
+instantly and a crashed process's last words stay readable. Writes are atomic (tmp + rename), so a
+reader never sees a torn file. `StatusFile` rewrites a snapshot from a daemon thread about every
+second, so a main loop only updates a dict; an event loop (Faust) calls `write_status` itself.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +25,8 @@ def write_status(state_dir: Path, role: str, ident: str, data: dict[str, Any]) -
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{role}-{ident}.json"
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"role": role, "id": ident, "pid": os.getpid(), "updated_at": time.time(), **data}))
+    body = {"role": role, "id": ident, "pid": os.getpid(), "updated_at": time.time(), **data}
+    tmp.write_text(json.dumps(body, default=str))
     os.replace(tmp, path)
     return path
 
@@ -39,3 +43,42 @@ def read_statuses(state_dir: Path, role: str | None = None) -> list[dict[str, An
         except (OSError, ValueError):
             continue
     return out
+
+
+class StatusFile:
+    """A status file rewritten by a daemon thread every `interval_s` from fields the owner updates."""
+
+    def __init__(self, state_dir: Path, role: str, ident: str, interval_s: float = 1.0):
+        self.state_dir, self.role, self.ident = Path(state_dir), role, ident
+        self.path = status_dir(self.state_dir) / f"{role}-{ident}.json"
+        self.interval = interval_s
+        self.fields: dict[str, Any] = {"started_at": time.time(), "state": "starting"}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"status-{role}", daemon=True)
+
+    def update(self, **fields: Any) -> None:
+        with self._lock:
+            self.fields.update(fields)
+
+    def write(self) -> None:
+        with self._lock:
+            data = dict(self.fields)
+        write_status(self.state_dir, self.role, self.ident, data)
+
+    def start(self) -> StatusFile:
+        self.write()
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.write()
+
+    def stop(self, **final: Any) -> None:
+        """Stop the thread and write the last snapshot (e.g. `state="stopped"`)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        self.update(**final)
+        self.write()

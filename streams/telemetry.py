@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
 from collections import Counter
-from pathlib import Path
 
 from rftbus.config import Config
 from rftbus.schemas import TrainerMetric
+from rftbus.status import write_status
 
 
 class Counters:
@@ -52,14 +51,13 @@ def worker_id(cfg: Config) -> str:
 
 
 class StatusFile:
+    """The streams worker's status file; written from a Faust timer (see rftbus.status)."""
+
     def __init__(self, cfg: Config, wid: str):
-        self.path = Path(cfg.state_dir) / "status" / f"streams-{wid}.json"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.state_dir, self.wid = cfg.state_dir, wid
 
     def write(self, data: dict) -> None:
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
-        os.replace(tmp, self.path)
+        write_status(self.state_dir, "streams", self.wid, data)
 
 
 def metric(cfg: Config, kind: str, version: int, values: dict[str, float]) -> TrainerMetric:

@@ -17,7 +17,7 @@ from rftbus.trainer.losses import Loss, make_loss
 from rftbus.trainer.metrics import MetricsSink
 from rftbus.trainer.publish import WeightPublisher, latest_published
 from rftbus.trainer.rejects import Rejector
-from rftbus.trainer.status import StatusFile
+from rftbus.status import StatusFile
 
 
 @dataclass
@@ -114,7 +114,7 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
         metrics = MetricsSink(producer, codec.serializer(TrainerMetric), topics.metrics.name, cfg.model.name,
                               cfg.state_dir / "tensorboard")
     ident = tc.id or str(rank)  # a restarted rank overwrites its own status file
-    status = StatusFile(cfg.state_dir, ident, tc.status_interval_s)
+    status = StatusFile(cfg.state_dir, "trainer", ident, tc.status_interval_s)
     status.update(rank=rank, world=world, loss_name=loss.name, off_policy=loss.off_policy, step=0, version=0)
     ckpt_dir = Path(tc.checkpoint_dir) if tc.checkpoint_dir else cfg.state_dir / "checkpoints"
     return Components(
