@@ -34,6 +34,8 @@ class TrainerConfig(BaseModel):
     entropy_coef: float = Field(0.0, ge=0)
     mix_mu: float = Field(0.1, ge=0, le=1, description="μ: loss = (1-μ)·GRPO(usual) + μ·SFT(expert)")
     mix_expert_per_batch: int | None = Field(None, ge=0, description="expert experiences per MIX batch; default B")
+    mix_min_groups: int | None = Field(None, ge=1, description="MIX: step once this many RL groups (≤ B) are "
+                                       "ready while demonstrations wait; default B (always wait for B)")
     dpo_beta: float = Field(0.1, gt=0)
     gamma: float = Field(1.0, ge=0, le=1)
     gae_lambda: float = Field(0.95, ge=0, le=1)

@@ -130,7 +130,7 @@ class Trainer:
                     bc.finish(stale)
             if records:
                 chosen.append(records)
-        if not chosen or (len(chosen) < B and not partial):
+        if not chosen or (len(chosen) < self._min_groups(bc) and not partial):
             return None
         if any(recs[0].lane == "curated" for recs in chosen) and not bc.lane_drained("priority"):
             return None  # the priority lane has records not read yet: they go first
@@ -139,6 +139,14 @@ class Trainer:
             n_exp = self.tc.mix_expert_per_batch if self.tc.mix_expert_per_batch is not None else B
             out += [r for u in bc.complete_units(("expert",))[:n_exp] for r in u.records]
         return out
+
+    def _min_groups(self, bc: BatchConsumer) -> int:
+        """RL groups a step waits for: B, or for MIX `mix_min_groups` while demonstrations are waiting,
+        so scarce RL data (early on most groups have zero variance) does not hold back the SFT part."""
+        B, least = self.cfg.rl.batch_groups, self.tc.mix_min_groups
+        if self.loss.name != "mix" or least is None or not bc.complete_units(("expert",)):
+            return B
+        return min(least, B)
 
     # -- steps -----------------------------------------------------------------------------------
     def _train(self, bc: BatchConsumer, records: list[Polled]) -> None:

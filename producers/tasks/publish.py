@@ -29,8 +29,9 @@ class PublishReport:
     failed: list[str] = field(default_factory=list)
 
 
-def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False,
+def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tasks: bool = True,
                   on_row: Callable[[Row], None] | None = None) -> PublishReport:
+    """Publish each row's Task (unless `tasks` is false) and, with `expert`, its demonstration."""
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     enc_task, enc_exp = codec.serializer(Task), codec.serializer(Experience)
     producer = make_producer(cfg)
@@ -59,7 +60,8 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False,
         if row.task is None:
             report.bad.append((row.where, row.error or "invalid"))
         else:
-            produce(cfg.topics.tasks.name, row.task.task_id, enc_task(row.task, None), "task")
+            if tasks:
+                produce(cfg.topics.tasks.name, row.task.task_id, enc_task(row.task, None), "task")
             if demo_of is not None:
                 demo = demo_of(row.task)
                 if demo is not None:

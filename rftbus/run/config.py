@@ -11,6 +11,9 @@ class RunConfig(BaseModel):
     streams_workers: int = Field(1, ge=1)
     tasks: int = Field(2000, ge=1, description="train tasks of the built-in taskset published at start")
     expert: bool = Field(True, description="also publish expert demonstrations (needed by the mix/sft losses)")
+    expert_epochs: int = Field(1, ge=1, description="passes of demonstrations (each pass new ids): the trainer "
+                               "reads each record once, so more passes mean more SFT steps; later passes are "
+                               "published in the background while the loop runs")
     max_minutes: float = Field(15.0, gt=0, description="wall-clock budget; the job stops cleanly after it")
     max_steps: int | None = Field(None, ge=1, description="stop once the trainer reached this step")
     target_eval_reward: float | None = Field(None, description="stop early once eval reaches this")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import signal
+import threading
 import sys
 import time
 from dataclasses import asdict
@@ -60,11 +61,20 @@ class MainJob:
         from rftbus.producers.tasks.sources import read_source
 
         c = self.cfg
-        rows = read_source(c.taskset.name, fields=c.taskset.fields, split="train", n=c.run.tasks,
-                           seed=c.taskset.seed, params=c.taskset.params)
-        report = publish_tasks(c, rows, expert=c.run.expert)
+
+        def rows():
+            return read_source(c.taskset.name, fields=c.taskset.fields, split="train", n=c.run.tasks,
+                               seed=c.taskset.seed, params=c.taskset.params)
+
+        report = publish_tasks(c, rows(), expert=c.run.expert)
         self.console.print(f"published {report.published} {c.taskset.name} tasks"
                            + (f" and {report.expert} expert demonstrations" if c.run.expert else ""))
+        if c.run.expert and c.run.expert_epochs > 1:
+            def more() -> None:
+                for epoch in range(2, c.run.expert_epochs + 1):
+                    r = publish_tasks(c, rows(), expert=True, tasks=False)
+                    self.events.append(f"tasks: demonstration pass {epoch}: {r.expert} published")
+            threading.Thread(target=more, name="expert-passes", daemon=True).start()
 
     def write_child_config(self) -> Path:
         self.run_dir.mkdir(parents=True, exist_ok=True)
