@@ -14,6 +14,8 @@ class RunConfig(BaseModel):
     expert_epochs: int = Field(1, ge=1, description="passes of demonstrations (each pass new ids): the trainer "
                                "reads each record once, so more passes mean more SFT steps; later passes are "
                                "published in the background while the loop runs")
+    task_passes: int = Field(1, ge=1, description="passes over the tasks (later passes published in the "
+                             "background, each task with a new id so it is rolled out again)")
     max_minutes: float = Field(15.0, gt=0, description="wall-clock budget; the job stops cleanly after it")
     max_steps: int | None = Field(None, ge=1, description="stop once the trainer reached this step")
     target_eval_reward: float | None = Field(None, description="stop early once eval reaches this")

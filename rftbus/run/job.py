@@ -13,7 +13,7 @@ import signal
 import threading
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -58,7 +58,7 @@ class MainJob:
 
     def publish_tasks(self) -> None:
         from rftbus.producers.tasks.publish import publish_tasks
-        from rftbus.producers.tasks.sources import read_source
+        from rftbus.producers.tasks.sources import Row, read_source
 
         c = self.cfg
 
@@ -69,12 +69,18 @@ class MainJob:
         report = publish_tasks(c, rows(), expert=c.run.expert)
         self.console.print(f"published {report.published} {c.taskset.name} tasks"
                            + (f" and {report.expert} expert demonstrations" if c.run.expert else ""))
-        if c.run.expert and c.run.expert_epochs > 1:
+        passes = max(c.run.expert_epochs if c.run.expert else 1, c.run.task_passes)
+        if passes > 1:
             def more() -> None:
-                for epoch in range(2, c.run.expert_epochs + 1):
-                    r = publish_tasks(c, rows(), expert=True, tasks=False)
-                    self.events.append(f"tasks: demonstration pass {epoch}: {r.expert} published")
-            threading.Thread(target=more, name="expert-passes", daemon=True).start()
+                for n in range(2, passes + 1):
+                    tasks, expert = n <= c.run.task_passes, c.run.expert and n <= c.run.expert_epochs
+                    # A later pass over the tasks is a new task (id suffixed with the pass), so the
+                    # explorers' dedupe, which keeps one rollout per task id, lets it through.
+                    again = (Row(r.where, replace(r.task, task_id=f"{r.task.task_id}.p{n}"), r.error)
+                             if tasks and r.task is not None else r for r in rows())
+                    rep = publish_tasks(c, again, expert=expert, tasks=tasks)
+                    self.events.append(f"tasks: pass {n}: {rep.published} tasks, {rep.expert} demonstrations")
+            threading.Thread(target=more, name="task-passes", daemon=True).start()
 
     def write_child_config(self) -> Path:
         self.run_dir.mkdir(parents=True, exist_ok=True)
