@@ -10,10 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
-
 from rftbus.config import Config
-from rftbus.kafka.clients import make_consumer
+from rftbus.kafka.read import read_to_end
 
 # Environment for a child worker: the whole Config, so it sees exactly what the caller built.
 CONFIG_ENV = "RFTBUS_CONFIG"
@@ -74,23 +72,5 @@ class WorkerProcess:
 
 def read_all(cfg: Config, topic: str, *, decode=None, idle_s: float = 1.0, timeout_s: float = 30.0) -> list:
     """Every committed message of a topic (from the beginning to its end now), decoded if asked."""
-    consumer = make_consumer(cfg, "rftbus-streams-read", **{"enable.partition.eof": True})
-    try:
-        md = consumer.list_topics(topic, timeout=10).topics[topic]
-        parts = sorted(md.partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        out, eof = [], set()
-        deadline = time.monotonic() + timeout_s
-        while len(eof) < len(parts) and time.monotonic() < deadline:
-            msg = consumer.poll(idle_s)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    eof.add(msg.partition())
-                continue
-            eof.discard(msg.partition())
-            out.append(decode(msg.value(), None) if decode else msg)
-        return out
-    finally:
-        consumer.close()
+    return [decode(m.value(), None) if decode else m
+            for m in read_to_end(cfg, topic, timeout_s=timeout_s, poll_s=idle_s, strict=False)]

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import uuid
 
-from confluent_kafka import KafkaError, TopicPartition
+from confluent_kafka import TopicPartition
 
 from rftbus.kafka.clients import make_admin, make_consumer
+from rftbus.kafka.read import read_to_end
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import make_codec
 
@@ -26,27 +27,9 @@ def fresh_config(make_config, tmp_path, broker, **overrides):
 
 def read_topic(cfg, key: str, timeout: float = 10.0):
     """Every (key, record) in a topic, decoded, in partition/offset order."""
-    name = cfg.topics.all()[key].name
-    consumer = make_consumer(cfg, f"reader-{uuid.uuid4().hex[:8]}", **{"enable.partition.eof": True})
-    md = consumer.list_topics(name, timeout=10).topics[name]
-    parts = list(md.partitions)
-    consumer.assign([TopicPartition(name, p, 0) for p in parts])
     decode = make_codec(None).deserializer()
-    out, eof = [], set()
-    import time
-    deadline = time.monotonic() + timeout
-    while len(eof) < len(parts) and time.monotonic() < deadline:
-        msg = consumer.poll(0.5)
-        if msg is None:
-            continue
-        if msg.error():
-            if msg.error().code() == KafkaError._PARTITION_EOF:
-                eof.add(msg.partition())
-            continue
-        eof.discard(msg.partition())
-        out.append((msg.key().decode() if msg.key() else None, decode(msg.value(), None)))
-    consumer.close()
-    return out
+    return [(m.key().decode() if m.key() else None, decode(m.value(), None))
+            for m in read_to_end(cfg, cfg.topics.all()[key].name, timeout_s=timeout, strict=False)]
 
 
 def committed(cfg, group: str, key: str) -> dict[int, int]:

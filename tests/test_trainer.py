@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import TopicPartition
 
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
+from rftbus.kafka.read import read_to_end
 from rftbus.kafka.topics import create_topics
 from rftbus.models.loading import load_tokenizer
 from rftbus.models.config import ModelConfig
@@ -81,23 +82,7 @@ def produce_groups(cfg, topic: str, count: int, n: int = 2, version: int = 0, pr
 
 
 def read_topic(cfg, topic: str) -> list:
-    c = make_consumer(cfg, f"reader-{uuid.uuid4().hex[:6]}")
-    md = c.list_topics(topic, timeout=10).topics[topic]
-    out = []
-    for p in md.partitions:
-        low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        if high <= low:
-            continue
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
-        while True:
-            msg = c.poll(5)
-            assert msg is not None, f"{topic}[{p}] did not deliver up to {high}"
-            if not msg.error():
-                out.append(CODEC.decode(msg.value()))
-                if msg.offset() + 1 >= high:
-                    break
-    c.close()
-    return out
+    return [CODEC.decode(m.value()) for m in read_to_end(cfg, topic, timeout_s=30)]
 
 
 def start_trainer(cfg, config_path: Path, *args: str) -> subprocess.Popen:

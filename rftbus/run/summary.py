@@ -10,35 +10,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
-
 from rftbus.config import Config
-from rftbus.kafka.clients import make_admin, make_consumer
+from rftbus.kafka.read import read_to_end
 from rftbus.schemas import DecodeError, Experience, Rejection, make_codec
 from rftbus.trainer.checkpoint import read_lineage
-
-
-def read_topic(cfg: Config, topic: str, timeout: float = 60.0):
-    """Every message of `topic` from the beginning to its current end."""
-    md = make_admin(cfg).list_topics(topic=topic, timeout=10).topics.get(topic)
-    if md is None or not md.partitions:
-        return
-    consumer = make_consumer(cfg, "rftbus-run-summary", **{"enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])
-    done: set[int] = set()
-    try:
-        while len(done) < len(md.partitions):
-            msg = consumer.poll(timeout)
-            if msg is None:
-                raise TimeoutError(f"reading {topic} stalled")
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    done.add(msg.partition())
-                    continue
-                raise RuntimeError(msg.error().str())
-            yield msg
-    finally:
-        consumer.close()
 
 
 @dataclass
@@ -66,7 +41,7 @@ def reconcile(cfg: Config, lineage_path: Path) -> Reconciliation:
     dec_exp, dec_rej = codec.deserializer(Experience), codec.deserializer(Rejection)
     produced: set[str] = set()
     versions: set[int] = set()
-    for msg in read_topic(cfg, cfg.topics.raw.name):
+    for msg in read_to_end(cfg, cfg.topics.raw.name):
         try:
             exp = dec_exp(msg.value(), None)
         except DecodeError:
@@ -75,7 +50,7 @@ def reconcile(cfg: Config, lineage_path: Path) -> Reconciliation:
         versions.add(exp.model_version)
     reasons: Counter[str] = Counter()
     rejected: set[str] = set()
-    for msg in read_topic(cfg, cfg.topics.rejected.name):
+    for msg in read_to_end(cfg, cfg.topics.rejected.name):
         try:
             rej = dec_rej(msg.value(), None)
         except DecodeError:
