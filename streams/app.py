@@ -75,21 +75,19 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
             except Exception as exc:  # one bad record must not stop the partition; reported + rejected
                 await ingest.on_error(event, exc)
 
-    async def join_agent(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                await join.handle(event)
-            except Exception as exc:
-                log.exception("join: %s on %s", type(exc).__name__, event.message.tp, exc_info=exc)
-                counters.inc("errors")
+    def reporting_agent(name: str, handle: Any) -> Any:
+        """An agent whose per-event errors are logged and counted; the stream goes on."""
+        async def agent(stream: Any) -> None:
+            async for event in stream.events():
+                try:
+                    await handle(event)
+                except Exception as exc:
+                    log.exception("%s: %s on %s", name, type(exc).__name__, event.message.tp, exc_info=exc)
+                    counters.inc("errors")
+        return agent
 
-    async def feedback_agent(stream: Any) -> None:
-        async for event in stream.events():
-            try:
-                await fanout.handle(event)
-            except Exception as exc:
-                log.exception("feedback: %s on %s", type(exc).__name__, event.message.tp, exc_info=exc)
-                counters.inc("errors")
+    join_agent = reporting_agent("join", join.handle)
+    feedback_agent = reporting_agent("feedback", fanout.handle)
 
     app.agent(app.topic(topo.raw, topo.joined), name="ingest")(ingest_agent)
     app.agent(app.topic(topo.join), name="join")(join_agent)
