@@ -14,9 +14,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from rftbus.consumers.analytics.config import AnalyticsConfig
 from rftbus.errors import RftbusError
 from rftbus.models.config import ModelConfig
 from rftbus.producers.config import ExplorerConfig, TasksetConfig
+from rftbus.producers.serve.config import ServeConfig
 from rftbus.run.config import RunConfig
 from rftbus.streams.config import StreamsConfig
 from rftbus.trainer.config import TrainerConfig
@@ -140,6 +142,8 @@ class Config(_Strict):
     streams: StreamsConfig = StreamsConfig()
     trainer: TrainerConfig = TrainerConfig()
     run: RunConfig = RunConfig()
+    serve: ServeConfig = ServeConfig()
+    analytics: AnalyticsConfig = AnalyticsConfig()
 
     @field_validator("state_dir")
     @classmethod

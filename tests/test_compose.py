@@ -36,7 +36,7 @@ RFTBUS_SERVICES = {
 CHECKPOINT_SHARERS = ("trainer", "explorer", "serve")
 # Config sections that later issues add. Their RFTBUS_* variables are skipped until the section exists
 # in Config, and validated from then on; any other unknown section is a typo and fails.
-PENDING_SECTIONS = {"analytics", "serve"}
+PENDING_SECTIONS: set[str] = set()
 # The variables every rftbus process needs, which the current config already knows.
 REQUIRED_ENV = ("RFTBUS_KAFKA__BOOTSTRAP_SERVERS", "RFTBUS_SCHEMA_REGISTRY__URL", "RFTBUS_STATE_DIR")
 

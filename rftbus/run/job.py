@@ -101,7 +101,7 @@ class MainJob:
         for i in range(c.run.explorers):
             specs.append(ChildSpec(f"explorer-{i}", base + ["explore", "--id", f"e{i}"], env,
                                    c.run.max_restarts, logs / f"explorer-{i}.log"))
-        if c.run.analytics and importlib.util.find_spec("rftbus.consumers.analytics_sink") is not None:
+        if c.run.analytics and importlib.util.find_spec("rftbus.consumers.analytics.sink") is not None:
             specs.append(ChildSpec("analytics", base + ["analytics", "sink"], env, c.run.max_restarts,
                                    logs / "analytics.log"))
         return specs

@@ -1,0 +1,1 @@
+"""Experience analytics: every rftbus topic into ClickHouse (chDB embedded, or a server)."""

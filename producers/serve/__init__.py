@@ -1,0 +1,1 @@
+"""`rftbus serve`: an OpenAI-compatible proxy that records live traffic as Experiences, and the feedback API."""
