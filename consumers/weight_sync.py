@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
@@ -70,11 +70,11 @@ class WeightFollower:
         consumer = make_consumer(self.cfg, f"rftbus-weight-follower-{uuid.uuid4().hex[:8]}",
                                  **{"enable.partition.eof": True})
         try:
-            md = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+            md = self._metadata(consumer)
             while md is None or md.error is not None or not md.partitions:
                 if self._stop.wait(1.0):
                     return
-                md = consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+                md = self._metadata(consumer)
             parts = list(md.partitions)
             consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
             at_end: set[int] = set()
@@ -88,6 +88,14 @@ class WeightFollower:
                 self._maybe_fetch()
         finally:
             consumer.close()
+
+    def _metadata(self, consumer):
+        """The weights topic's metadata, or None while Kafka is unreachable (retried, not fatal)."""
+        try:
+            return consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+        except KafkaException as e:
+            self.report(f"weights topic {self.topic} unreadable ({e.args[0].str() if e.args else e}); retrying")
+            return None
 
     def _on_message(self, msg, at_end: set[int], n_parts: int) -> None:
         if msg.error():
@@ -127,3 +135,29 @@ class WeightFollower:
         with self._lock:
             if self._ready is None or self._ready[0].version < rec.version:
                 self._ready = (rec, state)
+
+
+def swap_in_ready(follower: WeightFollower, engine, report: Callable[[str], None], wait_s: float = 0.0) -> bool:
+    """Load the follower's prefetched newer version into `engine`; True if it swapped.
+
+    Call it only between generations (explorer: between groups; serve: between batches). Waits up to
+    `wait_s` while a newer, not refused version is still being fetched. A state dict that does not
+    fit the model is refused (remembered by the follower) and the engine keeps its weights.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        ready = follower.take_ready(engine.version)
+        if ready:
+            rec, state = ready
+            try:
+                engine.load_weights(state, rec.version)
+            except (RuntimeError, ValueError, KeyError) as e:
+                follower.refuse(rec, f"does not fit the model: {e}")
+                return False
+            report(f"weights: now serving v{rec.version}")
+            return True
+        latest = follower.latest_version()
+        behind = latest is not None and latest > engine.version and latest not in follower.refused
+        if not behind or time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)

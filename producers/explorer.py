@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException, TopicPartition
 
 from rftbus.config import Config
-from rftbus.consumers.weight_sync import WeightFollower
+from rftbus.consumers.weight_sync import WeightFollower, swap_in_ready
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.models.loading import load_tokenizer
 from rftbus.producers.acks import AckTracker
@@ -166,9 +166,12 @@ class Explorer:
     def _handle(self, msg) -> None:
         p, off = msg.partition(), msg.offset()
         self.acks.begin(p, off)
+        handled = True
         try:
             try:
                 task = self.decode_task(msg.value(), None)
+                if task is None:  # the deserializer passes tombstones through as None
+                    raise DecodeError("empty", "null value (tombstone) on the tasks topic")
             except DecodeError as e:
                 self._reject(msg, "malformed", f"task does not decode: {e}")
                 return
@@ -178,9 +181,15 @@ class Explorer:
             self._handled += 1
             self._roll_out(task, msg)
             self.seen.add(p, task.task_id)
+        except BaseException:
+            handled = False  # never sealed, so never committed: the task is redone, not silently skipped
+            raise
         finally:
-            self.acks.seal(p, off)
-            self.status.update(version=self.engine.version, **self.stats)
+            if handled:
+                self.acks.seal(p, off)
+            t = self.t  # busy seconds per group: what `rftbus bench async` calls G (÷ groups, × B)
+            self.status.update(version=self.engine.version, busy_s=round(t.generate_s + t.encode_s + t.produce_s, 4),
+                               groups_timed=t.groups, **self.stats)
 
     def _roll_out(self, task: Task, msg) -> None:
         ex, n = self.cfg.explorer, task.n_samples or self.cfg.rl.group_size
@@ -246,25 +255,9 @@ class Explorer:
     def _swap_weights(self, wait_s: float = 0.0) -> None:
         if not self.follower:
             return
-        deadline = time.monotonic() + wait_s
-        while True:
-            ready = self.follower.take_ready(self.engine.version)
-            if ready:
-                rec, state = ready
-                try:
-                    self.engine.load_weights(state, rec.version)
-                except (RuntimeError, ValueError, KeyError) as e:
-                    self.follower.refuse(rec, f"does not fit the model: {e}")
-                else:
-                    self.report(f"weights: now serving v{rec.version}")
-                    self.status.update(version=rec.version)
-                return
-            latest = self.follower.latest_version()
-            behind = latest is not None and latest > self.engine.version and latest not in self.follower.refused
-            if not behind or time.monotonic() >= deadline:
-                self.status.update(refused_versions=sorted(self.follower.refused))
-                return
-            time.sleep(0.05)
+        if swap_in_ready(self.follower, self.engine, self.report, wait_s):
+            self.status.update(version=self.engine.version)
+        self.status.update(refused_versions=sorted(self.follower.refused))
 
     def _on_assign(self, consumer, partitions) -> None:
         self._last_activity = time.monotonic()

@@ -167,6 +167,7 @@ class Trainer:
         self.pending_lineage.append({
             "step": self.step, "rank": self.rank, "version": self.version,
             "experience_ids": [r.exp.experience_id for r in records],
+            "staleness": [self.version - r.exp.model_version for r in records],  # per id (analytics)
             "offsets": [[r.topic, r.partition, r.offset] for r in records],
             "staleness_max": max(stal, default=0), "time_ms": int(time.time() * 1000),
         })
@@ -182,6 +183,7 @@ class Trainer:
         if publish_now:
             self.version += 1
             self._publish(self.version)
+        values["busy_s"] = time.perf_counter() - t0  # step + checkpoint + publish: `bench async`'s T
         if self.rank == 0:
             self.c.metrics.emit(self.step, self.version, values)
             self.c.status.update(state="training", step=self.step, version=self.version,
@@ -207,6 +209,8 @@ class Trainer:
         segment = [line for seg in all_gather(self.pending_lineage, self.world) for line in seg]
         self.ckpts.save(self.c.engine, self.step, version, all_pos, segment, self.loss.name)
         bc.commit(positions)  # only now: the checkpoint holding these offsets is durable
+        if self.rank == 0:
+            self.c.metrics.emit_trained(segment)  # lineage for analytics, never of a step a restart rolls back
         self.pending_lineage, self.last_ckpt, self.dirty = [], self.step, False
         self.ckpts.prune(self.tc.keep_checkpoints)
 

@@ -23,6 +23,7 @@ class Reconciliation:
     rejected: int = 0
     in_flight: int = 0
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    tasks_rejected_by_reason: dict[str, int] = field(default_factory=dict)  # explorer: task failed, no experience
     trained_twice: int = 0
     trained_and_rejected: int = 0
     trainer_steps: int = 0
@@ -49,13 +50,16 @@ def reconcile(cfg: Config, lineage_path: Path) -> Reconciliation:
         produced.add(exp.experience_id)
         versions.add(exp.model_version)
     reasons: Counter[str] = Counter()
+    task_reasons: Counter[str] = Counter()
     rejected: set[str] = set()
     for msg in read_to_end(cfg, cfg.topics.rejected.name):
         try:
             rej = dec_rej(msg.value(), None)
         except DecodeError:
             continue
-        if rej.experience_id in produced and rej.experience_id not in rejected:
+        if rej.source_topic == cfg.topics.tasks.name:
+            task_reasons[rej.reason] += 1
+        elif rej.experience_id in produced and rej.experience_id not in rejected:
             rejected.add(rej.experience_id)
             reasons[rej.reason] += 1
     lineage = read_lineage(lineage_path)
@@ -63,7 +67,7 @@ def reconcile(cfg: Config, lineage_path: Path) -> Reconciliation:
     trained = set(trained_list)
     r = Reconciliation(
         produced=len(produced), trained=len(trained), rejected=len(rejected - trained),
-        rejected_by_reason=dict(reasons), trained_twice=len(trained_list) - len(trained),
+        rejected_by_reason=dict(reasons), tasks_rejected_by_reason=dict(task_reasons), trained_twice=len(trained_list) - len(trained),
         trained_and_rejected=len(trained & rejected),
         trainer_steps=max((seg["step"] for seg in lineage), default=0),
         max_staleness_trained=max((seg.get("staleness_max", 0) for seg in lineage), default=0),
