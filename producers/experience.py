@@ -21,18 +21,29 @@ def experiences(task: Task, samples: list[Sample], version: int, explorer_id: st
 
 
 def expert_experience(task: Task, text: str, tokenizer, producer_id: str, chat_template: bool = False) -> Experience:
+    """A task's demonstration (see `demonstration`); all demonstrations of a task share one key."""
+    return demonstration(
+        prompt_ids=encode_prompt(tokenizer, task.prompt, chat_template), prompt_text=task.prompt, text=text,
+        tokenizer=tokenizer, task_id=task.task_id, group_id=f"{task.task_id}:expert", producer_id=producer_id,
+        metadata={"taskset": task.taskset, "split": task.split},
+    )
+
+
+def demonstration(*, prompt_ids: list[int], prompt_text: str, text: str, tokenizer, task_id: str, group_id: str,
+                  producer_id: str, metadata: dict[str, str], experience_id: str | None = None) -> Experience:
     """The contract for demonstrations: source=expert, logprobs 0.0, loss_mask all true, reward 1.0.
 
     model_version is 0: a demonstration does not come from any policy version (metadata says so).
+    Shared by taskset experts and live corrections (producers/serve), so both meet the same contract.
     """
-    prompt_ids = encode_prompt(tokenizer, task.prompt, chat_template)
     response_ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
     if tokenizer.eos_token_id is not None:
         response_ids.append(tokenizer.eos_token_id)
     return Experience(
-        group_id=f"{task.task_id}:expert", task_id=task.task_id, sample_index=0, group_size=1,
-        prompt_ids=prompt_ids, response_ids=response_ids, logprobs=[0.0] * len(response_ids),
+        **({"experience_id": experience_id} if experience_id else {}),
+        group_id=group_id, task_id=task_id, sample_index=0, group_size=1,
+        prompt_ids=list(prompt_ids), response_ids=response_ids, logprobs=[0.0] * len(response_ids),
         loss_mask=[True] * len(response_ids), reward=1.0, reward_components={"expert": 1.0}, model_version=0,
-        source=Source.expert, explorer_id=producer_id, prompt_text=task.prompt, response_text=text,
-        finish_reason="stop", metadata={"taskset": task.taskset, "split": task.split, "policy_free": "1"},
+        source=Source.expert, explorer_id=producer_id, prompt_text=prompt_text, response_text=text,
+        finish_reason="stop", metadata={**metadata, "policy_free": "1"},
     )

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from rftbus.producers.config import EngineConfig
 
 
 class ServeConfig(BaseModel):
@@ -10,5 +14,42 @@ class ServeConfig(BaseModel):
 
     host: str = Field("127.0.0.1", description="listen address (0.0.0.0 to accept remote agents)")
     port: int = Field(8000, ge=1, le=65535)
-    inference_tokens: list[SecretStr] = Field(default_factory=list, description="bearer tokens for /v1/*completions")
-    feedback_tokens: list[SecretStr] = Field(default_factory=list, description="bearer tokens for /v1/feedback")
+    inference_tokens: list[SecretStr] = Field(
+        default_factory=list, description="bearer tokens for /v1/models and /v1/*completions; "
+        "env: comma-separated. Empty = that scope is open (only allowed on a loopback host unless allow_open)")
+    feedback_tokens: list[SecretStr] = Field(
+        default_factory=list, description="bearer tokens for /v1/feedback (a separate scope: an agent that "
+        "may call the model cannot grade itself); env: comma-separated. Empty = open, as above")
+    allow_open: bool = Field(False, description="serve a scope without tokens on a non-loopback address")
+    id: str | None = Field(None, description="producer id stamped as Experience.explorer_id; default host-pid")
+    served_model: str | None = Field(None, description="model name in /v1/models and accepted in requests; "
+                                     "default model.name")
+    engine: EngineConfig | None = Field(None, description="rollout engine; unset = explorer.engine. kind openai "
+                                        "forwards to an upstream endpoint (which must return logprobs)")
+    default_max_tokens: int | None = Field(None, ge=1, description="max_tokens when a request sets none; "
+                                           "default explorer.sampling.max_new_tokens")
+    max_tokens_limit: int = Field(1024, ge=1, description="largest max_tokens a request may ask for")
+    max_n: int = Field(16, ge=1, description="largest n (choices per request; one request = one group)")
+    max_batch: int = Field(32, ge=1, description="prompts per engine call: concurrent requests are batched")
+    batch_wait_ms: float = Field(5.0, ge=0, description="how long the engine thread gathers requests into a batch")
+    max_body_bytes: int = Field(1 << 20, ge=1024, description="larger request bodies are answered 413")
+    record_ack: Literal["kafka", "buffered"] = Field(
+        "kafka", description="kafka: a completion is answered only after Kafka acknowledged its Experience; "
+        "buffered: answered once the record is in the bounded buffer (lower latency; lost if the process "
+        "dies before the buffer drains)")
+    buffer_max_bytes: int = Field(64 << 20, ge=1024, description="encoded records awaiting Kafka's ack; "
+                                  "a request that would exceed it is answered 503")
+    ack_timeout_s: float = Field(15.0, gt=0, description="how long a request waits for Kafka's ack before 503")
+    recent_experiences: int = Field(10_000, ge=0, description="recorded prompts remembered, so a correction "
+                                    "can become an expert experience without resending the prompt")
+    weights_wait_s: float = Field(15.0, ge=0, description="at start, how long to wait for the weights topic "
+                                  "to be read (so the first answers use the newest version)")
+    status_interval_s: float = Field(1.0, gt=0)
+
+    @field_validator("inference_tokens", "feedback_tokens", mode="before")
+    @classmethod
+    def _split(cls, v):
+        # RFTBUS_SERVE__INFERENCE_TOKENS=a,b arrives as one string.
+        if isinstance(v, str):
+            return [t.strip() for t in v.split(",") if t.strip()]
+        return v

@@ -1,0 +1,178 @@
+"""The FastAPI app: OpenAI-compatible routes that record live traffic, and the feedback route.
+
+Order of checks on every request: body size (middleware, before anything is parsed) -> bearer token
+of the route's scope -> body validation (400 naming the field) -> work. Bodies are parsed after
+authentication, so an unauthenticated caller learns nothing about what a valid body looks like.
+Nothing here logs headers or bodies; uvicorn's access log has method, path and status only.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ValidationError
+
+from rftbus.config import Config
+from rftbus.producers.serve import responses
+from rftbus.producers.serve.auth import Scope
+from rftbus.producers.serve.errors import ApiError, BadRequest, NotFound, TooLarge, field_path
+from rftbus.producers.serve.feedback import FeedbackRequest
+from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, _Request, chat_prompt,
+                                             completion_prompt, default_task_id)
+from rftbus.producers.serve.records import LivePrompt
+from rftbus.producers.serve.service import LiveService
+
+M = TypeVar("M", bound=BaseModel)
+BODY_METHODS = {"POST", "PUT", "PATCH"}
+
+
+class BodyLimit:
+    """Pure ASGI middleware: a body over `max_bytes` is answered 413 before the app sees any of it."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(send, int(declared))
+            return
+        chunks, size, more = [], 0, True
+        while more:
+            msg = await receive()
+            if msg["type"] != "http.request":  # client went away
+                return
+            chunks.append(msg.get("body", b""))
+            size += len(chunks[-1])
+            more = msg.get("more_body", False)
+            if size > self.max_bytes:
+                await self._refuse(send, size, at_least=True)
+                return
+        body, replayed = b"".join(chunks), False
+
+        async def replay():
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send, size: int, at_least: bool = False) -> None:
+        err = TooLarge(f"request body is {'over ' if at_least else ''}{size} bytes; serve.max_body_bytes is "
+                       f"{self.max_bytes}", code="body_too_large")
+        data = json.dumps(err.body()).encode()
+        await send({"type": "http.response.start", "status": err.status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+
+def _error_response(err: ApiError) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
+    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+
+
+async def parse(request: Request, model: type[M]) -> M:
+    body = await request.body()
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        if err["type"] == "json_invalid":
+            raise BadRequest(f"body is not valid JSON: {err['msg']}", code="invalid_json") from None
+        where = field_path(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        raise BadRequest(f"{where}: {msg}" if where != "body" else msg, param=where if where != "body" else None,
+                         code="invalid_field") from None
+
+
+def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
+    svc = service or LiveService(cfg)
+    svc.auth.check_exposure(cfg.serve.host, cfg.serve.allow_open)
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        await anyio.to_thread.run_sync(svc.start)
+        try:
+            yield
+        finally:
+            await anyio.to_thread.run_sync(svc.stop)
+
+    app = FastAPI(title="rftbus serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.service = svc
+    app.add_middleware(BodyLimit, max_bytes=cfg.serve.max_body_bytes)
+    app.add_exception_handler(ApiError, lambda _req, exc: _error_response(exc))
+
+    def check_model(req: _Request) -> None:
+        if req.model is not None and req.model != svc.model_name:
+            raise NotFound(f"model {req.model!r} is not served here (this server serves {svc.model_name!r})",
+                           param="model", code="model_not_found")
+
+    async def answer(req: ChatRequest | CompletionRequest, prompt_ids: list[int], text: str, endpoint: str):
+        req.refuse_unsupported()
+        check_model(req)
+        stops = req.stops()
+        sampling = svc.sampling(req.temperature, req.top_p, req.top_k)
+        max_new = svc.max_new(req.limit(), len(prompt_ids), "max_tokens")
+        meta = {**(req.metadata or {}), "endpoint": endpoint, **({"user": req.user} if req.user else {})}
+        prompt = LivePrompt(prompt_ids, text, req.task_id or default_task_id(prompt_ids))
+        return await svc.complete(prompt, req.n, sampling, max_new, stops, meta)
+
+    def streamed(a, chat: bool, req) -> StreamingResponse:
+        usage = bool((req.stream_options or {}).get("include_usage"))
+        return StreamingResponse(responses.stream(a, svc.model_name, svc.tokenizer, chat, usage),
+                                 media_type="text/event-stream", headers=responses.headers(a))
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "ok", "model": svc.model_name, "model_version": svc.generator.version}
+
+    @app.get("/v1/models")
+    async def models(request: Request):
+        svc.auth.check(request.headers.get("authorization"), Scope.inference)
+        return {"object": "list", "data": [{"id": svc.model_name, "object": "model", "created": 0,
+                                            "owned_by": "rftbus", "model_version": svc.generator.version}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        svc.auth.check(request.headers.get("authorization"), Scope.inference)
+        req = await parse(request, ChatRequest)
+        ids, text = chat_prompt(svc.tokenizer, req)
+        a = await answer(req, ids, text, "chat.completions")
+        if req.stream:
+            return streamed(a, True, req)
+        return JSONResponse(responses.chat_body(a, svc.model_name, svc.tokenizer, req.logprobs),
+                            headers=responses.headers(a))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        svc.auth.check(request.headers.get("authorization"), Scope.inference)
+        req = await parse(request, CompletionRequest)
+        ids, text = completion_prompt(svc.tokenizer, req)
+        a = await answer(req, ids, text, "completions")
+        if req.stream:
+            return streamed(a, False, req)
+        body = responses.completion_body(a, svc.model_name, svc.tokenizer, req.logprobs,
+                                         req.return_tokens_as_token_ids)
+        return JSONResponse(body, headers=responses.headers(a))
+
+    @app.post("/v1/feedback", status_code=202)
+    async def feedback(request: Request):
+        svc.auth.check(request.headers.get("authorization"), Scope.feedback)
+        req = await parse(request, FeedbackRequest)
+        fb, expert = await svc.publish_feedback(req)
+        body = {"status": "accepted", "feedback_id": fb.feedback_id, "experience_id": fb.experience_id,
+                "kind": fb.kind.value, "topic": cfg.topics.feedback.name}
+        if expert is not None:
+            body["expert_experience_id"] = expert.experience_id
+        return JSONResponse(body, status_code=202)
+
+    return app

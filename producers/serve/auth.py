@@ -1,0 +1,79 @@
+"""Bearer tokens with two scopes: inference (call the model) and feedback (grade it).
+
+Separate scopes so an agent holding an inference token cannot reward itself. Tokens are kept only
+as SHA-256 digests and compared in constant time; no message here ever repeats what was presented.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import ipaddress
+
+from pydantic import SecretStr
+
+from rftbus.errors import RftbusError
+from rftbus.producers.serve.errors import Forbidden, Unauthorized
+
+
+class Scope(str, enum.Enum):
+    inference = "inference"
+    feedback = "feedback"
+
+
+class OpenScopeRefused(RftbusError):
+    """A scope without tokens on a non-loopback address (anyone on the network could use it)."""
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class TokenAuth:
+    def __init__(self, inference: list[SecretStr], feedback: list[SecretStr]):
+        self._digests = {
+            Scope.inference: [_digest(t.get_secret_value()) for t in inference if t.get_secret_value()],
+            Scope.feedback: [_digest(t.get_secret_value()) for t in feedback if t.get_secret_value()],
+        }
+
+    def open_scopes(self) -> list[Scope]:
+        return [s for s, d in self._digests.items() if not d]
+
+    def check_exposure(self, host: str, allow_open: bool) -> None:
+        """Refuse to start with an open scope on an address others can reach, unless told to."""
+        open_ = self.open_scopes()
+        if open_ and not is_loopback(host) and not allow_open:
+            names = " and ".join(s.value for s in open_)
+            raise OpenScopeRefused(
+                f"serve.host is {host} but the {names} scope has no tokens: set serve.{open_[0].value}_tokens "
+                f"(env RFTBUS_SERVE__{open_[0].value.upper()}_TOKENS, comma-separated) or serve.allow_open: true")
+
+    def _scopes_of(self, token: str) -> set[Scope]:
+        d = _digest(token)
+        # compare_digest against every entry (no early exit): timing does not tell which scope matched.
+        return {scope for scope, ds in self._digests.items() if any([hmac.compare_digest(d, x) for x in ds])}
+
+    def check(self, authorization: str | None, scope: Scope) -> None:
+        """Raise Unauthorized (no or unknown token) or Forbidden (a token of the other scope)."""
+        if not self._digests[scope]:
+            return
+        if not authorization:
+            raise Unauthorized("missing bearer token: send `Authorization: Bearer <token>`", code="missing_token")
+        kind, _, token = authorization.partition(" ")
+        if kind.lower() != "bearer" or not token.strip():
+            raise Unauthorized("the Authorization header must be `Bearer <token>`", code="invalid_authorization")
+        scopes = self._scopes_of(token.strip())
+        if not scopes:
+            raise Unauthorized("invalid bearer token", code="invalid_token")
+        if scope not in scopes:
+            raise Forbidden(f"this token is not allowed the {scope.value} scope", code="wrong_scope")

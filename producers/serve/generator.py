@@ -1,0 +1,151 @@
+"""One thread owns the rollout engine: concurrent requests are batched into one `generate` call,
+and new weight versions are swapped in between batches (never during one).
+
+Requests batch together when their sampling distribution is the same (temperature, top-p, top-k);
+the batch generates the largest max_tokens among them and each completion is cut to its own limit,
+which is the same distribution as generating fewer tokens. The version stamped on a completion is
+the engine's version when its batch ran.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from rftbus.consumers.weight_sync import WeightFollower, swap_in_ready
+from rftbus.producers.config import SamplingConfig
+from rftbus.producers.engines.base import Completion, RolloutEngine
+
+log = logging.getLogger("rftbus.serve")
+
+
+@dataclass
+class Generated:
+    completions: list[Completion]
+    version: int
+    generation_ms: float
+
+
+@dataclass
+class GenRequest:
+    prompt_ids: list[int]
+    n: int
+    sampling: SamplingConfig
+    max_new_tokens: int
+    future: Future = field(default_factory=Future)
+
+    @property
+    def key(self) -> tuple:
+        s = self.sampling
+        return s.temperature, s.top_p, s.top_k, s.logprobs
+
+
+def cut(c: Completion, limit: int, tokenizer) -> Completion:
+    if len(c.response_ids) <= limit:
+        return c
+    ids = c.response_ids[:limit]
+    return Completion(ids, c.logprobs[:limit], "length", tokenizer.decode(ids, skip_special_tokens=True),
+                      dict(c.metadata))
+
+
+class Generator:
+    def __init__(self, engine: RolloutEngine, tokenizer, follower: WeightFollower | None, *, max_batch: int,
+                 batch_wait_s: float, report: Callable[[str], None] = log.warning):
+        self.engine, self.tok, self.follower, self.report = engine, tokenizer, follower, report
+        self.max_batch, self.batch_wait_s = max_batch, batch_wait_s
+        self.max_context: int | None = getattr(engine, "max_context", None)
+        self._queue: deque[GenRequest] = deque()
+        self._cv = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="serve-engine", daemon=True)
+        self.batches = 0
+
+    @property
+    def version(self) -> int:
+        return self.engine.version
+
+    def start(self, weights_wait_s: float = 0.0) -> None:
+        if self.follower:
+            self.follower.start()
+            if weights_wait_s and self.follower.caught_up.wait(weights_wait_s):
+                swap_in_ready(self.follower, self.engine, self.report, wait_s=weights_wait_s)
+        self._thread.start()
+
+    def submit(self, req: GenRequest) -> Future:
+        with self._cv:
+            if self._stop:
+                raise RuntimeError("the engine thread is stopped")
+            req.future.set_running_or_notify_cancel()  # a disconnected client cannot cancel it mid-batch
+            self._queue.append(req)
+            self._cv.notify()
+        return req.future
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stop = True
+            self._cv.notify()
+        self._thread.join(timeout=60)
+        if self.follower:
+            self.follower.stop()
+        for req in self._queue:
+            req.future.set_exception(RuntimeError("the server is shutting down"))
+        self.engine.close()
+
+    def _take_batch(self) -> list[GenRequest]:
+        with self._cv:
+            while not self._queue and not self._stop:
+                self._cv.wait(0.2)
+                if self.follower and not self._queue:
+                    return []  # idle: let the loop look for new weights
+            if self._stop:
+                return []
+        if self.batch_wait_s:
+            time.sleep(self.batch_wait_s)  # let concurrent requests arrive
+        with self._cv:
+            first = self._queue.popleft()
+            batch, prompts = [first], first.n
+            longest, most = len(first.prompt_ids), first.max_new_tokens
+            for req in list(self._queue):
+                if prompts + req.n > self.max_batch:
+                    break
+                fits = (self.max_context is None or max(longest, len(req.prompt_ids))
+                        + max(most, req.max_new_tokens) <= self.max_context)
+                if req.key == first.key and fits:
+                    self._queue.remove(req)
+                    batch.append(req)
+                    prompts += req.n
+                    longest, most = max(longest, len(req.prompt_ids)), max(most, req.max_new_tokens)
+        return batch
+
+    def _run(self) -> None:
+        while not self._stop:
+            if self.follower:
+                swap_in_ready(self.follower, self.engine, self.report)
+            batch = self._take_batch()
+            if batch:
+                self._generate(batch)
+
+    def _generate(self, batch: list[GenRequest]) -> None:
+        prompts = [r.prompt_ids for r in batch for _ in range(r.n)]
+        most = max(r.max_new_tokens for r in batch)
+        version = self.engine.version
+        t0 = time.perf_counter()
+        try:
+            outs = self.engine.generate(prompts, batch[0].sampling, most)
+        except Exception as e:  # noqa: BLE001 - one batch's failure is its requests' error; the thread goes on
+            self.report(f"engine: batch of {len(prompts)} failed: {type(e).__name__}: {e}")
+            for r in batch:
+                r.future.set_exception(e)
+            return
+        ms = (time.perf_counter() - t0) * 1000
+        self.batches += 1
+        i = 0
+        for r in batch:
+            mine = [cut(c, r.max_new_tokens, self.tok) for c in outs[i:i + r.n]]
+            i += r.n
+            r.future.set_result(Generated(mine, version, ms))

@@ -1,0 +1,151 @@
+"""The OpenAI request bodies the proxy accepts, and turning them into prompt token ids.
+
+Fields a client may send that rftbus does not act on (`seed`, `user`, `stream_options`, ...) are
+accepted; fields that would change the answer in a way rftbus cannot honour (penalties, tools,
+logit_bias, echo, best_of) are refused by name rather than silently ignored. `task_id` (an rftbus
+extension, e.g. `extra_body={"task_id": ...}` in the OpenAI SDK) groups live prompts for the
+baseline; by default it is a hash of the prompt's token ids.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rftbus.producers.serve.errors import BadRequest
+
+# field -> the value meaning "off"; anything else is refused.
+UNSUPPORTED = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": None, "tools": None,
+               "functions": None, "tool_choice": None, "function_call": None, "echo": False, "suffix": None,
+               "best_of": None, "top_logprobs": None, "audio": None, "prediction": None}
+MAX_METADATA = 16
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="allow")  # OpenAI keeps adding fields; unknown ones are not errors
+
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=0, description="vLLM extension; 0 = off")
+    n: int = Field(1, ge=1)
+    stream: bool = False
+    stream_options: dict[str, Any] | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = None  # accepted; best-effort in OpenAI, not honoured here
+    user: str | None = Field(None, max_length=256)
+    metadata: dict[str, str] | None = None
+    task_id: str | None = Field(None, min_length=1, max_length=200)
+
+    def refuse_unsupported(self) -> None:
+        extra = self.model_extra or {}  # none of UNSUPPORTED is a declared field: they arrive as extras
+        for name, off in UNSUPPORTED.items():
+            value = extra.get(name, off)
+            if value not in (off, None, [], {}) and not (name == "top_logprobs" and value == 0):
+                raise BadRequest(f"{name} is not supported by rftbus serve", param=name, code="unsupported")
+        if self.metadata and len(self.metadata) > MAX_METADATA:
+            raise BadRequest(f"metadata has {len(self.metadata)} keys; at most {MAX_METADATA}", param="metadata")
+
+    def stops(self) -> list[str]:
+        stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if len(stops) > 4 or any(not s for s in stops):
+            raise BadRequest("stop takes at most 4 non-empty strings", param="stop")
+        return stops
+
+
+class ContentPart(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    type: str
+    text: str | None = None
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[ContentPart] | None = None
+    name: str | None = None
+
+
+class ChatRequest(_Request):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+
+    def limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_Request):
+    prompt: str | list[int] | list[str] = Field(description="one prompt: text, token ids, or a one-item list")
+    logprobs: int | None = Field(None, ge=0, le=5)
+    return_tokens_as_token_ids: bool = Field(False, description="vLLM extension: tokens as 'token_id:N'")
+
+    def limit(self) -> int | None:
+        return self.max_tokens
+
+
+def message_text(i: int, m: ChatMessage) -> str:
+    if m.content is None or isinstance(m.content, str):
+        return m.content or ""
+    texts = []
+    for j, part in enumerate(m.content):
+        if part.type != "text" or part.text is None:
+            raise BadRequest(f"content part type {part.type!r} is not supported (text only)",
+                             param=f"messages.{i}.content.{j}.type")
+        texts.append(part.text)
+    return "".join(texts)
+
+
+def chat_prompt(tokenizer, req: ChatRequest) -> tuple[list[int], str]:
+    """(prompt ids, prompt text). With a chat template, the tokenizer's own; without one (the tiny
+    model), a lone user message is its text as-is (what explorers send) and a conversation is
+    `role: text` lines."""
+    msgs = [{"role": m.role, "content": message_text(i, m)} for i, m in enumerate(req.messages)]
+    if getattr(tokenizer, "chat_template", None):
+        text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        return list(ids), text
+    if len(msgs) == 1 and msgs[0]["role"] == "user":
+        text = msgs[0]["content"]
+    else:
+        text = "\n".join(f"{m['role']}: {m['content']}" for m in msgs) + "\nassistant: "
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"]), text
+
+
+def completion_prompt(tokenizer, req: CompletionRequest) -> tuple[list[int], str]:
+    p = req.prompt
+    if isinstance(p, list) and p and isinstance(p[0], str):
+        if len(p) != 1:
+            raise BadRequest("only one prompt per request (send several requests)", param="prompt")
+        p = p[0]
+    if isinstance(p, str):
+        return list(tokenizer(p, add_special_tokens=False)["input_ids"]), p
+    vocab = len(tokenizer)
+    bad = next((t for t in p if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise BadRequest(f"prompt: token id {bad} is outside the vocabulary (size {vocab})", param="prompt")
+    return list(p), tokenizer.decode(p, skip_special_tokens=False)
+
+
+def default_task_id(prompt_ids: list[int]) -> str:
+    """Live prompts that repeat share a task id, so the streams' per-task baseline sees them as one task."""
+    return "live:" + hashlib.sha256(b"".join(t.to_bytes(4, "little", signed=False) for t in prompt_ids)).hexdigest()[:24]
+
+
+def cut_at_stop(tokenizer, ids: list[int], stops: list[str]) -> tuple[int, str] | None:
+    """(tokens to keep, answer text) when a stop string occurs; the kept tokens end with the token that
+    completed the stop string (what the policy sampled), the answer text ends before it (as OpenAI's)."""
+    if not stops:
+        return None
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    hits = [(text.find(s), s) for s in stops if s in text]
+    if not hits:
+        return None
+    at, stop = min(hits)
+    for k in range(1, len(ids) + 1):
+        if stop in tokenizer.decode(ids[:k], skip_special_tokens=True):
+            return k, text[:at]
+    return None

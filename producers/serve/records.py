@@ -1,0 +1,56 @@
+"""Live completions as Experiences: what streams/ingest.py holds for feedback.
+
+The contract with the streams: source=live and reward=None mean "wait for a Feedback keyed by this
+experience_id" (streams/join.py). One request with n choices is one group (group_size n, one fresh
+group_id as the Kafka key), so a GRPO advantage applies once all n are graded; n=1 is a group of one
+and gets the per-task mean baseline. loss_mask is all true: every response token was sampled.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from rftbus.producers.engines.base import Completion
+from rftbus.schemas import Experience, Source, new_id
+
+
+
+@dataclass(slots=True)
+class LivePrompt:
+    ids: list[int]
+    text: str
+    task_id: str
+
+
+def live_experiences(prompt: LivePrompt, completions: list[Completion], version: int, producer_id: str,
+                     generation_ms: float, metadata: dict[str, str]) -> list[Experience]:
+    group_id, n = new_id(), len(completions)
+    out = []
+    for i, c in enumerate(completions):
+        meta = {**metadata, **c.metadata}
+        out.append(Experience(
+            group_id=group_id, task_id=prompt.task_id, sample_index=i, group_size=n, prompt_ids=prompt.ids,
+            response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
+            reward=None, model_version=version, source=Source.live, explorer_id=producer_id,
+            prompt_text=prompt.text, response_text=c.text, finish_reason=c.finish_reason,
+            generation_ms=generation_ms, metadata=meta))
+    return out
+
+
+class RecentPrompts:
+    """experience_id -> the prompt it answered, for the last `size` recorded experiences (corrections)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._d: OrderedDict[str, LivePrompt] = OrderedDict()
+
+    def add(self, experience_id: str, prompt: LivePrompt) -> None:
+        if not self.size:
+            return
+        self._d[experience_id] = prompt
+        while len(self._d) > self.size:
+            self._d.popitem(last=False)
+
+    def get(self, experience_id: str) -> LivePrompt | None:
+        return self._d.get(experience_id)

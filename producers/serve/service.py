@@ -1,0 +1,228 @@
+"""The proxy's core, apart from HTTP: generate, record as Experiences, publish feedback.
+
+Acknowledgement rules (what a 2xx means):
+- completion, serve.record_ack=kafka (default): the answer is sent only after Kafka acknowledged
+  every Experience of it; otherwise 503 and no answer. buffered: after the records are in the bounded
+  buffer (503 when it is full); a delivery that later fails is reported and counted.
+- feedback: 202 only after Kafka acknowledged the Feedback (and, for a correction, the expert record).
+A timed-out record may still reach Kafka later; it was never claimed, and a retried feedback with
+the same feedback_id is one feedback downstream (the join applies the first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rftbus.config import Config
+from rftbus.consumers.weight_sync import WeightFollower
+from rftbus.kafka.clients import make_producer
+from rftbus.models.loading import load_tokenizer
+from rftbus.producers.config import SamplingConfig
+from rftbus.producers.engines import RolloutEngine, make_engine
+from rftbus.producers.engines.base import Completion
+from rftbus.producers.serve.auth import TokenAuth
+from rftbus.producers.serve.errors import BadRequest, EngineFailed, Unavailable
+from rftbus.producers.serve.feedback import FeedbackRequest, correction_experience
+from rftbus.producers.serve.generator import Generated, Generator, GenRequest
+from rftbus.producers.serve.protocol import cut_at_stop, default_task_id
+from rftbus.producers.serve.recorder import BufferFull, DeliveryFailed, Recorder
+from rftbus.producers.serve.records import LivePrompt, RecentPrompts, live_experiences
+from rftbus.schemas import Experience, Feedback, make_codec
+from rftbus.status import StatusFile
+
+log = logging.getLogger("rftbus.serve")
+MIN_TEMPERATURE = 1e-3  # temperature 0 (greedy) is sampled at this; the value used is stamped in metadata
+
+
+@dataclass
+class Answer:
+    experiences: list[Experience]
+    texts: list[str]  # what the client sees (stop strings removed)
+    completions: list[Completion]
+    version: int
+
+
+def engine_config(cfg: Config) -> Config:
+    """The config make_engine reads, with serve.engine (if set) in place of explorer.engine."""
+    if cfg.serve.engine is None:
+        return cfg
+    return cfg.model_copy(update={"explorer": cfg.explorer.model_copy(update={"engine": cfg.serve.engine})})
+
+
+class LiveService:
+    def __init__(self, cfg: Config, engine: RolloutEngine | None = None, report: Callable[[str], None] = log.warning):
+        s = cfg.serve
+        self.cfg, self.report = cfg, report
+        self.id = s.id or f"{socket.gethostname()}-{os.getpid()}"
+        self.model_name = s.served_model or cfg.model.name
+        self.auth = TokenAuth(s.inference_tokens, s.feedback_tokens)
+        self.tokenizer = load_tokenizer(cfg.model)
+        self.engine = engine or make_engine(engine_config(cfg), self.tokenizer)
+        syncs = getattr(self.engine, "supports_weight_sync", True)
+        follower = WeightFollower(cfg, report=report) if syncs else None
+        self.generator = Generator(self.engine, self.tokenizer, follower, max_batch=s.max_batch,
+                                   batch_wait_s=s.batch_wait_ms / 1000, report=report)
+        codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
+        self.encode_exp, self.encode_fb = codec.serializer(Experience), codec.serializer(Feedback)
+        # librdkafka gives up when the request does (kafka mode), so a 503'd record is not delivered later;
+        # buffered records wait as long as it takes (0 = no timeout): the byte budget bounds them.
+        ack_ms = int(s.ack_timeout_s * 1000)
+        rec_ms = ack_ms if s.record_ack == "kafka" else 0
+        self.records = Recorder(make_producer(cfg, **{"message.timeout.ms": rec_ms}), s.buffer_max_bytes,
+                                "records", report)
+        self.feedback = Recorder(make_producer(cfg, **{"message.timeout.ms": ack_ms}), s.buffer_max_bytes,
+                                 "feedback", report)
+        self.recent = RecentPrompts(s.recent_experiences)
+        self.status = StatusFile(cfg.state_dir, "serve", self.id, s.status_interval_s)
+        self.counts: Counter[str] = Counter()
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def start(self) -> None:
+        self.records.start()
+        self.feedback.start()
+        self.generator.start(self.cfg.serve.weights_wait_s)
+        self.status.update(state="running", model=self.model_name, version=self.generator.version,
+                           address=f"{self.cfg.serve.host}:{self.cfg.serve.port}")
+        self.status.start()
+
+    def stop(self) -> None:
+        self.status.update(state="stopping")
+        self.generator.stop()
+        # kafka mode: whatever is left belongs to requests already answered 503 (librdkafka expires it anyway).
+        s = self.cfg.serve
+        lost = self.records.close(s.ack_timeout_s + (5 if s.record_ack == "buffered" else 0))
+        lost += self.feedback.close(s.ack_timeout_s)
+        self.snapshot(state="stopped", lost_on_shutdown=lost)
+        self.status.stop(state="stopped")
+
+    def snapshot(self, **extra) -> dict:
+        data = {**self.counts, **self.records.stats(), **self.feedback.stats(), "version": self.generator.version,
+                "batches": self.generator.batches, **extra}
+        self.status.update(**data)
+        return data
+
+    # -- completions --------------------------------------------------------------------------
+    def sampling(self, temperature: float | None, top_p: float | None, top_k: int | None) -> SamplingConfig:
+        base = self.cfg.explorer.sampling
+        upd = {}
+        if temperature is not None:
+            upd["temperature"] = max(temperature, MIN_TEMPERATURE)
+        if top_p is not None:
+            upd["top_p"] = top_p
+        if top_k is not None:
+            upd["top_k"] = top_k
+        return base.model_copy(update=upd)
+
+    def max_new(self, asked: int | None, prompt_len: int, param: str) -> int:
+        s = self.cfg.serve
+        n = asked or s.default_max_tokens or self.cfg.explorer.sampling.max_new_tokens
+        if n > s.max_tokens_limit:
+            raise BadRequest(f"{param} {n} is over serve.max_tokens_limit {s.max_tokens_limit}", param=param)
+        ctx = self.generator.max_context
+        if ctx is not None and prompt_len + n > ctx:
+            raise BadRequest(f"the prompt is {prompt_len} tokens and {param} is {n}: over the model's context of "
+                             f"{ctx} tokens", param=param if prompt_len < ctx else "prompt",
+                             code="context_length_exceeded")
+        return n
+
+    async def complete(self, prompt: LivePrompt, n: int, sampling: SamplingConfig, max_new: int,
+                       stops: list[str], metadata: dict[str, str]) -> Answer:
+        if not prompt.ids:
+            raise BadRequest("the prompt is empty", param="prompt")
+        if n > self.cfg.serve.max_n:
+            raise BadRequest(f"n {n} is over serve.max_n {self.cfg.serve.max_n}", param="n")
+        fut = self.generator.submit(GenRequest(prompt.ids, n, sampling, max_new))
+        try:
+            gen: Generated = await asyncio.wrap_future(fut)
+        except Exception as e:  # noqa: BLE001 - the engine's error (reported by the engine thread) is this answer
+            self.counts["engine_errors"] += 1
+            raise EngineFailed(f"the {self.engine.name} engine failed: {type(e).__name__}: {e}",
+                               code="engine_error") from None
+        comps, texts = [], []
+        for c in gen.completions:
+            hit = cut_at_stop(self.tokenizer, c.response_ids, stops)
+            if hit:
+                k, text = hit
+                c = Completion(c.response_ids[:k], c.logprobs[:k], "stop",
+                               self.tokenizer.decode(c.response_ids[:k], skip_special_tokens=True), dict(c.metadata))
+            else:
+                text = c.text
+            comps.append(c)
+            texts.append(text)
+        meta = {**metadata, "served_model": self.model_name}
+        if sampling.temperature != self.cfg.explorer.sampling.temperature:
+            meta["temperature"] = repr(sampling.temperature)
+        exps = live_experiences(prompt, comps, gen.version, self.id, gen.generation_ms, meta)
+        await self._record(exps)
+        for e in exps:
+            self.recent.add(e.experience_id, prompt)
+        self.counts["completions"] += 1
+        self.counts["experiences_recorded"] += len(exps)
+        self.snapshot()
+        return Answer(exps, texts, comps, gen.version)
+
+    async def _record(self, exps: list[Experience]) -> None:
+        topic = self.cfg.topics.raw.name
+        try:
+            futs = self.records.send_many([(topic, e.group_id, self.encode_exp(e, None)) for e in exps])
+        except BufferFull as e:
+            self.counts["records_refused"] += 1
+            raise Unavailable(f"cannot record the completion: {e}", code="record_buffer_full") from None
+        if self.cfg.serve.record_ack == "buffered":
+            for f in futs:
+                f.add_done_callback(self._report_late_failure)
+            return
+        await self._acknowledged(futs, "the recorded completion")
+
+    def _report_late_failure(self, fut) -> None:
+        if fut.exception() is not None:
+            self.report(f"a buffered completion record was lost: {fut.exception()}")
+
+    async def _acknowledged(self, futs: list, what: str) -> None:
+        t = self.cfg.serve.ack_timeout_s
+        try:
+            await asyncio.wait_for(asyncio.gather(*(asyncio.wrap_future(f) for f in futs)), t)
+        except (asyncio.TimeoutError, DeliveryFailed) as e:
+            self.counts["kafka_unavailable"] += 1
+            why = str(e) or f"no acknowledgement within serve.ack_timeout_s={t:g}s"
+            raise Unavailable(f"Kafka at {self.cfg.bootstrap_servers} did not acknowledge {what} ({why}); "
+                              f"it was not accepted", code="kafka_unavailable") from None
+
+    # -- feedback -----------------------------------------------------------------------------
+    async def publish_feedback(self, req: FeedbackRequest) -> tuple[Feedback, Experience | None]:
+        problem = req.check_rating(tuple(self.cfg.streams.rating_scale))
+        if problem:
+            raise BadRequest(problem, param="rating", code="out_of_range")
+        fb = req.to_record()
+        expert = None
+        if req.correction is not None:
+            expert = self._correction(fb, req)
+        out = [(self.cfg.topics.feedback.name, fb.experience_id, self.encode_fb(fb, None))]
+        if expert is not None:
+            out.insert(0, (self.cfg.topics.expert.name, expert.group_id, self.encode_exp(expert, None)))
+        try:
+            futs = self.feedback.send_many(out)
+        except BufferFull as e:
+            raise Unavailable(f"cannot publish the feedback: {e}", code="feedback_buffer_full") from None
+        await self._acknowledged(futs, "the feedback")
+        self.counts["feedback_published"] += 1
+        if expert is not None:
+            self.counts["corrections_published"] += 1
+        self.snapshot()
+        return fb, expert
+
+    def _correction(self, fb: Feedback, req: FeedbackRequest) -> Experience:
+        known = self.recent.get(fb.experience_id)
+        if known is not None:
+            return correction_experience(fb, known.ids, known.text, known.task_id, self.tokenizer, self.id)
+        if req.prompt:
+            ids = list(self.tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
+            return correction_experience(fb, ids, req.prompt, default_task_id(ids), self.tokenizer, self.id)
+        raise BadRequest(f"experience_id {fb.experience_id} was not recorded by this server recently: send `prompt` "
+                         f"with the correction so it can become an expert experience", param="prompt")

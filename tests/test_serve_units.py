@@ -1,0 +1,153 @@
+"""Pure logic of the proxy (no broker, no server): tokens, feedback validation, prompts, stop strings,
+stream framing, the config section and its environment overrides."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import SecretStr, ValidationError
+
+from rftbus.config import load_config
+from rftbus.models.tokenizer import build_char_tokenizer
+from rftbus.producers.engines.base import Completion
+from rftbus.producers.serve.auth import Scope, TokenAuth
+from rftbus.producers.serve.errors import BadRequest, Forbidden, Unauthorized
+from rftbus.producers.serve.feedback import FeedbackRequest
+from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, chat_prompt, completion_prompt,
+                                             cut_at_stop, default_task_id)
+from rftbus.producers.serve.records import LivePrompt, RecentPrompts, live_experiences
+from rftbus.producers.serve.responses import pieces
+from rftbus.schemas import FeedbackKind, Source
+from rftbus.streams.feedback import grades
+
+TOK = build_char_tokenizer()
+
+
+def ids(text: str) -> list[int]:
+    return TOK(text, add_special_tokens=False)["input_ids"]
+
+
+def test_tokens_scopes():
+    auth = TokenAuth([SecretStr("inference-1"), SecretStr("both-scope")], [SecretStr("feedback-1"), SecretStr("both-scope")])
+    auth.check("Bearer inference-1", Scope.inference)
+    auth.check("bearer  both-scope", Scope.feedback)
+    with pytest.raises(Unauthorized, match="missing"):
+        auth.check(None, Scope.inference)
+    with pytest.raises(Unauthorized, match="Bearer <token>"):
+        auth.check("Basic abc", Scope.inference)
+    with pytest.raises(Unauthorized, match="invalid bearer token") as e:
+        auth.check("Bearer inference-2", Scope.inference)
+    assert "inference-2" not in e.value.message
+    with pytest.raises(Forbidden):
+        auth.check("Bearer inference-1", Scope.feedback)
+    TokenAuth([], []).check(None, Scope.feedback)  # an open scope
+
+
+def test_token_lists_from_the_environment_and_never_printed():
+    cfg = load_config(environ={"RFTBUS_SERVE__INFERENCE_TOKENS": "tok-aaaa1, tok-bbbb2",
+                               "RFTBUS_SERVE__FEEDBACK_TOKENS": "tok-cccc3"})
+    assert [t.get_secret_value() for t in cfg.serve.inference_tokens] == ["tok-aaaa1", "tok-bbbb2"]
+    assert "tok-aaaa1" not in repr(cfg) and "tok-cccc3" not in cfg.model_dump_json()
+
+
+@pytest.mark.parametrize("body,kind", [
+    ({"experience_id": "e1", "reward": -0.5}, FeedbackKind.reward),
+    ({"experience_id": "e1", "rating": 5}, FeedbackKind.rating),
+    ({"experience_id": "e1", "thumbs": True}, FeedbackKind.thumbs),
+    ({"preferred_id": "a", "rejected_id": "b"}, FeedbackKind.preference),
+    ({"experience_id": "e1", "correction": "42"}, FeedbackKind.correction),
+])
+def test_feedback_requests_become_what_the_streams_grade(body, kind):
+    fb = FeedbackRequest.model_validate(body).to_record()
+    assert fb.kind is kind and fb.experience_id == body.get("experience_id", body.get("preferred_id"))
+    gs = grades(fb, (1.0, 5.0))  # the streams accept every record the API produces
+    assert len(gs) == (2 if kind is FeedbackKind.preference else 1)
+
+
+@pytest.mark.parametrize("body,needle", [
+    ({"experience_id": "e1"}, "got none"),
+    ({"experience_id": "e1", "reward": float("nan")}, "finite"),
+    ({"experience_id": "e1", "reward": 1, "correction": "x"}, "got reward, correction"),
+    ({"preferred_id": "a"}, "both preferred_id and rejected_id"),
+    ({"preferred_id": "a", "rejected_id": "b", "experience_id": "c"}, "must be preferred_id or rejected_id"),
+    ({"experience_id": "e1", "reward": 1, "prompt": "p"}, "only used with a correction"),
+    ({"experience_id": "e" * 200, "reward": 1}, "experience_id"),
+])
+def test_bad_feedback_requests(body, needle):
+    with pytest.raises(ValidationError, match=needle):
+        FeedbackRequest.model_validate(body)
+
+
+def test_rating_scale_check():
+    assert FeedbackRequest(experience_id="e", rating=6).check_rating((1, 5)) is not None
+    assert FeedbackRequest(experience_id="e", rating=5).check_rating((1, 5)) is None
+
+
+def test_prompts():
+    req = ChatRequest.model_validate({"messages": [{"role": "user", "content": [{"type": "text", "text": "1+"},
+                                                                                {"type": "text", "text": "2="}]}]})
+    assert chat_prompt(TOK, req) == (ids("1+2="), "1+2=")
+    conv = ChatRequest.model_validate({"messages": [{"role": "system", "content": "add"},
+                                                    {"role": "user", "content": "1+2="}]})
+    assert chat_prompt(TOK, conv)[1] == "system: add\nuser: 1+2=\nassistant: "
+    with pytest.raises(BadRequest) as e:
+        chat_prompt(TOK, ChatRequest.model_validate({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}))
+    assert e.value.param == "messages.0.content.0.type"
+    assert completion_prompt(TOK, CompletionRequest(prompt=[5, 6]))[0] == [5, 6]
+    assert completion_prompt(TOK, CompletionRequest(prompt=["3+3="]))[0] == ids("3+3=")
+    with pytest.raises(BadRequest, match="only one prompt"):
+        completion_prompt(TOK, CompletionRequest(prompt=["a", "b"]))
+    assert default_task_id(ids("1+1=")) == default_task_id(ids("1+1=")) != default_task_id(ids("1+2="))
+
+
+def test_unsupported_fields_are_refused_by_name():
+    CompletionRequest.model_validate({"prompt": "x", "presence_penalty": 0, "top_logprobs": 0}).refuse_unsupported()
+    with pytest.raises(BadRequest, match="frequency_penalty") as e:
+        CompletionRequest.model_validate({"prompt": "x", "frequency_penalty": 0.5}).refuse_unsupported()
+    assert e.value.param == "frequency_penalty"
+
+
+def test_stop_strings_cut_tokens_after_the_stop_and_text_before_it():
+    resp = ids("12=3 and more")
+    k, text = cut_at_stop(TOK, resp, [" and", "="])
+    assert text == "12" and resp[:k] == ids("12=")
+    assert cut_at_stop(TOK, resp, ["zz"]) is None and cut_at_stop(TOK, resp, []) is None
+
+
+def test_stream_pieces_rebuild_the_text():
+    resp = ids("abc d") + [TOK.eos_token_id]
+    assert "".join(pieces(TOK, resp, "abc d")) == "abc d"
+    assert list(pieces(TOK, resp, "ab")) == ["a", "b"]
+
+
+def test_live_experiences_and_recent_prompts():
+    prompt = LivePrompt(ids("1+1="), "1+1=", "t1")
+    comps = [Completion(ids("2"), [-0.1], "length", "2", {"logprob_kind": "sampling"}),
+             Completion(ids("3x"), [-0.2, -0.3], "stop", "3x", {})]
+    exps = live_experiences(prompt, comps, 4, "serve-x", 12.5, {"endpoint": "completions"})
+    assert len({e.group_id for e in exps}) == 1 and [e.sample_index for e in exps] == [0, 1]
+    assert all(e.source is Source.live and e.reward is None and e.model_version == 4 and e.group_size == 2 for e in exps)
+    assert exps[1].loss_mask == [True, True] and exps[0].metadata == {"endpoint": "completions", "logprob_kind": "sampling"}
+    recent = RecentPrompts(2)
+    for i in range(3):
+        recent.add(f"e{i}", prompt)
+    assert recent.get("e0") is None and recent.get("e2") is prompt
+
+
+def test_record_budget_is_all_or_none(tmp_path):
+    """A real librdkafka producer pointed at nothing: records wait, the byte budget fills, a batch that
+    does not fit is refused whole."""
+    from rftbus.kafka.clients import make_producer
+    from rftbus.producers.serve.recorder import BufferFull, Recorder
+
+    cfg = load_config(overrides={"state_dir": str(tmp_path), "kafka": {"bootstrap_servers": "127.0.0.1:9"}}, environ={})
+    rec = Recorder(make_producer(cfg, **{"message.timeout.ms": 500}), max_bytes=100, name="t").start()
+    futs = rec.send_many([("t", b"k", b"x" * 39), ("t", b"k", b"x" * 39)])
+    assert rec.inflight_bytes == 80 and rec.inflight == 2
+    with pytest.raises(BufferFull, match="80 of 100 bytes"):
+        rec.send_many([("t", None, b"x" * 10), ("t", None, b"x" * 11)])
+    assert rec.inflight_bytes == 80  # nothing of the refused batch was taken
+    for f in futs:  # librdkafka gives up at message.timeout.ms: the callers see it
+        with pytest.raises(Exception, match="t:"):
+            f.result(timeout=30)
+    assert rec.inflight_bytes == 0 and rec.stats()["t_failed"] == 2
+    assert rec.close(1.0) == 0
