@@ -24,6 +24,8 @@ from rftbus.trainer.checkpoint import Checkpoints, positions_to_json
 from rftbus.trainer.dist import all_gather, prepare_env
 from rftbus.trainer.staleness import split_stale
 
+REJECTIONS_CHECKPOINT_S = 2.0  # how soon, while waiting, rejections alone get a checkpoint (and a commit)
+
 
 @dataclass
 class RunOptions:
@@ -202,6 +204,9 @@ class Trainer:
                        self.tc.eval_max_new_tokens)
         self.c.metrics.emit(self.step, self.version, res, kind="eval")
 
+    def _rejected_since_checkpoint(self) -> bool:
+        return self.dirty or sum(self.c.rejector.count.values()) != self.rejected_at_ckpt
+
     def _checkpoint(self, bc: BatchConsumer, version: int) -> None:
         self.c.rejector.flush()
         positions = bc.positions()
@@ -212,6 +217,7 @@ class Trainer:
         if self.rank == 0:
             self.c.metrics.emit_trained(segment)  # lineage for analytics, never of a step a restart rolls back
         self.pending_lineage, self.last_ckpt, self.dirty = [], self.step, False
+        self.last_ckpt_at, self.rejected_at_ckpt = time.monotonic(), sum(self.c.rejector.count.values())
         self.ckpts.prune(self.tc.keep_checkpoints)
 
     # -- the loop --------------------------------------------------------------------------------
@@ -229,6 +235,7 @@ class Trainer:
             raise
         self.pending_lineage: list[dict] = []
         self.last_ckpt, self.dirty = self.step, False
+        self.last_ckpt_at, self.rejected_at_ckpt = time.monotonic(), 0
         idle_since = time.monotonic()
         try:
             while True:
@@ -241,7 +248,12 @@ class Trainer:
                 if (not self.stop_reason and self.tc.idle_exit_s is not None
                         and time.monotonic() - idle_since > self.tc.idle_exit_s):
                     self.stop_reason = "idle"
-                flags = all_gather((records is not None, self.stop_reason, at_end), self.world)
+                # Rejections (stale, malformed) move positions without a step; checkpoint them while
+                # waiting, or their offsets stay uncommitted, count as pending for admission, and the
+                # explorers wait for a step that can never come (found by `rftbus chaos`).
+                due = (self._rejected_since_checkpoint()
+                       and time.monotonic() - self.last_ckpt_at >= REJECTIONS_CHECKPOINT_S)
+                flags = all_gather((records is not None, self.stop_reason, at_end, due), self.world)
                 stops = [f[1] for f in flags if f[1]]
                 if stops:
                     self.summary.stopped_by = stops[0]
@@ -258,8 +270,10 @@ class Trainer:
                         continue
                     self.summary.stopped_by = "end"
                     break
+                if any(f[3] for f in flags):
+                    self._checkpoint(bc, self.version)
                 self.c.status.update(state="waiting", pending_units=sum(len(u) for u in bc.units.values()))
-            if self.step > self.last_ckpt or self.dirty:
+            if self.step > self.last_ckpt or self._rejected_since_checkpoint():
                 self._checkpoint(bc, self.version)
         finally:
             self.c.status.stop(state="stopped")

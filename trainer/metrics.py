@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from rftbus.schemas import TrainerMetric
+from rftbus.schemas import TrainerMetric, now_ms
 
 
 class MetricsSink:
@@ -28,6 +28,22 @@ class MetricsSink:
                 self.tb.add_scalar(f"{kind}/{k}", v, step)
             self.tb.flush()
         return rec
+
+    def emit_trained(self, segment: list[dict]) -> list[TrainerMetric]:
+        """Publish a durable checkpoint's lineage: one kind="trained" record per (step, rank) line,
+        values = {experience_id: staleness}, created_at = the step's time. Called after the checkpoint
+        is durable, so the analytics sink's `trained` table holds exactly the model's lineage."""
+        out = []
+        for line in segment:
+            stale = line.get("staleness") or [0] * len(line["experience_ids"])
+            rec = TrainerMetric(model=self.model, kind="trained", step=line["step"], version=line["version"],
+                                values={e: float(s) for e, s in zip(line["experience_ids"], stale)},
+                                created_at=line.get("time_ms") or now_ms())
+            if self.producer is not None:
+                self.producer.produce(self.topic, key=self.model.encode(), value=self.serialize(rec, None))
+                self.producer.poll(0)
+            out.append(rec)
+        return out
 
     def close(self) -> None:
         if self.tb is not None:

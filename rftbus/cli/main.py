@@ -17,6 +17,7 @@ from rftbus.cli import (
     bench_cmd, broker_cmds, explore_cmd, run_cmd, streams_cmd, tail_cmd, tasks_cmd, topics_cmd, train_cmd,
 )
 from rftbus.cli import serve_cmd
+from rftbus.cli import analytics_cmd
 from rftbus.cli.context import CliState
 from rftbus.errors import RftbusError
 
@@ -56,6 +57,7 @@ broker_cmds.register(app)
 app.add_typer(topics_cmd.app, name="topics")
 tail_cmd.register(app)
 app.add_typer(bench_cmd.app, name="bench")
+app.add_typer(analytics_cmd.app, name="analytics")
 
 
 def main() -> None:
