@@ -8,11 +8,12 @@ librdkafka unchanged, so SASL_SSL, SCRAM and mTLS work without rftbus knowing ab
 from __future__ import annotations
 
 import os
+from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
 from rftbus.consumers.analytics.config import AnalyticsConfig
 from rftbus.errors import RftbusError
@@ -255,3 +256,35 @@ def load_config(
         return Config.model_validate(data)
     except ValidationError as e:
         raise ConfigError(_format_errors(e, " + ".join(origins))) from None
+
+
+def plain_data(cfg: BaseModel) -> dict[str, Any]:
+    """The config as plain YAML/JSON data with secrets in clear: what a child process must be given.
+
+    model_dump(mode="json") masks every SecretStr as "**********", which a child would then use as
+    the password or token. Callers write the result only to private files (see write_config).
+    """
+    def plain(v: Any) -> Any:
+        if isinstance(v, SecretStr):
+            return v.get_secret_value()
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, Path):
+            return str(v)
+        if isinstance(v, Enum):
+            return v.value
+        return v
+
+    return plain(cfg.model_dump(mode="python"))
+
+
+def write_config(cfg: BaseModel, path: Path) -> Path:
+    """Write the resolved config for child processes, readable by this user only (it holds secrets)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        yaml.safe_dump(plain_data(cfg), f, sort_keys=False)
+    os.chmod(path, 0o600)  # an existing file keeps its old mode through O_CREAT
+    return path

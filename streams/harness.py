@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from rftbus.config import Config
+from rftbus.config import Config, write_config
 from rftbus.kafka.read import read_to_end
 
 # Environment for a child worker: the whole Config, so it sees exactly what the caller built.
@@ -23,8 +23,7 @@ class WorkerProcess:
         self.worker_id = worker_id
         self.log_path = log_path
         self.status_path = Path(cfg.state_dir) / "status" / f"streams-{worker_id}.json"
-        cfg_path = Path(cfg.state_dir) / f"streams-{worker_id}.yaml"
-        cfg_path.write_text(json.dumps(cfg.model_dump(mode="json")))  # JSON is YAML
+        cfg_path = write_config(cfg, Path(cfg.state_dir) / f"streams-{worker_id}.yaml")
         self._log = open(log_path, "ab")
         exe = Path(sys.executable).parent / "rftbus"
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")}, **(extra_env or {})}

@@ -71,3 +71,20 @@ def test_cli_prints_config_errors_without_traceback(tmp_path):
     assert out.returncode == 1
     assert "broker.prot: unknown key" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_child_config_file_keeps_secrets_and_is_private(tmp_path):
+    """model_dump(mode="json") masks SecretStr; a child given that file would log in with '**********'."""
+    import os
+    import stat
+
+    from rftbus.config import write_config
+
+    cfg = load_config(overrides={"analytics": {"password": "s3cret"}, "serve": {"feedback_tokens": ["tok-a"]}},
+                      environ={})
+    path = write_config(cfg, tmp_path / "child.yaml")
+    again = load_config(path, environ={})
+    assert again.analytics.password.get_secret_value() == "s3cret"
+    assert [t.get_secret_value() for t in again.serve.feedback_tokens] == ["tok-a"]
+    assert again.state_dir == cfg.state_dir
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

@@ -26,11 +26,10 @@ import uuid
 from pathlib import Path
 
 import typer
-import yaml
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rftbus.cli.context import state
-from rftbus.config import Config
+from rftbus.config import Config, plain_data, write_config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.read import read_to_end
@@ -44,7 +43,7 @@ TOPIC_KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected
 def _run_config(base: Config, eta: int, u: str, steps: int, minutes: float, scale: dict) -> Config:
     """A private copy of the workload: own topics, groups, model key and state folder; same broker."""
     tag = f"bench-async-{u}-eta{eta}"
-    data = base.model_dump(mode="json")
+    data = plain_data(base)
     data["state_dir"] = str(base.state_dir / "bench-async" / u / f"eta{eta}")
     data["kafka"]["bootstrap_servers"] = base.bootstrap_servers
     for key in TOPIC_KEYS:
@@ -79,8 +78,7 @@ def _child_env() -> dict[str, str]:
 
 def _one_run(cfg: Config, steps: int, progress: Progress, label: str) -> dict:
     cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    cfg_path = cfg.state_dir / "bench.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False))
+    cfg_path = write_config(cfg, cfg.state_dir / "bench.yaml")
     log = (cfg.state_dir / "run.log").open("w")
     task = progress.add_task(label, total=steps)
     t0 = time.monotonic()

@@ -18,10 +18,10 @@ import time
 import uuid
 
 import typer
-import yaml
 from rich.progress import Progress
 
 from rftbus.cli.context import state
+from rftbus.config import write_config
 from rftbus.errors import RftbusError
 
 
@@ -68,8 +68,7 @@ def sync(
     create_topics(cfg, admin)
     work = cfg.state_dir / "bench-sync" / u
     work.mkdir(parents=True, exist_ok=True)
-    cfg_path = work / "config.yaml"
-    cfg_path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    cfg_path = write_config(cfg, work / "config.yaml")
     tok = load_tokenizer(cfg.model)
     model = load_policy(cfg.model, tok)
     store = WeightStore(str(work / "weights"))

@@ -23,3 +23,5 @@ class RunConfig(BaseModel):
     eval_every_versions: int = Field(1, ge=1, description="evaluate every k-th published version")
     max_restarts: int = Field(3, ge=0, description="restarts per crashed child before giving up on it")
     analytics: bool = Field(True, description="run the analytics sink too, when it is installed")
+    serve: bool = Field(False, description="also run `rftbus serve` (the live-traffic proxy, on serve.host:"
+                        "serve.port) as a supervised child")

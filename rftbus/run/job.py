@@ -16,12 +16,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
+from confluent_kafka import KafkaException
 from rich.console import Console
 from rich.live import Live
 
 from rftbus.broker import embedded
-from rftbus.config import Config
+from rftbus.config import Config, write_config
 from rftbus.kafka.clients import BrokerUnreachable, check_reachable
 from rftbus.kafka.inspect import groups_info
 from rftbus.kafka.topics import create_topics
@@ -30,7 +30,7 @@ from rftbus.run.plots import plot_eval
 from rftbus.run.supervisor import ChildSpec, Supervisor
 from rftbus.status import read_statuses
 
-STOP_ORDER = ["explorer", "streams", "trainer", "analytics"]  # producers first, so the rest can drain
+STOP_ORDER = ["serve", "explorer", "streams", "trainer", "analytics"]  # producers first, so the rest can drain
 
 
 class MainJob:
@@ -83,10 +83,7 @@ class MainJob:
             threading.Thread(target=more, name="task-passes", daemon=True).start()
 
     def write_child_config(self) -> Path:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        path = self.run_dir / "config.yaml"
-        path.write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
-        return path
+        return write_config(self.cfg, self.run_dir / "config.yaml")
 
     def child_specs(self, config_path: Path) -> list[ChildSpec]:
         c = self.cfg
@@ -104,13 +101,20 @@ class MainJob:
         if c.run.analytics and importlib.util.find_spec("rftbus.consumers.analytics.sink") is not None:
             specs.append(ChildSpec("analytics", base + ["analytics", "sink"], env, c.run.max_restarts,
                                    logs / "analytics.log"))
+        if c.run.serve and importlib.util.find_spec("rftbus.producers.serve.service") is not None:
+            specs.append(ChildSpec("serve", base + ["serve"], env, c.run.max_restarts, logs / "serve.log"))
         return specs
 
     # ---- the loop ----------------------------------------------------------------------------
-    def _lags(self, admin) -> dict[str, int]:
+    def _lags(self, admin, last: dict[str, int]) -> dict[str, int]:
+        """Consumer lags for the live view; while the broker is unreachable (a restart), the last ones."""
         wanted = {self.cfg.streams.app_id: "streams", self.cfg.trainer.group_id: "trainer",
                   self.cfg.explorer.group_id: "explorers"}
-        return {wanted[g.group_id]: g.lag for g in groups_info(admin, timeout=5) if g.group_id in wanted}
+        try:
+            return {wanted[g.group_id]: g.lag for g in groups_info(admin, timeout=5) if g.group_id in wanted}
+        except (KafkaException, TimeoutError) as e:
+            self.events.append(f"consumer lags unreadable ({type(e).__name__}: {e}); retrying")
+            return last
 
     def _done(self, statuses: list[dict], evals: list[dict]) -> str | None:
         r = self.cfg.run
@@ -149,7 +153,7 @@ class MainJob:
                     self.events += [f"{e.child}: {e.kind} {e.detail}" for e in sup.poll()]
                     statuses = read_statuses(self.cfg.state_dir)
                     if time.monotonic() - last_lag > 2:
-                        lags, last_lag = self._lags(admin), time.monotonic()
+                        lags, last_lag = self._lags(admin, lags), time.monotonic()
                     children = {n: ("gave up" if c.gave_up else "restarting" if c.restart_at else "running")
                                 for n, c in sup.children.items()}
                     live.update(render(started=self.started, statuses=statuses, lags=lags,
@@ -197,6 +201,7 @@ class MainJob:
             "experiences_trained": rec.trained,
             "expert_experiences_trained": rec.expert_trained,
             "experiences_rejected": rec.rejected_by_reason,
+            "tasks_rejected": rec.tasks_rejected_by_reason,
             "experiences_in_flight": rec.in_flight,
             "counts_reconcile": rec.ok,
             "trained_twice": rec.trained_twice,
