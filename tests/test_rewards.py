@@ -71,3 +71,20 @@ def test_reward_model_judge(tmp_path):
     for s in (a, b):
         assert 0.0 < s.reward < 1.0 and s.reward == pytest.approx(torch.sigmoid(torch.tensor(s.components["judge_model.logit"])).item())
     assert a.reward != b.reward  # the model really reads the response
+
+
+@pytest.mark.parametrize("response, answer, left, right", [
+    ("11", "82", 0.0, 0.0),       # the GRPO plateau answer: nothing either way here ...
+    ("11", "146", 1 / 6, 0.0),    # ... but left-aligned credit pays its leading 1 for any sum >= 100
+    ("2", "82", 0.0, 0.25),       # the ones digit right: only place value pays for it
+    ("82", "82", 1.0, 1.0),
+    (" 182", "82", 0.0, 1 / 3),
+])
+def test_place_value_credit_pays_ones_with_ones(response, answer, left, right):
+    from rftbus.tasksets.addition import digit_credit, place_value_credit
+
+    assert digit_credit(response, answer)["reward"] == pytest.approx(left)
+    assert place_value_credit(response, answer)["reward"] == pytest.approx(right)
+    task = Task(taskset="addition", prompt="37+45=", answer=answer)
+    scored = make_rewards([RewardSpec(name="rftbus.tasksets.addition:PlaceValueReward")]).score(task, response)
+    assert scored.reward == pytest.approx(right)

@@ -17,6 +17,31 @@ def digit_credit(response: str, answer: str) -> dict[str, float]:
     return {"reward": 0.5 * digits + 0.5 * exact, "digits": digits, "exact": exact}
 
 
+def place_value_credit(response: str, answer: str) -> dict[str, float]:
+    """Like digit_credit but aligned from the right (ones with ones): a training-only shaping reward.
+
+    Left-aligned credit pays for a leading "1" whatever the prompt says (half of all 2-digit sums start
+    with 1), a plateau GRPO from scratch settles on; place value pays for the ones digit first, which is
+    a function of the prompt's last digits. Eval keeps the taskset's own score.
+    """
+    pred = response.strip()
+    width = max(len(pred), len(answer), 1)
+    hits = sum(1 for p, a in zip(reversed(pred), reversed(answer)) if p == a)
+    exact = 1.0 if pred == answer else 0.0
+    return {"reward": 0.5 * hits / width + 0.5 * exact, "digits": hits / width, "exact": exact}
+
+
+class PlaceValueReward:
+    """`explorer.rewards: [{name: "rftbus.tasksets.addition:PlaceValueReward"}]`."""
+
+    name = "place_value"
+
+    def __call__(self, task, response: str) -> dict[str, float]:
+        if task.answer is None:
+            raise ValueError(f"task {task.task_id} has no answer to score against")
+        return place_value_credit(response, task.answer)
+
+
 class Addition(BuiltinTaskset):
     name = "addition"
 
