@@ -16,6 +16,8 @@ class SamplingConfig(_Strict):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0, description="0 = off")
     max_new_tokens: int = Field(8, ge=1)
+    min_new_tokens: int = Field(0, ge=0, description="no end-of-sequence before this many tokens (fixed-length "
+                                "rollouts, e.g. `bench async`); the sampled distribution then masks EOS early on")
     # "sampling": logprob of each token under the distribution it was drawn from (temperature,
     # top-k/top-p applied); "raw": under the model's plain softmax (temperature 1, no truncation).
     logprobs: Literal["sampling", "raw"] = "sampling"

@@ -45,6 +45,8 @@ class StreamsConfig(BaseModel):
     reward_min: float = -10.0
     reward_max: float = 10.0
     zero_variance_eps: float = Field(1e-6, ge=0, description="group reward std <= this: zero_variance")
+    drop_zero_variance: bool = Field(True, description="reject zero-variance groups (their GRPO advantages "
+                                     "are all 0); false passes them on (e.g. `bench async`: a fixed B per step)")
     # prioritize
     priority_threshold: float = Field(0.9, ge=0, description="group priority >= this: curated_priority lane")
     difficulty_weight: float = Field(0.5, ge=0, description="bonus weight of 4p(1-p) for task pass rate p")

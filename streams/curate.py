@@ -54,7 +54,7 @@ def curate(samples: list[Sample], *, latest: int, max_staleness: int, cfg: Strea
     prior = pass_rates.get(task_id)
     if live[0].exp.group_size == 1 and complete:
         advantages = MeanBaseline().advantages(rewards, prior)
-    elif len(live) < 2 or group_std(rewards) <= cfg.zero_variance_eps:
+    elif len(live) < 2 or (cfg.drop_zero_variance and group_std(rewards) <= cfg.zero_variance_eps):
         why = "one sample left" if len(live) < 2 else f"all rewards {rewards[0]:g}"
         out.rejects.extend(Reject(s, "zero_variance", f"group {s.exp.group_id}: {why}") for s in live)
         pass_rates.update(task_id, sum(rewards) / len(rewards))

@@ -49,6 +49,15 @@ def test_transformers_logprobs_match_a_forward_pass(cfg, tok, kind, temperature)
         assert c.metadata["logprob_temperature"] == repr(t)
 
 
+def test_min_new_tokens_gives_fixed_length_rollouts(cfg, tok):
+    engine = TransformersEngine(cfg, tok)
+    prompt = tok("12+34=", add_special_tokens=False)["input_ids"]
+    free = engine.generate([prompt] * 64, SamplingConfig(max_new_tokens=24))
+    fixed = engine.generate([prompt] * 64, SamplingConfig(max_new_tokens=24, min_new_tokens=24))
+    assert any(len(c.response_ids) < 24 for c in free), "the untrained model should stop early sometimes"
+    assert all(len(c.response_ids) == len(c.logprobs) == 24 for c in fixed)
+
+
 def test_multi_turn_mask_covers_only_model_tokens(cfg, tok):
     engine = TransformersEngine(cfg, tok)
     ctx = RolloutContext(engine, tok, SamplingConfig(max_new_tokens=5), make_rewards([RewardSpec(name="taskset")]),

@@ -54,6 +54,8 @@ class OpenAIEngine(RolloutEngine):
                     "top_p": sampling.top_p, "logprobs": 1, "return_tokens_as_token_ids": True}
             if sampling.top_k:
                 body["top_k"] = sampling.top_k
+            if sampling.min_new_tokens:
+                body["min_tokens"] = sampling.min_new_tokens  # a vLLM-server extension of the OpenAI API
             if sampling.seed is not None:
                 body["seed"] = sampling.seed
             try:

@@ -52,6 +52,7 @@ class TransformersEngine(RolloutEngine):
             input_ids=input_ids, attention_mask=attention,
             do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
             max_new_tokens=max_new_tokens or sampling.max_new_tokens, return_dict_in_generate=True,
+            min_new_tokens=min(sampling.min_new_tokens, max_new_tokens or sampling.max_new_tokens) or None,
             output_scores=not raw, output_logits=raw, pad_token_id=self.tok.pad_token_id,
             eos_token_id=self.eos_id,
         )

@@ -49,7 +49,7 @@ class VllmEngine(RolloutEngine):
         from vllm.inputs import TokensPrompt
         params = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p,
                                 top_k=sampling.top_k or -1, max_tokens=max_new_tokens or sampling.max_new_tokens,
-                                logprobs=0, seed=sampling.seed)
+                                min_tokens=sampling.min_new_tokens, logprobs=0, seed=sampling.seed)
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
         results = []
         for out in outs:

@@ -55,8 +55,13 @@ def _run_config(base: Config, eta: int, u: str, steps: int, minutes: float, scal
     data["model"]["name"] = tag
     data["rl"]["max_staleness"] = eta
     data["trainer"]["loss"] = "grpo"  # RL only: every step needs B explored groups, so G is on the path
+    # Every group reaches the trainer, so each step takes exactly B groups in both modes: the same
+    # workload (with filtering the share of dropped groups drifts with what each run's policy learns).
+    data["streams"]["drop_zero_variance"] = False
     if scale.get("max_new_tokens"):
         data["explorer"]["sampling"]["max_new_tokens"] = scale["max_new_tokens"]
+    # Fixed-length responses: otherwise G drifts with how soon each run's policy learns to stop.
+    data["explorer"]["sampling"]["min_new_tokens"] = data["explorer"]["sampling"]["max_new_tokens"]
     if scale.get("hidden_size"):
         data["model"]["tiny"].update(hidden_size=scale["hidden_size"], intermediate_size=2 * scale["hidden_size"])
     if scale.get("layers"):
@@ -64,8 +69,8 @@ def _run_config(base: Config, eta: int, u: str, steps: int, minutes: float, scal
     B = base.rl.batch_groups
     data["run"].update({
         "explorers": 1, "streams_workers": 1, "expert": False, "expert_epochs": 1, "task_passes": 1,
-        # zero-variance groups are filtered out, so publish well over S·B tasks; admission paces the explorer
-        "tasks": 4 * (steps + 2 * (eta + 1)) * B, "max_steps": steps, "max_minutes": minutes,
+        # S·B tasks are trained; the rest is slack for what is in flight; admission paces the explorer
+        "tasks": 2 * (steps + 2 * (eta + 1)) * B, "max_steps": steps, "max_minutes": minutes,
         "eval_n": 8, "eval_every_versions": 10 ** 6, "analytics": False, "target_eval_reward": None,
     })
     return Config.model_validate(data)
