@@ -88,3 +88,18 @@ def test_child_config_file_keeps_secrets_and_is_private(tmp_path):
     assert [t.get_secret_value() for t in again.serve.feedback_tokens] == ["tok-a"]
     assert again.state_dir == cfg.state_dir
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+
+
+def test_config_command_prints_every_knob_documented_and_loadable(tmp_path):
+    import yaml
+
+    out = rftbus_cli(None, "--state-dir", str(tmp_path), "config", env={"RFTBUS_RL__MAX_STALENESS": "2"})
+    assert out.returncode == 0, out.stderr
+    assert "max_staleness: 2  # η:" in out.stdout  # the env override is resolved, the knob explained
+    data = yaml.safe_load(out.stdout)
+    again = load_config(overrides=data, environ={})  # what it prints is a config rftbus accepts as-is
+    assert again.rl.max_staleness == 2
+    assert again.model_dump(mode="json") == load_config(overrides={"state_dir": str(tmp_path), "rl": {
+        "max_staleness": 2}}, environ={}).model_dump(mode="json")
+    bad = rftbus_cli(None, "config", "rl.nope")
+    assert bad.returncode == 1 and "no config section 'rl.nope'" in bad.stderr

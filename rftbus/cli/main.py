@@ -16,7 +16,7 @@ from rich.markup import escape
 from rftbus.cli import (
     bench_cmd, broker_cmds, explore_cmd, run_cmd, streams_cmd, tail_cmd, tasks_cmd, topics_cmd, train_cmd,
 )
-from rftbus.cli import serve_cmd
+from rftbus.cli import config_cmd, serve_cmd
 from rftbus.cli import analytics_cmd
 from rftbus.cli.context import CliState
 from rftbus.errors import RftbusError
@@ -54,6 +54,7 @@ streams_cmd.register(app)
 train_cmd.register(app)
 serve_cmd.register(app)
 broker_cmds.register(app)
+config_cmd.register(app)
 app.add_typer(topics_cmd.app, name="topics")
 tail_cmd.register(app)
 app.add_typer(bench_cmd.app, name="bench")
