@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+from rftbus.child import RftbusChild
 from rftbus.config import Config, write_config
 from rftbus.kafka.read import read_to_end
 
@@ -17,18 +14,13 @@ from rftbus.kafka.read import read_to_end
 CONFIG_ENV = "RFTBUS_CONFIG"
 
 
-class WorkerProcess:
+class WorkerProcess(RftbusChild):
     def __init__(self, cfg: Config, worker_id: str, log_path: Path, extra_env: dict | None = None):
         self.cfg = cfg
         self.worker_id = worker_id
-        self.log_path = log_path
         self.status_path = Path(cfg.state_dir) / "status" / f"streams-{worker_id}.json"
         cfg_path = write_config(cfg, Path(cfg.state_dir) / f"streams-{worker_id}.yaml")
-        self._log = open(log_path, "ab")
-        exe = Path(sys.executable).parent / "rftbus"
-        env = {**{k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")}, **(extra_env or {})}
-        self.proc = subprocess.Popen([str(exe), "--config", str(cfg_path), "streams", "--worker-id", worker_id],
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        super().__init__(cfg_path, ["streams", "--worker-id", worker_id], log_path, extra_env)
 
     def status(self) -> dict | None:
         try:
@@ -48,25 +40,6 @@ class WorkerProcess:
                 return st
             time.sleep(0.2)
         raise TimeoutError(f"worker {self.worker_id} not ready after {timeout}s: {self.tail()}")
-
-    def tail(self, n: int = 3000) -> str:
-        self._log.flush()
-        return self.log_path.read_bytes()[-n:].decode(errors="replace")
-
-    def kill(self) -> None:
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-        return self.proc.returncode
 
 
 def read_all(cfg: Config, topic: str, *, decode=None, idle_s: float = 1.0, timeout_s: float = 30.0) -> list:

@@ -3,33 +3,26 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
+from rftbus.child import RftbusChild
 from rftbus.config import Config
 
 
-class ServeProcess:
+class ServeProcess(RftbusChild):
     """`rftbus --config <cfg> serve` with the whole Config written to a file, so it sees exactly what
     the caller built. Secrets in `env` (RFTBUS_SERVE__*_TOKENS) stay out of the written file."""
 
     def __init__(self, cfg: Config, log_path: Path, env: dict[str, str] | None = None, args: list[str] | None = None):
-        self.cfg, self.log_path = cfg, log_path
+        self.cfg = cfg
         data = cfg.model_dump(mode="json")
         data["serve"].pop("inference_tokens"), data["serve"].pop("feedback_tokens")  # SecretStr dumps as '****'
         cfg_path = Path(cfg.state_dir) / f"serve-{cfg.serve.port}.yaml"
         cfg_path.write_text(json.dumps(data))  # JSON is YAML
-        self._log = open(log_path, "ab")
-        exe = Path(sys.executable).parent / "rftbus"
-        full_env = {**{k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")}, **(env or {})}
-        self.proc = subprocess.Popen([str(exe), "--config", str(cfg_path), "serve", *(args or [])],
-                                     stdout=self._log, stderr=subprocess.STDOUT, env=full_env)
+        super().__init__(cfg_path, ["serve", *(args or [])], log_path, env)
 
     @property
     def url(self) -> str:
@@ -49,21 +42,5 @@ class ServeProcess:
             time.sleep(0.3)
         raise TimeoutError(f"rftbus serve not ready after {timeout}s: {self.tail()}")
 
-    def log(self) -> str:
-        if not self._log.closed:
-            self._log.flush()
-        return self.log_path.read_bytes().decode(errors="replace")
-
-    def tail(self, n: int = 3000) -> str:
-        return self.log()[-n:]
-
     def stop(self, timeout: float = 60.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
-        return self.proc.returncode
+        return super().stop(timeout)
