@@ -13,7 +13,9 @@ rejected topic without guessing at fastavro's exception zoo.
 Hot path: schemas are parsed once; encode is one BytesIO + fastavro (plus ``fastpath`` packing
 float/boolean arrays in one C call each, byte-identical), decode is a dict lookup + the same in
 reverse + ``cls(**d)``. Timestamps stay int milliseconds (see store.py: logical types are dropped
-from the Python-side parsed schemas, which is faster than converting datetimes back).
+from the Python-side parsed schemas, which is faster than converting datetimes back). Readers that
+need only a record's small fields (the streams) skim the body instead and splice their changes into
+it (``skim.py``, through ``AvroDeserializer.current_body`` and ``AvroSerializer.prefix``).
 """
 
 from __future__ import annotations
@@ -144,6 +146,16 @@ class AvroSerializer:
             raise EncodeError(f"cannot encode {self.record_cls.SCHEMA_NAME}: {e!r}") from e
         return fo.getvalue()
 
+    def prefix(self, ctx: Any = None) -> bytes | None:
+        """The framing this serializer writes before the Avro body for ``ctx`` (None: as ``ctx=None``
+        encodes); None while it is not known: with a registry, until a first record for that subject
+        went through confluent's serializer, and always when a conf makes the framing per-record."""
+        if self._confluent is None:
+            return self._header
+        if ctx is None:
+            ctx = self._default_ctx
+        return self._cf_prefix.get((ctx.topic, ctx.field))
+
     def _delegate(self, obj: Any, ctx: Any) -> bytes:
         try:
             out = self._confluent(obj, ctx)
@@ -190,16 +202,7 @@ class AvroDeserializer:
             except TypeError:
                 raise DecodeError("not_bytes", f"expected bytes, got {type(data).__name__}") from None
         n = len(data)
-        if n >= _SO_HEADER and data[0] == 0xC3 and data[1] == 0x01:
-            plan = self._by_fp.get(data[2:_SO_HEADER])
-            if plan is None:
-                raise self._unknown_fingerprint(data[2:_SO_HEADER])
-            start = _SO_HEADER
-        elif n > _CF_HEADER and data[0] == CONFLUENT_MAGIC:
-            plan = self._confluent_plan(int.from_bytes(data[1:_CF_HEADER], "big"))
-            start = _CF_HEADER
-        else:
-            raise self._bad_header(data)
+        plan, start = self._locate(data)
         cls, writer, reader, fast = plan
         fo = BytesIO(data)
         try:
@@ -219,6 +222,25 @@ class AvroDeserializer:
             return cls(**d)
         except Exception as e:
             raise DecodeError("malformed_body", f"{cls.SCHEMA_NAME} fields invalid: {e!r}") from None
+
+    def current_body(self, data: bytes) -> tuple[type[AvroRecord], int] | None:
+        """(record class, where the Avro body starts) when ``data`` was written with its record's *current*
+        schema, so the body can be read (and spliced, see skim.py) as that schema; None for an older
+        writer schema. Bad framing raises DecodeError exactly as decoding would."""
+        plan, start = self._locate(data)
+        return (plan[0], start) if plan[2] is None else None
+
+    def _locate(self, data: bytes) -> tuple[_Plan, int]:
+        """The plan for ``data``'s writer schema and where its body starts (after the framing)."""
+        n = len(data)
+        if n >= _SO_HEADER and data[0] == 0xC3 and data[1] == 0x01:
+            plan = self._by_fp.get(data[2:_SO_HEADER])
+            if plan is None:
+                raise self._unknown_fingerprint(data[2:_SO_HEADER])
+            return plan, _SO_HEADER
+        if n > _CF_HEADER and data[0] == CONFLUENT_MAGIC:
+            return self._confluent_plan(int.from_bytes(data[1:_CF_HEADER], "big")), _CF_HEADER
+        raise self._bad_header(data)
 
     @staticmethod
     def _bad_header(data: bytes) -> DecodeError:

@@ -13,12 +13,12 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from rftbus.schemas import Experience
+from rftbus.streams.verify import ExperienceView
 
 
 @dataclass(slots=True)
 class Sample:
-    exp: Experience
+    exp: ExperienceView  # scalar fields + array lengths; the arrays stay in `data`
     data: bytes  # the bytes as read (the original, for rejections)
     key: bytes | None
     src: str  # identity of the input record: "topic/partition/offset" of the raw record

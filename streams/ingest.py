@@ -18,7 +18,7 @@ from rftbus.streams.curate import curate
 from rftbus.streams.groups import AddResult, GroupBook, OpenGroup, Sample
 from rftbus.streams.outputs import H_KIND, H_SRC, H_T0
 from rftbus.streams.recovery import Landed, scan
-from rftbus.streams.verify import check_limits, check_version, decode_experience
+from rftbus.streams.verify import ExperienceReader, check_limits, check_version, decode_experience
 
 log = logging.getLogger("rftbus.streams.ingest")
 
@@ -28,7 +28,7 @@ class Ingest:
         self.cfg = cfg
         self.sc = cfg.streams
         self.emit = emit
-        self.decode = codec.deserializer()
+        self.read = ExperienceReader(codec)  # skims current-schema records, decodes the rest
         self.follower = follower
         self.pass_rates = pass_rates
         self.counters = counters
@@ -82,7 +82,7 @@ class Ingest:
         data = msg.value
         if from_raw:
             self.counters.inc("raw_in")
-        v = decode_experience(data, self.decode, self.sc.max_message_bytes)
+        v = decode_experience(data, self.read, self.sc.max_message_bytes)
         if v.ok:
             e = v.experience
             latest = self.follower.latest
@@ -94,11 +94,11 @@ class Ingest:
             await self.ack(event)
             return
         e = v.experience
-        t0 = headers.get(H_T0) or str(msg.timestamp and int(msg.timestamp * 1000)).encode()
         if from_raw:
             self.counters.inc("verified")
             if e.source is Source.live and e.reward is None:
                 self.counters.inc("held_for_feedback")
+                t0 = headers.get(H_T0) or str(msg.timestamp and int(msg.timestamp * 1000)).encode()
                 await self.emit.topics["join"].send(key=e.experience_id.encode(), value=data, headers=[
                     (H_KIND, b"exp"), (H_SRC, src.encode()), (H_T0, t0)])
                 await self.ack(event)
@@ -180,8 +180,8 @@ class Ingest:
                 e = outcome.promoted.exp
                 # A promoted copy is a new record (its own stable id): the trainer may learn from the
                 # original as an RL sample and from the copy as a demonstration, each exactly once.
-                promoted = type(e)(**{**e.to_avro(), "experience_id": f"{e.experience_id}:expert",
-                                      "metadata": {**e.metadata, "promoted": "1", "promoted_from": e.experience_id}})
+                promoted = e.copy(experience_id=f"{e.experience_id}:expert",
+                                  metadata={**e.metadata, "promoted": "1", "promoted_from": e.experience_id})
                 await self.emit.experience("expert", promoted, src=outcome.promoted.src, p=p, group=None)
                 self.counters.inc("expert_promoted")
             for r in outcome.rejects:
