@@ -45,7 +45,7 @@ def wait_for(cond, timeout=30.0, what="condition"):
 
 def test_groups_rejections_and_commits(broker, tmp_path):
     cfg = fresh_config(make_config, tmp_path, broker, **{
-        "explorer.admission": False, "explorer.idle_exit_s": 2.0, "explorer.task_timeout_s": 1.0,
+        "explorer.admission": False, "explorer.idle_exit_s": 8.0, "explorer.task_timeout_s": 1.0,
         "explorer.task_retries": 1, "explorer.expert": True})
     good = list(get_taskset("addition").tasks("train", 3))
     good[0].n_samples = 3
