@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
 
-.PHONY: install demo test lock clean
+.PHONY: install demo test chaos lock clean
 
 install: $(STAMP)
 
@@ -17,6 +17,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: install
 	$(VENV)/bin/rftbus run configs/toy.yaml
+
+# Fault injection + load on the toy run, then reconciliation by experience id (docs/RELIABILITY.md).
+chaos: install
+	$(VENV)/bin/rftbus chaos configs/toy.yaml $(CHAOS_ARGS)
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -113,7 +113,7 @@ class WeightFollower:
         except DecodeError as e:
             self.report(f"{self.topic}[{msg.partition()}]@{msg.offset()} does not decode ({e}); skipped")
             return
-        if rec.model != self.model:
+        if rec is None or rec.model != self.model:  # None: a tombstone (compaction's delete marker)
             return
         with self._lock:
             if self.latest is None or rec.version > self.latest.version:

@@ -44,8 +44,8 @@ class SeenTasks:
                         continue
                     if m.offset() >= committed:
                         return len(seen)
-                    if m.key() is not None:
-                        seen.add(m.key().decode())
+                    if m.key() is not None:  # a key that is not UTF-8 is no task id (poison): it cannot crash us
+                        seen.add(m.key().decode(errors="replace"))
             raise RuntimeError(f"could not read {topic}[{partition}] up to offset {committed} within 60 s")
         finally:
             reader.close()

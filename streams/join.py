@@ -151,6 +151,8 @@ class FeedbackFanout:
         self.counters.inc("feedback_in")
         try:
             fb = self.decode(msg.value)
+            if fb is None:  # the codec passes tombstones through as None
+                raise DecodeError("empty", "null value (tombstone) on the feedback topic")
             if not isinstance(fb, Feedback):
                 raise DecodeError("wrong_record_type", f"expected rftbus.Feedback, got {type(fb).SCHEMA_NAME}")
             gs = grades(fb, tuple(self.cfg.streams.rating_scale))

@@ -16,7 +16,7 @@ import time
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-from rftbus.schemas import WeightVersion
+from rftbus.schemas import DecodeError, WeightVersion
 from rftbus.weights import WeightStore
 
 
@@ -85,7 +85,10 @@ def latest_published(consumer, topic: str, model: str, deserializer) -> WeightVe
             pos = msg.offset() + 1
             if msg.key() != model.encode():
                 continue
-            rec = deserializer(msg.value(), None)
+            try:
+                rec = deserializer(msg.value(), None)
+            except DecodeError:  # a foreign or corrupt record under our key: not a version we published
+                continue
             if isinstance(rec, WeightVersion) and (best is None or rec.version >= best.version):
                 best = rec
     consumer.unassign()

@@ -26,14 +26,23 @@ def explore(
     """Roll out tasks from topics.tasks into topics.experiences.raw until stopped (SIGTERM: finish the
     current group, flush, commit, exit 0)."""
     st = state(ctx)
+    explorer = None
+
+    def on_signal(*_) -> None:
+        if explorer is None:  # still starting: nothing consumed or produced yet, so leave cleanly now
+            raise SystemExit(0)
+        explorer.request_stop()
+
+    # First thing: a SIGTERM during the (slow) start is a clean stop too, not a death by signal that a
+    # supervisor would restart (found by `rftbus chaos`: a drain's SIGTERM met a just-restarted explorer).
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
     cfg = st.config(**{"explorer.id": explorer_id, "explorer.engine.kind": engine, "explorer.workflow.kind": workflow,
                        "explorer.expert": expert, "explorer.max_tasks": max_tasks, "explorer.idle_exit_s": idle_exit})
     create_topics(cfg, check_reachable(cfg))
     from rftbus.producers.explorer import Explorer  # heavy (torch): only for this command
 
     explorer = Explorer(cfg, report=lambda line: st.err.print(f"[dim]explorer:[/] {escape(line)}", soft_wrap=True))
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: explorer.request_stop())
     st.err.print(f"explorer {explorer.id} ({cfg.explorer.engine.kind}, v{explorer.engine.version}) "
                  f"on {cfg.topics.tasks.name} -> {cfg.topics.raw.name}; status in {explorer.status.path}")
     result = explorer.run()

@@ -18,6 +18,7 @@ from rftbus.cli import (
 )
 from rftbus.cli import config_cmd, serve_cmd
 from rftbus.cli import analytics_cmd
+from rftbus.cli import chaos_cmd
 from rftbus.cli.context import CliState
 from rftbus.errors import RftbusError
 
@@ -58,6 +59,7 @@ config_cmd.register(app)
 app.add_typer(topics_cmd.app, name="topics")
 tail_cmd.register(app)
 app.add_typer(bench_cmd.app, name="bench")
+chaos_cmd.register(app)
 app.add_typer(analytics_cmd.app, name="analytics")
 
 

@@ -90,7 +90,7 @@ class MainJob:
         base = [sys.executable, "-m", "rftbus", "--config", str(config_path)]
         logs = c.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+        env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a native crash leaves a traceback
         specs = [ChildSpec("trainer", base + ["train"], env, c.run.max_restarts, logs / "trainer.log")]
         for i in range(c.run.streams_workers):
             specs.append(ChildSpec(f"streams-{i}", base + ["streams", "--worker-id", f"s{i}"], env,
@@ -127,6 +127,15 @@ class MainJob:
             return f"eval reward {evals[-1]['reward']:.3f} reached the target {r.target_eval_reward}"
         return None
 
+    def _note(self, events) -> None:
+        """Supervisor events go to the live view and to <run_dir>/events.log, so every crash and
+        restart stays on record after the view has scrolled past it."""
+        lines = [f"{e.child}: {e.kind} {e.detail}" for e in events]
+        self.events += lines
+        if lines:
+            with open(self.run_dir / "events.log", "a") as f:
+                f.writelines(f"{time.strftime('%H:%M:%S')} {line}\n" for line in lines)
+
     def _on_signal(self, signum, frame) -> None:
         self._stop_requested = True
 
@@ -147,10 +156,10 @@ class MainJob:
         lags: dict[str, int] = {}
         last_lag = 0.0
         try:
-            self.events += [f"{e.child}: {e.kind} {e.detail}" for e in sup.start()]
+            self._note(sup.start())
             with Live(console=self.console, refresh_per_second=2, transient=False) as live:
                 while not self._stop_requested:
-                    self.events += [f"{e.child}: {e.kind} {e.detail}" for e in sup.poll()]
+                    self._note(sup.poll())
                     statuses = read_statuses(self.cfg.state_dir)
                     if time.monotonic() - last_lag > 2:
                         lags, last_lag = self._lags(admin, lags), time.monotonic()

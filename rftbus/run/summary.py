@@ -47,6 +47,8 @@ def reconcile(cfg: Config, lineage_path: Path) -> Reconciliation:
             exp = dec_exp(msg.value(), None)
         except DecodeError:
             continue  # malformed raw bytes are not produced experiences; streams reject them
+        if exp is None:
+            continue  # a tombstone (the codec passes null values through): not an experience either
         produced.add(exp.experience_id)
         versions.add(exp.model_version)
     reasons: Counter[str] = Counter()
@@ -56,6 +58,8 @@ def reconcile(cfg: Config, lineage_path: Path) -> Reconciliation:
         try:
             rej = dec_rej(msg.value(), None)
         except DecodeError:
+            continue
+        if rej is None:
             continue
         if rej.source_topic == cfg.topics.tasks.name:
             task_reasons[rej.reason] += 1

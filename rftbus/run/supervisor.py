@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+STOPPED = (-signal.SIGTERM, -signal.SIGINT)  # exit codes of a child that a stop signal ended
+
+
 @dataclass
 class ChildSpec:
     name: str
@@ -88,8 +91,10 @@ class Supervisor:
                 continue
             child.exit_codes.append(code)
             child.proc = None
-            if code == 0:
-                events.append(Event(child.spec.name, "exited", "clean exit"))
+            if code == 0 or code in STOPPED:
+                # Asked to stop (by the operator, or a drain) is not a crash, even when the signal came
+                # before the child could install its handler; restarting it would fight whoever asked.
+                events.append(Event(child.spec.name, "exited", "clean exit" if code == 0 else f"stopped by signal {-code}"))
                 continue
             reason = f"signal {-code}" if code < 0 else f"exit code {code}"
             events.append(Event(child.spec.name, "crashed", reason))

@@ -1,0 +1,174 @@
+"""Everything the tally needs, read back from the logs after the run: every declared topic in full,
+the trainer's lineage and its final checkpoint's positions, the committed offsets of the groups that
+read raw, feedback and tasks, and the distinct record ids per topic (what the ClickHouse sink counts).
+
+Only headers and ids are kept, so a run of a few hundred thousand records fits comfortably in memory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+from rftbus.config import Config
+from rftbus.kafka.clients import make_admin
+from rftbus.kafka.read import read_to_end
+from rftbus.schemas import (DecodeError, Experience, Feedback, Rejection, Task, TrainerMetric, WeightVersion,
+                            make_codec)
+
+Pos = tuple[str, int, int]  # topic, partition, offset
+LANES = ("curated", "curated_priority", "expert")
+H_SRC = "rftbus-src"  # streams/outputs.py: the raw record an output derives from
+
+
+@dataclass
+class RawRecord:
+    experience_id: str | None  # None: not a decodable Experience (poison)
+    model_version: int = -1
+    explorer_id: str = ""
+
+
+@dataclass
+class LaneRecord:
+    pos: Pos
+    lane: str
+    src: str | None  # rftbus-src header (None for records streams did not write: demonstrations, poison)
+    experience_id: str | None
+
+
+@dataclass
+class RejRecord:
+    rejection_id: str
+    experience_id: str | None
+    reason: str
+    stage: str
+    source: Pos | None
+
+
+@dataclass
+class Checkpoint:
+    step: int
+    version: int
+    positions: dict[tuple[str, int], tuple[int, frozenset[int]]]  # (topic, partition) -> (offset, skip)
+
+    def done(self, pos: Pos) -> bool:
+        """Has the trainer's final checkpoint moved past this record (trained or rejected)?"""
+        at = self.positions.get((pos[0], pos[1]))
+        if at is None:
+            return False
+        offset, skip = at
+        return pos[2] < offset or pos[2] in skip
+
+
+@dataclass
+class Ledger:
+    raw_topic: str
+    raw: dict[Pos, RawRecord] = field(default_factory=dict)
+    lanes: list[LaneRecord] = field(default_factory=list)
+    rejections: list[RejRecord] = field(default_factory=list)
+    undecodable_rejections: int = 0
+    lineage: list[dict] = field(default_factory=list)
+    checkpoint: Checkpoint | None = None
+    versions: list[int] = field(default_factory=list)  # the model's WeightVersion.version, in log order
+    weights_undecodable: int = 0
+    # committed offsets of the consumer groups reading raw / feedback (streams) and tasks (explorers):
+    # a record at or past them was never read, so it is in flight, not lost
+    committed: dict[tuple[str, int], int] = field(default_factory=dict)
+    topic_counts: dict[str, int] = field(default_factory=dict)  # distinct record ids per topic key (as the sink counts)
+    messages: dict[str, int] = field(default_factory=dict)  # messages per topic key
+
+
+def _header(msg, name: str) -> str | None:
+    for k, v in msg.headers() or []:
+        if k == name:
+            return v.decode(errors="replace") if v is not None else None
+    return None
+
+
+def committed(cfg: Config, group: str, topics: list[str]) -> dict[tuple[str, int], int]:
+    admin = make_admin(cfg)
+    md = admin.list_topics(timeout=10)
+    tps = [TopicPartition(t, p) for t in topics if t in md.topics for p in md.topics[t].partitions]
+    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])
+    return {(tp.topic, tp.partition): tp.offset for tp in fut[group].result().topic_partitions}
+
+
+def final_checkpoint(checkpoint_dir: Path) -> Checkpoint | None:
+    from rftbus.trainer.checkpoint import Checkpoints
+
+    if not checkpoint_dir.exists():
+        return None
+    latest = Checkpoints(checkpoint_dir, 0, 1).latest()
+    if latest is None:
+        return None
+    _, m = latest
+    positions = {}
+    for rank in range(m.world):
+        for tp, pos in m.positions_of(rank).items():
+            positions[tp] = (pos.offset, frozenset(pos.skip))
+    return Checkpoint(m.step, m.version, positions)
+
+
+# What the analytics sink counts per topic key: distinct ids of records of the topic's own type.
+ID_OF = {
+    "tasks": (Task, lambda r: r.task_id), "raw": (Experience, lambda r: r.experience_id),
+    "curated": (Experience, lambda r: r.experience_id), "curated_priority": (Experience, lambda r: r.experience_id),
+    "expert": (Experience, lambda r: r.experience_id), "rejected": (Rejection, lambda r: r.rejection_id),
+    "feedback": (Feedback, lambda r: r.feedback_id), "weights": (WeightVersion, lambda r: f"{r.model}:{r.version}"),
+    "metrics": (TrainerMetric, lambda r: r.metric_id),
+}
+
+
+def read_ledger(cfg: Config, progress=lambda s: None, timeout_s: float = 300.0) -> Ledger:
+    from rftbus.trainer.checkpoint import read_lineage
+
+    decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer()
+    t = cfg.topics
+    led = Ledger(raw_topic=t.raw.name)
+    for key, spec in t.all().items():
+        progress(f"reading {spec.name}")
+        cls, ident = ID_OF[key]
+        ids: set[str] = set()
+        n = 0
+        for msg in read_to_end(cfg, spec.name, timeout_s=timeout_s):
+            n += 1
+            try:
+                rec = decode(msg.value(), None)
+            except DecodeError:
+                rec = None
+            if isinstance(rec, cls):
+                ids.add(ident(rec))
+            _keep(led, cfg, key, msg, rec)
+        led.messages[key] = n
+        led.topic_counts[key] = len(ids)
+    ckpt_dir = Path(cfg.trainer.checkpoint_dir or cfg.state_dir / "checkpoints")
+    led.lineage = read_lineage(ckpt_dir / "lineage.jsonl")
+    led.checkpoint = final_checkpoint(ckpt_dir)
+    led.committed = {**committed(cfg, cfg.streams.app_id, [t.raw.name, t.feedback.name]),
+                     **committed(cfg, cfg.explorer.group_id, [t.tasks.name])}
+    return led
+
+
+def _keep(led: Ledger, cfg: Config, key: str, msg, rec) -> None:
+    """What the tally needs from one message of topic `key`."""
+    pos = (msg.topic(), msg.partition(), msg.offset())
+    if key == "raw":
+        led.raw[pos] = (RawRecord(rec.experience_id, rec.model_version, rec.explorer_id)
+                        if isinstance(rec, Experience) else RawRecord(None))
+    elif key in LANES:
+        eid = rec.experience_id if isinstance(rec, Experience) else None
+        led.lanes.append(LaneRecord(pos, key, _header(msg, H_SRC), eid))
+    elif key == "rejected":
+        if not isinstance(rec, Rejection):
+            led.undecodable_rejections += 1
+            return
+        src = (rec.source_topic, rec.partition, rec.offset) if rec.source_topic is not None and rec.offset is not None else None
+        led.rejections.append(RejRecord(rec.rejection_id, rec.experience_id, rec.reason, rec.stage, src))
+    elif key == "weights":
+        if isinstance(rec, WeightVersion):
+            if rec.model == cfg.model.name:
+                led.versions.append(int(rec.version))
+        else:
+            led.weights_undecodable += 1

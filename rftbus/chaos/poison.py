@@ -1,0 +1,167 @@
+"""Poison for every input topic: bytes and records no component should ever accept, each with the
+rejection reason(s) that count as handling it.
+
+`catalogue` is pure (it builds the records); `inject` produces them and notes where each landed, so
+reconciliation can look for the rejection that names exactly that topic, partition and offset.
+Topics whose readers are followers (weights) or the analytics sink (metrics) have no rejected-topic
+path: there the proof is that every process lives on and versions keep coming.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import uuid
+from dataclasses import dataclass, replace
+
+from rftbus.config import Config
+from rftbus.kafka.clients import make_producer
+from rftbus.schemas import Experience, Feedback, FeedbackKind, Source, Task, WeightVersion, make_codec
+
+ANY = frozenset({"*"})  # valid but odd input: any accounted outcome (trained or rejected) is right
+NONE = frozenset()  # no rejection path (followers skip it): liveness is the check
+
+
+@dataclass(frozen=True)
+class Poison:
+    topic_key: str  # config topic key (tasks, raw, ...)
+    label: str
+    value: bytes | None
+    key: bytes | None
+    expect: frozenset[str]  # rejection reasons that mean "handled"
+    at_partition: int | None = None  # produce to this partition (None: the key decides)
+    topic: str = ""
+    partition: int | None = None
+    offset: int | None = None
+
+    @property
+    def where(self) -> tuple[str, int, int] | None:
+        return None if self.offset is None else (self.topic, self.partition, self.offset)
+
+    def to_json(self) -> dict:
+        return {"topic": self.topic or self.topic_key, "label": self.label, "partition": self.partition,
+                "offset": self.offset, "expect": sorted(self.expect), "bytes": len(self.value or b"")}
+
+
+def _experience(rng: random.Random, version: int, **over) -> Experience:
+    resp = [rng.randrange(4, 49) for _ in range(6)]
+    base = dict(group_id=f"poison-{uuid.uuid4().hex[:12]}", task_id="poison", sample_index=0, group_size=1,
+                prompt_ids=[rng.randrange(4, 49) for _ in range(8)], response_ids=resp,
+                logprobs=[-1.0] * len(resp), loss_mask=[True] * len(resp), reward=1.0,
+                reward_components={}, model_version=version, source=Source.explorer, explorer_id="chaos",
+                prompt_text="12+34=", response_text="46", finish_reason="stop")
+    base.update(over)
+    return Experience(**base)
+
+
+def _bad_utf8(codec, e: Experience) -> bytes:
+    """A well-framed Experience whose prompt_text bytes are not UTF-8 (same length, so framing holds)."""
+    marker = "MARKER\u00e9\u00e9"  # 10 bytes in UTF-8
+    data = codec.encode(replace(e, prompt_text=marker))
+    i = data.index(marker.encode())
+    return data[:i] + b"\xff\xfe\xc3\x28\xa0\xa1\xed\xa0\x80\xc0" + data[i + len(marker.encode()):]
+
+
+def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
+    """Every poison record, per input topic (the order is the injection order)."""
+    codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
+    enc = codec.encode
+    rng = random.Random(seed)
+    k = lambda: f"poison-{uuid.uuid4().hex[:8]}".encode()  # noqa: E731
+    exp = lambda **o: _experience(rng, latest_version, **o)  # noqa: E731
+    task = Task(taskset=cfg.taskset.name, prompt="1+1=", answer="2")
+    good = exp()
+    huge = cfg.streams.max_message_bytes + 4096
+    mismatch = exp()
+    mismatch.logprobs = mismatch.logprobs[:-1]
+    model = cfg.model.name.encode()
+    out = [
+        # tasks -> explorers (stage explorer)
+        Poison("tasks", "garbage bytes", b"\x13\x37 not avro at all", k(), frozenset({"malformed"})),
+        Poison("tasks", "truncated Task frame", enc(task)[:-5], k(), frozenset({"malformed"})),
+        Poison("tasks", "an Experience on the tasks topic", enc(good), k(), frozenset({"malformed"})),
+        Poison("tasks", "tombstone (null value)", None, k(), frozenset({"malformed"})),
+        Poison("tasks", "garbage under a key that is not UTF-8", b"\x00garbage", b"\xff\xfe\xfd", frozenset({"malformed"})),
+        # raw -> streams (stage verify)
+        Poison("raw", "garbage bytes", b"hello, not avro", k(), frozenset({"malformed"})),
+        Poison("raw", "wrong schema id (Confluent framing, id 99999)", b"\x00" + (99999).to_bytes(4, "big") + b"body",
+               k(), frozenset({"schema"})),
+        Poison("raw", "unknown schema fingerprint", b"\xc3\x01" + rng.randbytes(8) + b"body", k(), frozenset({"schema"})),
+        Poison("raw", "truncated frame", enc(exp())[:-7], k(), frozenset({"malformed"})),
+        Poison("raw", f"huge record ({huge // 1024} KiB > streams.max_message_bytes)",
+               b"\xc3\x01" + bytes(huge), k(), frozenset({"too_large"})),
+        Poison("raw", "NaN reward", enc(exp(reward=math.nan)), k(), frozenset({"non_finite_reward"})),
+        Poison("raw", "unknown model version", enc(exp(model_version=latest_version + 1_000_000)), k(),
+               frozenset({"unknown_version"})),
+        Poison("raw", "invalid UTF-8 in prompt_text", _bad_utf8(codec, exp()), k(), frozenset({"malformed"})),
+        Poison("raw", "tombstone (null value)", None, k(), frozenset({"malformed"})),
+        Poison("raw", "a Task on the raw topic", enc(task), k(), frozenset({"schema"})),
+        Poison("raw", "length mismatch (logprobs shorter than response)", enc(mismatch), k(),
+               frozenset({"length_mismatch"})),
+        # feedback -> streams (stage feedback / join)
+        Poison("feedback", "garbage bytes", b"\x00\x01\x02", k(), frozenset({"malformed", "schema"})),
+        Poison("feedback", "rating NaN", enc(Feedback(experience_id="nobody", kind=FeedbackKind.rating,
+                                                       rating=math.nan)), k(), frozenset({"bad_feedback"})),
+        Poison("feedback", "feedback for an experience that never existed",
+               enc(Feedback(experience_id=f"ghost-{uuid.uuid4().hex}", kind=FeedbackKind.thumbs, thumbs_up=True)),
+               k(), frozenset({"orphan_feedback"})),
+        Poison("feedback", "tombstone (null value)", None, k(), frozenset({"malformed"})),
+        # curated lanes and expert -> trainer (stage trainer)
+        Poison("curated", "garbage bytes", b"not an experience", k(), frozenset({"malformed"})),
+        Poison("curated", "length mismatch", enc(mismatch), k(), frozenset({"length_mismatch"})),
+        Poison("curated", "tombstone (null value)", None, k(), frozenset({"malformed"})),
+        Poison("curated_priority", "truncated frame", enc(exp())[:-9], k(), frozenset({"malformed"})),
+        Poison("curated_priority", "a Task on a curated lane", enc(task), k(), frozenset({"schema"})),
+        Poison("expert", "garbage bytes", b"\xc3\x01garbage", k(), frozenset({"malformed", "schema"})),
+        Poison("expert", "a Task on the expert topic", enc(task), k(), frozenset({"schema"})),
+        # weights -> explorers, streams, trainer (followers: skip and carry on)
+        Poison("weights", "garbage under the model's own key", b"\xc3\x01" + rng.randbytes(40), model, NONE),
+        Poison("weights", "a WeightVersion of another model",
+               enc(WeightVersion(model="not-" + cfg.model.name, version=10**6, step=0, uri="file:///nowhere",
+                                 sha256="0" * 64, bytes=1)), b"not-" + model, NONE),
+        Poison("weights", "tombstone under another key", None, b"not-" + model, NONE),
+        # metrics -> analytics sink
+        Poison("metrics", "garbage bytes", b"metrics? no", k(), NONE),
+        # valid but hostile text: must flow through like any experience
+        *[Poison("raw", f"valid experience with hostile unicode text ({i + 1}/2)", enc(e), e.group_id.encode(), ANY)
+          for i, e in enumerate(_unicode_group(rng, latest_version))],
+    ]
+    return out
+
+
+def _unicode_group(rng: random.Random, version: int) -> list[Experience]:
+    gid = f"unicode-{uuid.uuid4().hex[:12]}"
+    text = "\u202e\u0000\U0001f4a5 \u0645\u0631\u062d\u0628\u0627 \ufeff\U0010fffd z\u0301\u0301\u0301"
+    return [_experience(rng, version, group_id=gid, sample_index=i, group_size=2, reward=r, prompt_text=text,
+                        response_text=text[::-1]) for i, r in enumerate((1.0, 0.0))]
+
+
+def inject(cfg: Config, poisons: list[Poison], timeout_s: float = 60.0) -> list[Poison]:
+    """Produce every poison record; returns them with topic, partition and offset filled in."""
+    producer = make_producer(cfg)
+    names = cfg.topics.all()
+    landed: dict[int, tuple[str, int, int]] = {}
+    errors: dict[int, str] = {}
+
+    def cb(i):
+        def done(err, msg):
+            if err is not None:
+                errors[i] = err.str()
+            else:
+                landed[i] = (msg.topic(), msg.partition(), msg.offset())
+        return done
+
+    for i, p in enumerate(poisons):
+        extra = {} if p.at_partition is None else {"partition": p.at_partition}
+        producer.produce(names[p.topic_key].name, value=p.value, key=p.key, on_delivery=cb(i), **extra)
+        producer.poll(0)
+    left = producer.flush(timeout_s)
+    out = []
+    for i, p in enumerate(poisons):
+        if i in landed:
+            t, part, off = landed[i]
+            out.append(replace(p, topic=t, partition=part, offset=off))
+        else:
+            out.append(replace(p, topic=names[p.topic_key].name,
+                               label=f"{p.label} [NOT DELIVERED: {errors.get(i, 'timeout' if left else '?')}]"))
+    return out

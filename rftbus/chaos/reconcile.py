@@ -1,0 +1,269 @@
+"""The tally: did anything get lost or duplicated? Pure logic over a Ledger (no Kafka here).
+
+Units and what "lost" / "duplicated" mean (docs/RELIABILITY.md says the same in prose):
+- a raw record (by topic/partition/offset) must get exactly one streams outcome: a curated-lane record
+  whose `rftbus-src` header names it, or a streams rejection whose source names it. None, although the
+  streams group committed past it: lost. More than one: duplicated. Not yet read: in flight.
+- a record on a trainer lane (curated, curated.priority, expert) must be trained (its position is in
+  the lineage) or rejected by the trainer (distinct rejection ids: a trainer rejection is idempotent
+  by id) at most once in all. Neither, though the final checkpoint's position has passed it: lost.
+  Neither and not passed: pending (Kafka holds it; the checkpoint resumes before it). Trained while
+  the checkpoint would read it again: duplicated.
+- an experience id trained twice anywhere in the lineage: duplicated.
+- weight versions on rft.weights must be 0..V, each exactly once (a gap: lost; a repeat: duplicated);
+  lineage steps 1..S per rank, likewise.
+- poison on tasks and feedback must come back as a rejection naming its offset once read (else lost);
+  poison elsewhere is already covered by the units above.
+- ClickHouse must hold as many records per topic as Kafka: fewer is lost, more is duplicated.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from rftbus.chaos.ledger import Ledger, LaneRecord, Pos, RejRecord
+from rftbus.chaos.poison import ANY, NONE, Poison
+
+MAX_EXAMPLES = 25
+
+
+@dataclass
+class Tally:
+    produced: int = 0  # decodable experiences on raw (explorers, serve, burst, valid poison)
+    trained: int = 0
+    rejected: int = 0
+    pending: int = 0  # curated, waiting for the trainer at a checkpointed position
+    in_flight: int = 0  # raw records streams never read (only when a drain did not finish)
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    demonstrations: dict[str, int] = field(default_factory=dict)  # expert lane: trained / rejected / pending
+    lost: Counter = field(default_factory=Counter)  # category -> count
+    duplicated: Counter = field(default_factory=Counter)
+    examples: list[str] = field(default_factory=list)
+    versions: dict = field(default_factory=dict)
+    lineage: dict = field(default_factory=dict)
+    poison: list[dict] = field(default_factory=list)
+    clickhouse: dict | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def lost_total(self) -> int:
+        return sum(self.lost.values())
+
+    @property
+    def duplicated_total(self) -> int:
+        return sum(self.duplicated.values())
+
+    def _lose(self, category: str, example: str, n: int = 1) -> None:
+        self.lost[category] += n
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(f"LOST {category}: {example}")
+
+    def _dup(self, category: str, example: str, n: int = 1) -> None:
+        self.duplicated[category] += n
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(f"DUPLICATED {category}: {example}")
+
+    def to_json(self) -> dict:
+        d = {k: v for k, v in self.__dict__.items()}
+        d["lost"], d["duplicated"] = dict(self.lost), dict(self.duplicated)
+        d["lost_total"], d["duplicated_total"] = self.lost_total, self.duplicated_total
+        return d
+
+
+def src_of(pos: Pos) -> str:
+    return f"{pos[0]}/{pos[1]}/{pos[2]}"
+
+
+class _Index:
+    def __init__(self, led: Ledger):
+        self.curated_by_src: dict[str, list[LaneRecord]] = defaultdict(list)
+        for rec in led.lanes:
+            if rec.lane != "expert" and rec.src:
+                self.curated_by_src[rec.src].append(rec)
+        self.rej_by_source: dict[Pos, list[RejRecord]] = defaultdict(list)  # every stage but the trainer
+        self.trainer_rej: dict[Pos, dict[str, str]] = defaultdict(dict)  # pos -> rejection id -> reason
+        for r in led.rejections:
+            if r.source is None:
+                continue
+            if r.stage == "trainer":
+                self.trainer_rej[r.source][r.rejection_id] = r.reason
+            else:
+                self.rej_by_source[r.source].append(r)
+        self.trained_at: Counter = Counter()
+        self.trained_ids: Counter = Counter()
+        for line in led.lineage:
+            for t, p, o in line.get("offsets", []):
+                self.trained_at[(t, int(p), int(o))] += 1
+            self.trained_ids.update(line.get("experience_ids", []))
+
+
+def _trainer_outcome(led: Ledger, ix: _Index, rec: LaneRecord, tally: Tally) -> str:
+    """trained | rejected:<reason> | pending | lost | duplicated (counted here, once per lane record)."""
+    n_trained = ix.trained_at[rec.pos]
+    rejections = ix.trainer_rej.get(rec.pos, {})
+    n = n_trained + len(rejections)
+    done = led.checkpoint is not None and led.checkpoint.done(rec.pos)
+    where = f"{rec.lane} {src_of(rec.pos)} (experience {rec.experience_id or '?'})"
+    if n > 1:
+        tally._dup("trainer", f"{where}: trained {n_trained}x, rejected {len(rejections)}x")
+        return "duplicated"
+    if n == 1:
+        if n_trained and not done:
+            tally._dup("trainer", f"{where}: in the lineage, but the final checkpoint would read it again")
+            return "duplicated"
+        return "trained" if n_trained else f"rejected:{next(iter(rejections.values()))}"
+    if done:
+        tally._lose("trainer", f"{where}: the checkpoint moved past it, neither trained nor rejected")
+        return "lost"
+    return "pending"
+
+
+def _lanes(led: Ledger, ix: _Index, tally: Tally) -> dict[Pos, str]:
+    outcome: dict[Pos, str] = {}
+    demos: Counter = Counter()
+    for rec in led.lanes:
+        o = outcome[rec.pos] = _trainer_outcome(led, ix, rec, tally)
+        if rec.lane == "expert":
+            demos[o.split(":")[0]] += 1
+    tally.demonstrations = dict(demos)
+    for eid, n in ix.trained_ids.items():
+        if n > 1:
+            tally._dup("lineage_id", f"experience {eid} trained {n} times")
+    return outcome
+
+
+def _raw(led: Ledger, ix: _Index, lane_outcome: dict[Pos, str], tally: Tally) -> None:
+    reasons: Counter = Counter()
+    for pos, raw in led.raw.items():
+        src = src_of(pos)
+        outs = ix.curated_by_src.get(src, [])
+        rejs = ix.rej_by_source.get(pos, [])
+        n = len(outs) + len(rejs)
+        if n == 0:
+            committed = led.committed.get((pos[0], pos[1]))
+            if committed is None or pos[2] >= committed:
+                tally.in_flight += 1
+            else:
+                tally._lose("streams", f"raw {src} (experience {raw.experience_id or 'poison'}): read and "
+                                       "committed by streams, but no curated record and no rejection")
+            continue
+        if n > 1:
+            tally._dup("streams", f"raw {src} (experience {raw.experience_id or 'poison'}): {len(outs)} curated "
+                                  f"+ {len(rejs)} rejections ({', '.join(r.reason for r in rejs)})")
+        if raw.experience_id is None:
+            continue
+        tally.produced += 1
+        final = f"rejected:{rejs[0].reason}" if rejs else lane_outcome.get(outs[0].pos, "pending")
+        if final == "trained":
+            tally.trained += 1
+        elif final.startswith("rejected:"):
+            tally.rejected += 1
+            reasons[final.split(":", 1)[1]] += 1
+        elif final == "pending":
+            tally.pending += 1
+    tally.rejected_by_reason = dict(reasons.most_common())
+
+
+def _versions(led: Ledger, tally: Tally) -> None:
+    seen = Counter(led.versions)
+    top = max(seen, default=-1)
+    skipped = [v for v in range(0, top + 1) if v not in seen]
+    twice = sorted(v for v, n in seen.items() if n > 1)
+    for v in skipped:
+        tally._lose("versions", f"weight version {v} was never published")
+    for v in twice:
+        tally._dup("versions", f"weight version {v} published {seen[v]} times")
+    tally.versions = {"published": len(led.versions), "newest": top, "skipped": skipped, "twice": twice,
+                      "undecodable_records": led.weights_undecodable,
+                      "checkpoint_version": led.checkpoint.version if led.checkpoint else None}
+    if led.checkpoint and led.checkpoint.version != top:
+        tally.notes.append(f"the final checkpoint holds version {led.checkpoint.version}, rft.weights' newest is {top}")
+
+
+def _lineage(led: Ledger, tally: Tally) -> None:
+    by_rank: dict[int, Counter] = defaultdict(Counter)
+    for line in led.lineage:
+        by_rank[int(line.get("rank", 0))][int(line["step"])] += 1
+    steps = max((max(c) for c in by_rank.values() if c), default=0)
+    for rank, c in sorted(by_rank.items()):
+        for s in range(1, max(c) + 1):
+            if s not in c:
+                tally._lose("lineage", f"rank {rank} has no lineage line for step {s}")
+            elif c[s] > 1:
+                tally._dup("lineage", f"rank {rank} has {c[s]} lineage lines for step {s}")
+    ck = led.checkpoint.step if led.checkpoint else 0
+    if ck > steps:
+        tally._lose("lineage", f"the final checkpoint is step {ck} but the lineage ends at step {steps}", ck - steps)
+    tally.lineage = {"steps": steps, "lines": len(led.lineage), "checkpoint_step": ck}
+
+
+def _poison(led: Ledger, poisons: list[Poison], lane_outcome: dict[Pos, str], tally: Tally) -> None:
+    """Each poison record's fate. Losses are counted here only for tasks and feedback: poison on raw
+    and on the trainer's lanes is already a unit of the streams / trainer accounting."""
+    by_source: dict[Pos, list[RejRecord]] = defaultdict(list)
+    for r in led.rejections:
+        if r.source is not None:
+            by_source[r.source].append(r)
+    for p in poisons:
+        row = {**p.to_json(), "outcome": "", "ok": True}
+        if p.where is None:
+            row.update(outcome="not delivered by the chaos producer", ok=False)
+            tally.notes.append(f"poison '{p.label}' on {p.topic_key} was not delivered")
+        elif p.expect == NONE:
+            row["outcome"] = "no rejection path: readers skip it (liveness is the check)"
+        elif p.expect == ANY:
+            rejs = by_source.get(p.where, [])
+            row["outcome"] = (f"rejected: {rejs[0].reason}" if rejs else "curated -> "
+                              + next((lane_outcome[r.pos] for r in led.lanes if r.src == src_of(p.where)), "in flight"))
+        else:
+            rejs = by_source.get(p.where, [])
+            reasons = sorted({r.reason for r in rejs})
+            if rejs:
+                row["outcome"] = "rejected: " + ", ".join(reasons)
+                row["ok"] = any(r in p.expect for r in reasons)
+                if not row["ok"]:
+                    tally.notes.append(f"poison '{p.label}' on {p.topic_key} rejected as {reasons}, "
+                                       f"expected {sorted(p.expect)}")
+            elif p.topic_key in ("tasks", "feedback", "raw"):
+                committed = led.committed.get((p.where[0], p.where[1]))
+                if committed is not None and p.where[2] < committed:
+                    row.update(outcome="read and committed without a rejection", ok=False)
+                    if p.topic_key != "raw":
+                        tally._lose("poison", f"{p.topic_key} '{p.label}' at {src_of(p.where)} vanished without a rejection")
+                else:
+                    row["outcome"] = "not read yet (in flight)"
+            else:
+                row["outcome"] = lane_outcome.get(p.where, "?")
+                row["ok"] = row["outcome"] == "pending"
+        tally.poison.append(row)
+
+
+def _clickhouse(led: Ledger, ch: dict[str, int] | None, tally: Tally) -> None:
+    if ch is None:
+        return
+    rows = {}
+    for key, kafka_n in sorted(led.topic_counts.items()):
+        got = ch.get(key)
+        rows[key] = {"kafka": kafka_n, "clickhouse": got}
+        if got is None:
+            tally.notes.append(f"ClickHouse reports no count for {key}")
+        elif got < kafka_n:
+            tally._lose("clickhouse", f"{key}: Kafka {kafka_n}, ClickHouse {got}", kafka_n - got)
+        elif got > kafka_n:
+            tally._dup("clickhouse", f"{key}: Kafka {kafka_n}, ClickHouse {got}", got - kafka_n)
+    tally.clickhouse = rows
+
+
+def reconcile(led: Ledger, poisons: list[Poison], clickhouse: dict[str, int] | None = None) -> Tally:
+    tally = Tally()
+    ix = _Index(led)
+    lane_outcome = _lanes(led, ix, tally)
+    _raw(led, ix, lane_outcome, tally)
+    _versions(led, tally)
+    _lineage(led, tally)
+    _poison(led, poisons, lane_outcome, tally)
+    _clickhouse(led, clickhouse, tally)
+    if led.undecodable_rejections:
+        tally.notes.append(f"{led.undecodable_rejections} records on the rejected topic do not decode")
+    return tally

@@ -1,0 +1,52 @@
+"""`rftbus chaos`: the main job under fault injection and load, then a reconciliation by experience id."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from rftbus.cli.context import state
+
+
+def chaos(
+    ctx: typer.Context,
+    config: Path = typer.Argument(None, help="Config of the attacked run (default: the global --config)."),
+    budget: str = typer.Option("full", "--budget", help="full (make chaos, ~15 min) | ci (a few minutes)."),
+    rounds: int = typer.Option(None, "--rounds", min=0, help="Rounds of kill -9 over every process kind."),
+    minutes: float = typer.Option(None, "--minutes", min=0.5, help="No new fault starts after this."),
+    seed: int = typer.Option(None, "--seed", help="Seed of the poison and burst records."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole result as JSON instead of tables."),
+) -> None:
+    """Run `rftbus run` on its own broker (under <state_dir>/chaos), kill -9 each process kind in turn,
+    restart the broker, poison every input topic, burst above steady state; then drain and reconcile.
+    Ends with `chaos: N faults injected, L lost, D duplicated`; exit 1 unless L = D = 0 and every fault
+    recovered."""
+    from rftbus.chaos.driver import ChaosDriver, available
+    from rftbus.chaos.plan import attacked_config, get_plan
+    from rftbus.chaos.report import print_result
+
+    st = state(ctx)
+    if config is not None:
+        st.config_path = config
+    plan = get_plan(budget, kill_rounds=rounds, max_minutes=minutes, seed=seed)
+    base = st.config()
+    cfg = attacked_config(base, plan, serve=available("rftbus.producers.serve.service"))
+    console = st.err if as_json else st.console
+    console.print(f"chaos ({plan.name}): {plan.kill_rounds} kill round(s), {plan.broker_restarts} broker restart(s), "
+                  f"burst of {plan.burst_groups} groups, faults for up to {plan.max_minutes:g} min; "
+                  f"state in {cfg.state_dir}")
+    res = ChaosDriver(cfg, plan, console).run()
+    doc = res.to_json()
+    (cfg.state_dir / "chaos.json").write_text(json.dumps(doc, indent=1, default=str))
+    if as_json:
+        print(json.dumps(doc, indent=1, default=str))
+    else:
+        print_result(res, console)
+    if not res.passed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(chaos)

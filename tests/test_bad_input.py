@@ -1,0 +1,216 @@
+"""The bad input sweep, against real processes on the session broker: every kind of bad record gets a
+clear one-line rejection reason, and the worker that met it stays alive and keeps working.
+
+Streams cases share one `rftbus streams` worker (WorkerProcess); each sends its bad record and then a
+good group under the same key (same partition), so "keeps working" means the very partition that
+held the poison moved on. Hostile reward code runs in a real `rftbus explore` process.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rftbus.kafka.clients import make_admin, make_producer
+from rftbus.kafka.topics import create_topics
+from rftbus.schemas import Experience, Rejection, Task, WeightVersion, make_codec
+from rftbus.streams.harness import WorkerProcess, read_all
+from rftbus.streams.synthetic import make_group
+from tests.conftest import make_config
+from tests.explorer_kafka import fresh_config, read_topic
+
+LATEST = 3
+KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
+CODEC = make_codec(None)
+DECODE = CODEC.deserializer()
+MAX_BYTES = 200_000
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def _exp(**over) -> Experience:
+    return replace(make_group(rewards=[1.0], model_version=LATEST, response_tokens=20, seed=7)[0], **over)
+
+
+def _bad_utf8_prompt() -> bytes:
+    marker = "MARKER\u00e9\u00e9"  # 10 bytes of UTF-8, replaced by 10 bytes that are not UTF-8
+    data = CODEC.encode(_exp(prompt_text=marker))
+    i = data.index(marker.encode())
+    return data[:i] + b"\xff\xfe\xc3\x28\xa0\xa1\xed\xa0\x80\xc0" + data[i + len(marker.encode()):]
+
+
+def _malformed_avro() -> bytes:
+    good = CODEC.encode(_exp())
+    return good[:10] + bytes(400)  # a valid Experience header (magic + fingerprint), a body that is not one
+
+
+# case -> (bytes, reason, words the detail must contain)
+BAD = {
+    "malformed_avro": (_malformed_avro, "malformed", ["malformed_body"]),
+    "wrong_schema_id": (lambda: b"\x00" + (424242).to_bytes(4, "big") + b"\x02body", "schema", ["424242"]),
+    "truncated_frame": (lambda: CODEC.encode(_exp())[:-9], "malformed", ["truncated"]),
+    "huge_record": (lambda: CODEC.encode(_exp(response_ids=[5] * 70_000, logprobs=[-1.0] * 70_000,
+                                              loss_mask=[True] * 70_000)), "too_large", [str(MAX_BYTES)]),
+    "nan_reward": (lambda: CODEC.encode(_exp(reward=math.nan)), "non_finite_reward", ["nan"]),
+    "unknown_version": (lambda: CODEC.encode(_exp(model_version=LATEST + 50)), "unknown_version",
+                        [str(LATEST + 50), f"latest published {LATEST}"]),
+    "unicode_garbage_prompt": (_bad_utf8_prompt, "malformed", ["utf-8"]),
+}
+
+
+@pytest.fixture(scope="module")
+def env(broker, tmp_path_factory):
+    tag = uuid.uuid4().hex[:6]
+    cfg = make_config(
+        tmp_path_factory.mktemp("badinput"), broker.broker.port,
+        **{f"topics.{k}.name": f"bad{tag}.{k}" for k in KEYS},
+        **{"streams.app_id": f"bad{tag}", "streams.group_timeout_s": 30.0, "streams.tick_interval_s": 0.5,
+           "streams.version_wait_s": 0.5, "streams.commit_interval_s": 0.2, "streams.max_message_bytes": MAX_BYTES})
+    create_topics(cfg, make_admin(cfg))
+    producer = make_producer(cfg)
+    wv = WeightVersion(model=cfg.model.name, version=LATEST, step=LATEST, uri="file:///x", sha256="0" * 64, bytes=1)
+    producer.produce(cfg.topics.weights.name, key=wv.model.encode(), value=CODEC.encode(wv))
+    producer.flush(10)
+    worker = WorkerProcess(cfg, f"bad{tag}", cfg.state_dir / "worker.log")
+    try:
+        worker.wait_ready(120)
+        yield cfg, producer, worker
+    finally:
+        assert worker.stop() == 0, worker.tail()
+
+
+def _send(cfg, producer, key: bytes, value: bytes | None) -> tuple[int, int]:
+    where = {}
+    producer.produce(cfg.topics.raw.name, key=key, value=value,
+                     on_delivery=lambda err, m: where.update(err=err, p=m.partition(), o=m.offset()))
+    producer.flush(10)
+    assert where.get("err") is None, where
+    return where["p"], where["o"]
+
+
+def _wait(cfg, want, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        out = {role: read_all(cfg, getattr(cfg.topics, role).name, decode=DECODE, idle_s=0.3)
+               for role in ("curated", "curated_priority", "rejected")}
+        if want(out) or time.monotonic() > deadline:
+            return out
+        time.sleep(0.5)
+
+
+def _curated(out, gid):
+    return [e for role in ("curated", "curated_priority") for e in out[role] if e.group_id == gid]
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_record_is_rejected_with_a_clear_reason_and_the_worker_lives(env, case):
+    cfg, producer, worker = env
+    make_bytes, reason, words = BAD[case]
+    bad = make_bytes()
+    key = f"bad-{case}-{uuid.uuid4().hex[:6]}".encode()
+    pid = worker.proc.pid
+    part, off = _send(cfg, producer, key, bad)
+    good = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=10, seed=hash(case) % 1000,
+                      group_id=key.decode())  # same key: the partition that held the poison must move on
+    for e in good:
+        _send(cfg, producer, key, CODEC.encode(e))
+
+    def mine(out):
+        return [r for r in out["rejected"] if isinstance(r, Rejection) and r.source_topic == cfg.topics.raw.name
+                and (r.partition, r.offset) == (part, off)]
+
+    out = _wait(cfg, lambda o: mine(o) and len(_curated(o, key.decode())) == 2)
+    rejections = mine(out)
+    assert len(rejections) == 1, f"{case}: {len(rejections)} rejections for the bad record"
+    r = rejections[0]
+    assert (r.reason, r.stage) == (reason, "verify"), (case, r.reason, r.detail)
+    assert r.detail and "\n" not in r.detail, f"{case}: the detail must be one line: {r.detail!r}"
+    for w in words:
+        assert w.lower() in r.detail.lower(), f"{case}: detail {r.detail!r} does not name {w!r}"
+    assert r.original == bad  # the bytes are kept for inspection
+    assert len(_curated(out, key.decode())) == 2, f"{case}: the good group after the bad record was not curated"
+    assert worker.proc.poll() is None and worker.proc.pid == pid, worker.tail()
+    status = worker.status()
+    assert status["pid"] == pid and status["errors"] == 0, status  # handled as input, not as a crash
+
+
+def test_hostile_unicode_text_is_not_poison(env):
+    """Odd but valid text (bidi overrides, NUL, emoji, non-characters, combining marks) flows through
+    untouched: rejecting it would be losing it."""
+    cfg, producer, worker = env
+    text = "\u202e\u0000\U0001f4a5 \u0645\u0631\u062d\u0628\u0627 \ufeff\U0010fffd z\u0301\u0301\u0301 \ud7ff"
+    gid = f"unicode-{uuid.uuid4().hex[:6]}"
+    group = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=10, seed=99, group_id=gid)
+    for e in group:
+        e.prompt_text, e.response_text = text, text[::-1]
+        _send(cfg, producer, gid.encode(), CODEC.encode(e))
+    out = _wait(cfg, lambda o: len(_curated(o, gid)) == 2)
+    got = _curated(out, gid)
+    assert len(got) == 2 and all(e.prompt_text == text and e.response_text == text[::-1] for e in got)
+    assert worker.proc.poll() is None
+
+
+# ---- hostile reward code: a real `rftbus explore` process with the sandboxed code reward ----------------
+GUARD = "import os, signal, sys\nif os.getpid() != 1:\n    print('not in a PID namespace: no attack'); sys.exit(42)\n"
+HOSTILE = {
+    # Each attack runs only as pid 1 of its own PID namespace (the guard), so a sandbox that lost its
+    # isolation makes the test fail instead of taking this machine's processes down.
+    "kill_everything": GUARD + "os.kill(-1, signal.SIGKILL)\nprint('survived kill -1')",
+    "kill_parent_group": GUARD + "os.killpg(0, signal.SIGKILL)",
+    "kill_by_pid": GUARD + "for pid in range(2, 40000):\n    try:\n        os.kill(pid, signal.SIGKILL)\n"
+                           "    except OSError:\n        pass\nprint('swept')",
+    "exit_nonzero": "import sys\nsys.exit(3)",
+}
+
+
+def test_hostile_reward_code_scores_zero_and_the_explorer_lives(broker, tmp_path):
+    cfg = fresh_config(make_config, tmp_path, broker, **{
+        "explorer.admission": False, "explorer.idle_exit_s": 8.0, "rl.group_size": 1, "explorer.task_retries": 0,
+        "explorer.workflow.kind": "explorer_plugins:EchoCode",
+        "explorer.rewards": [{"name": "code", "params": {"wall_s": 5.0, "cpu_s": 3, "memory_mb": 512, "max_procs": 8}},
+                             {"name": "bad_input_plugins:exploding_reward", "weight": 0.0}]})
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # must outlive the attacks
+    programs = {**HOSTILE, "good": "def add(a, b):\n    return a + b"}
+    tasks = [Task(taskset="code", prompt=name, metadata={"program": prog, "tests": "assert add(2, 3) == 5"})
+             for name, prog in programs.items()]
+    failing = Task(taskset="code", prompt="reward_raises", metadata={"program": "pass", "tests": ""})
+    producer = make_producer(cfg)
+    for t in tasks + [failing]:
+        producer.produce(cfg.topics.tasks.name, key=t.task_id, value=CODEC.encode(t))
+    assert producer.flush(10) == 0
+    (tmp_path / "explorer.yaml").write_text(__import__("json").dumps(cfg.model_dump(mode="json")))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")},
+           "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), os.environ.get("PYTHONPATH", "")])}
+    log = open(tmp_path / "explorer.log", "wb")
+    proc = subprocess.Popen([str(Path(sys.executable).parent / "rftbus"), "--config", str(tmp_path / "explorer.yaml"),
+                             "explore", "--id", "hostile"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+    try:
+        code = proc.wait(240)  # exits by itself after idle_exit_s without tasks
+        assert bystander.poll() is None, "a sandboxed program killed a process outside the sandbox"
+    finally:
+        bystander.kill()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        log.close()
+    text = (tmp_path / "explorer.log").read_text(errors="replace")
+    assert code == 0, f"the explorer did not survive (exit {code}):\n{text[-3000:]}"
+    raw = {e.task_id: e for _, e in read_topic(cfg, "raw")}
+    by_name = {t.prompt: raw[t.task_id] for t in tasks}
+    assert by_name["good"].reward == 1.0
+    for name in HOSTILE:
+        e = by_name[name]
+        assert e.reward == 0.0, (name, e.reward_components)
+        assert e.reward_components["code.exit_code"] != 0.0, (name, e.reward_components)
+        assert e.reward_components["code.exit_code"] != 42.0, f"{name}: the sandbox had no PID namespace"
+    rejections = [r for _, r in read_topic(cfg, "rejected")]
+    assert [(r.reason, r.stage) for r in rejections] == [("task_failed", "explorer")]
+    assert "reward function exploded on purpose" in rejections[0].detail

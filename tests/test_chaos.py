@@ -1,0 +1,58 @@
+"""`rftbus chaos` at the CI budget on the session broker: kill -9 of every process kind, a broker kill
+and restart, poison on every input topic, a load burst; then nothing lost, nothing duplicated.
+
+The session broker is the one restarted (one broker per session); this test has its own topics and
+groups on it, so other tests' records never enter its books.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+
+import pytest
+from rich.console import Console
+
+from rftbus.chaos.driver import ChaosDriver, available
+from rftbus.chaos.plan import free_port_pair, get_plan, run_overrides, with_overrides
+from rftbus.config import load_config
+from tests.conftest import JARS, REPO
+
+KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
+
+
+@pytest.mark.timeout(1200)
+def test_chaos_ci_budget_loses_and_duplicates_nothing(broker, tmp_path):
+    tag = uuid.uuid4().hex[:6]
+    base = load_config(REPO / "configs" / "toy.yaml", environ={}, overrides={
+        "state_dir": str(tmp_path / "state"), "broker": {"port": broker.broker.port, "libs_dir": str(JARS)},
+        "kafka": {"bootstrap_servers": broker.bootstrap_servers},
+        "topics": {k: {"name": f"chaos{tag}.{k}"} for k in KEYS},
+        "explorer": {"group_id": f"chaos{tag}-explorers"}, "streams": {"app_id": f"chaos{tag}-streams"},
+        "trainer": {"group_id": f"chaos{tag}-trainer"}, "analytics": {"group_id": f"chaos{tag}-analytics"},
+        "serve": {"port": free_port_pair()},
+    })
+    plan = get_plan("ci")
+    cfg = with_overrides(base, run_overrides(plan, serve=available("rftbus.producers.serve.service")))
+    console = Console(file=open(tmp_path / "chaos.log", "w"), width=160)
+    res = ChaosDriver(cfg, plan, console, broker_cfg=broker).run()
+    console.file.flush()
+    log = (tmp_path / "chaos.log").read_text()
+    assert res.tally is not None, log[-5000:]
+    assert res.passed, "\n".join(res.failures + res.tally.examples + res.tally.notes) + "\n" + log[-5000:]
+    assert (res.lost, res.duplicated) == (0, 0)
+    assert res.closing_line() == f"chaos: {res.injected} faults injected, 0 lost, 0 duplicated"
+    assert res.injected >= 20
+    kinds = Counter(f.kind for f in res.faults)
+    for kind in ("kill:explorer", "kill:streams", "kill:trainer", "broker_restart", "burst"):
+        assert kinds[kind] >= 1, kinds
+    assert {f.kind.split(":")[1] for f in res.faults if f.kind.startswith("poison:")} == set(KEYS) - {"rejected"}
+    t = res.tally
+    assert t.produced > 0 and t.trained > 0 and t.in_flight == 0
+    assert t.produced == t.trained + t.rejected + t.pending
+    assert t.versions["skipped"] == [] and t.versions["twice"] == [] and t.versions["newest"] >= 1
+    assert t.lineage["steps"] == t.lineage["checkpoint_step"] >= 1
+    assert all(p["ok"] for p in t.poison), [p for p in t.poison if not p["ok"]]
+    assert res.run_exit == 0
+    if available("rftbus.consumers.analytics.sink"):
+        assert t.clickhouse is not None and all(v["kafka"] == v["clickhouse"] for v in t.clickhouse.values())
