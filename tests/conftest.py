@@ -20,9 +20,13 @@ JARS = REPO / ".rftbus" / "kafka" / f"libs-{BrokerConfig().kafka_version}"
 
 
 def _free_pair() -> int:
-    """A port p with p+1 also free (broker + controller)."""
+    """A port p with p+1 also free (broker + controller), below the kernel's ephemeral range: while a
+    broker is down (the chaos test restarts it), a client's outgoing socket could take a port in that range."""
+    from rftbus.chaos.plan import ephemeral_low
+
+    top = min(40000, ephemeral_low() - 2)
     for _ in range(200):
-        p = random.randint(20000, 40000)
+        p = random.randint(15000, top)
         ok = True
         for port in (p, p + 1):
             with socket.socket() as s:
