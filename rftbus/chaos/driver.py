@@ -21,7 +21,6 @@ import sys
 import time
 from dataclasses import replace
 
-import yaml
 from confluent_kafka import KafkaException
 from rich.console import Console
 
@@ -33,7 +32,7 @@ from rftbus.chaos.plan import ChaosPlan
 from rftbus.chaos.poison import Poison, catalogue, inject
 from rftbus.chaos.reconcile import reconcile
 from rftbus.chaos.result import ChaosResult
-from rftbus.config import Config
+from rftbus.config import Config, write_config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_admin
 from rftbus.kafka.topics import create_topics
@@ -117,8 +116,7 @@ class ChaosDriver:
         self._poison(head, "before the run (at the head of every partition)")
 
     def _start_run(self) -> None:
-        path = self.workdir / "chaos-config.yaml"
-        path.write_text(yaml.safe_dump(self.cfg.model_dump(mode="json"), sort_keys=False))
+        path = write_config(self.cfg, self.workdir / "chaos-config.yaml")
         log = open(self.workdir / "run.log", "ab")
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")}, "PYTHONUNBUFFERED": "1",
                "COLUMNS": "160"}
