@@ -23,6 +23,7 @@ from rftbus.streams.ingest import Ingest
 from rftbus.streams.join import Join, FeedbackFanout
 from rftbus.streams.outputs import H_KIND, Emitter
 from rftbus.streams.priority import PassRates
+from rftbus.streams.redelivery import DeliveryGuard
 from rftbus.streams.telemetry import Counters, StatusFile, flat_counts, metric
 from rftbus.streams.topology import Topology
 from rftbus.streams.versions import VersionFollower
@@ -69,6 +70,9 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     async def ingest_agent(stream: Any) -> None:
         stream = stream.noack()
         ingest.stream = stream
+        # Transaction markers (exactly_once) are real gaps in joined: watch it only at least once.
+        ingest.watch(DeliveryGuard.for_faust(app.consumer, quiet_s=sc.redelivery_quiet_s),
+                     {topo.raw} | ({topo.joined} if sc.processing_guarantee == "at_least_once" else set()))
         async for event in stream.events():
             try:
                 await ingest.handle(event)
@@ -96,6 +100,8 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     async def on_revoked(sender: Any, revoked: Any, **kw: Any) -> None:
         mine = {tp for tp in revoked if tp.topic in (topo.raw, topo.joined)}
         offsets.forget(mine)
+        if ingest.guard is not None:
+            ingest.guard.forget(mine)
         ingest.revoke({tp.partition for tp in mine})
 
     app.on_partitions_revoked.connect(on_revoked)
@@ -115,6 +121,11 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                 side.produce(topic, value=b"", partition=p, headers=[(H_KIND, b"tick")])
         side.poll(0)
 
+    @app.timer(2.0, name="redelivery")
+    async def redelivery_check() -> None:
+        if ingest.guard is not None:
+            ingest.guard.check()
+
     started = time.time()
     last_metrics = [0.0]
 
@@ -126,7 +137,8 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
         status.write({"role": "streams", "id": wid, "pid": __import__("os").getpid(), "app_id": sc.app_id,
                       "processing_guarantee": sc.processing_guarantee, "latest_version": follower.latest,
                       "started_at": started, "updated_at": time.time(), "assigned": assigned,
-                      "untranslated_kafka_settings": settings.untranslated, **snap})
+                      "untranslated_kafka_settings": settings.untranslated,
+                      "redelivery": dict(ingest.guard.stats) if ingest.guard else {}, **snap})
         if time.time() - last_metrics[0] >= sc.metrics_interval_s:
             last_metrics[0] = time.time()
             metrics_topic = cfg.topics.metrics.name

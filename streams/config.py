@@ -62,3 +62,6 @@ class StreamsConfig(BaseModel):
     dedupe_window_s: float = Field(900.0, gt=0, description="emitted sources remembered for replay dedupe")
     recovery_margin_s: float = Field(300.0, ge=0, description="output scan starts this much before the "
                                      "first replayed record's timestamp (clock skew allowance)")
+    redelivery_quiet_s: float = Field(10.0, gt=0, description="a partition fetched past what reached the "
+                                      "ingest agent, with nothing delivered for this long, is fetched again "
+                                      "from the first missing offset (streams/redelivery.py)")

@@ -36,6 +36,11 @@ class Ingest:
         self.books: dict[int, GroupBook] = {}
         self.landed: dict[int, Landed] = {}  # from the recovery scan, per input partition
         self.stream = None  # the noack stream, set by the agent
+        self.guard = None  # DeliveryGuard: every fetched offset of `watched` topics must arrive here
+        self.watched: set[str] = set()
+
+    def watch(self, guard, topics: set[str]) -> None:
+        self.guard, self.watched = guard, topics
 
     # -- partition lifecycle -------------------------------------------------------------------
     def revoke(self, partitions: set[int]) -> None:
@@ -64,6 +69,8 @@ class Ingest:
         msg = event.message
         p = msg.partition
         offsets.seen(msg.tp, msg.offset)
+        if msg.topic in self.watched:
+            self.guard.delivered(msg.tp, msg.offset)
         headers = dict(msg.headers or [])
         if headers.get(H_KIND) == b"tick":
             await self.ack(event)

@@ -106,10 +106,6 @@ def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing(broker, tmp
         assert w2.stop() == 0, w2.tail()
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known loss (issue #4 stays open): in 2-3 of 6 runs the surviving worker gets one replayed record of a "
-    "partition it took over, then nothing more from it; suspected Faust per-partition flow control after "
-    "the rebalance. The single-worker kill -9 test holds."))
 def test_two_workers_share_partitions_and_one_is_killed(broker, tmp_path):
     cfg = _config(broker, tmp_path)
     groups = _groups()
@@ -137,7 +133,11 @@ def test_two_workers_share_partitions_and_one_is_killed(broker, tmp_path):
         time.sleep(2)
         curated = _wait_curated(cfg, GROUPS * N, 5)
         _assert_exactly_once(cfg, groups, curated)
-        assert b.status()["curated"] > 0
+        st = b.status()
+        assert st["curated"] > 0
+        # Faust drops some records of a partition taken over in a rebalance (streams/redelivery.py):
+        # when it did, the guard must have fetched them again, and nothing may be left unresolved.
+        assert st["redelivery"]["gaps_accepted"] == 0, st["redelivery"]
     finally:
         assert b.stop() == 0, b.tail()
         a.stop()
