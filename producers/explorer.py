@@ -105,7 +105,7 @@ class Explorer:
                     if msg is None:
                         idle = time.monotonic() - self._last_activity
                         if (ex.idle_exit_s and idle > ex.idle_exit_s and self.consumer.assignment()
-                                and not self.acks.outstanding_groups()):
+                                and not self.acks.outstanding_groups() and self._caught_up()):
                             self.report(f"no new task for {ex.idle_exit_s:g}s; exiting")
                             break
                         continue
@@ -258,6 +258,18 @@ class Explorer:
         if swap_in_ready(self.follower, self.engine, self.report, wait_s):
             self.status.update(version=self.engine.version)
         self.status.update(refused_versions=sorted(self.follower.refused))
+
+    def _caught_up(self) -> bool:
+        """Every assigned tasks partition read to its end. Quiet alone is not idle: a loaded broker can
+        take longer than idle_exit_s to hand over committed offsets (coordinator load in progress)."""
+        for tp in self.consumer.position(self.consumer.assignment()):
+            try:
+                _, high = self.consumer.get_watermark_offsets(tp, timeout=5)
+            except KafkaException:
+                return False
+            if high > 0 and (tp.offset < 0 or tp.offset < high):
+                return False
+        return True
 
     def _on_assign(self, consumer, partitions) -> None:
         self._last_activity = time.monotonic()

@@ -112,6 +112,7 @@ def committed(cfg, group: str, topic: str) -> dict[int, int]:
     return {tp.partition: tp.offset for tp in got}
 
 
+@pytest.mark.timeout(600)  # two trainer starts (DeepSpeed init) on a loaded CI machine
 def test_kill9_resume_trains_every_experience_exactly_once(broker, tmp_path):
     cfg, path = trainer_config(tmp_path, broker, **{
         "rl.max_staleness": 1000, "rl.sync_interval": 3, "trainer.checkpoint_interval": 2})
@@ -128,7 +129,7 @@ def test_kill9_resume_trains_every_experience_exactly_once(broker, tmp_path):
 
     proc = start_trainer(cfg, path)
     feeder = threading.Thread(target=feed)
-    wait_for(lambda: len(read_lineage(lineage_file)) >= 3, 120, "three checkpointed steps", proc)
+    wait_for(lambda: len(read_lineage(lineage_file)) >= 3, 240, "three checkpointed steps", proc)
     feeder.start()
     time.sleep(0.35)
     os.kill(proc.pid, signal.SIGKILL)
@@ -147,7 +148,7 @@ def test_kill9_resume_trains_every_experience_exactly_once(broker, tmp_path):
     proc = start_trainer(cfg, path)
     want = set(produced)
     wait_for(lambda: {i for line in read_lineage(lineage_file) for i in line["experience_ids"]} >= want,
-             120, "every experience in the lineage", proc)
+             240, "every experience in the lineage", proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err[-3000:]
