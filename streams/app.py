@@ -17,7 +17,7 @@ from confluent_kafka import Producer
 from rftbus.config import Config
 from rftbus.kafka.clients import make_producer
 from rftbus.schemas import make_codec
-from rftbus.streams import offsets
+from rftbus.streams import fastpath, offsets
 from rftbus.streams.faust_conf import faust_settings
 from rftbus.streams.ingest import Ingest
 from rftbus.streams.join import Join, FeedbackFanout
@@ -66,6 +66,8 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     status = StatusFile(cfg, wid)
 
     offsets.install({topo.raw, topo.joined})
+    fastpath.install()
+    fastpath.tune_fetch(sc.fetch_min_bytes, sc.fetch_max_wait_ms)
 
     async def ingest_agent(stream: Any) -> None:
         stream = stream.noack()
@@ -136,7 +138,8 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                           if tp.topic in (topo.raw, topo.feedback))
         status.write({"role": "streams", "id": wid, "pid": __import__("os").getpid(), "app_id": sc.app_id,
                       "processing_guarantee": sc.processing_guarantee, "latest_version": follower.latest,
-                      "started_at": started, "updated_at": time.time(), "assigned": assigned,
+                      "started_at": started, "updated_at": time.time(), "cpu_s": round(time.process_time(), 3),
+                      "assigned": assigned,
                       "untranslated_kafka_settings": settings.untranslated,
                       "redelivery": dict(ingest.guard.stats) if ingest.guard else {}, **snap})
         if time.time() - last_metrics[0] >= sc.metrics_interval_s:

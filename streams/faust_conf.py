@@ -99,6 +99,11 @@ def faust_settings(cfg: Config, datadir: str) -> FaustSettings:
         consumer_auto_offset_reset="earliest",
         table_cleanup_interval=3600.0,
         stream_wait_empty=False,
+        # Faust's repaired Cython fast paths (opt-in in 0.15.3): a stream takes an event already in its
+        # buffer without awaiting the channel. Measured: ~10 % less worker CPU per experience (6 of 6
+        # back-to-back pairs). The conductor's other repaired path (decode once for several channels of
+        # one topic) does not apply: every topic here has one subscriber.
+        cython_optimizations=True,
     )
     untranslated = sorted(k for k in client if k not in TRANSLATED | HARMLESS)
     return FaustSettings(kwargs, untranslated)
