@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
 
-.PHONY: install demo test chaos lock clean
+.PHONY: install demo demo-grpo test chaos lock clean
 
 install: $(STAMP)
 
@@ -17,6 +17,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 demo: install
 	$(VENV)/bin/rftbus run configs/toy.yaml
+
+# Pure GRPO (no demonstrations) from a warm start: a brief SFT run stopped while eval is <= 0.2, exported
+# as a Hugging Face folder, then `rftbus run` with trainer.loss grpo from it (docs/BENCHMARKS.md, "run").
+# Each step has its own state folder and broker; both are recreated on every call.
+demo-grpo: install
+	rm -rf .rftbus/grpo-warm .rftbus/grpo
+	$(VENV)/bin/rftbus run configs/toy-grpo-warm.yaml
+	$(VENV)/bin/rftbus --config configs/toy-grpo-warm.yaml export .rftbus/grpo-warm/export --force
+	$(VENV)/bin/rftbus run configs/toy-grpo.yaml
 
 # Fault injection + load on the toy run, then reconciliation by experience id (docs/RELIABILITY.md).
 chaos: install

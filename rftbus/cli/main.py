@@ -19,6 +19,7 @@ from rftbus.cli import (
 from rftbus.cli import config_cmd, serve_cmd
 from rftbus.cli import analytics_cmd
 from rftbus.cli import chaos_cmd
+from rftbus.cli import export_cmd
 from rftbus.cli.context import CliState
 from rftbus.errors import RftbusError
 
@@ -56,6 +57,7 @@ train_cmd.register(app)
 serve_cmd.register(app)
 broker_cmds.register(app)
 config_cmd.register(app)
+export_cmd.register(app)
 app.add_typer(topics_cmd.app, name="topics")
 tail_cmd.register(app)
 app.add_typer(bench_cmd.app, name="bench")

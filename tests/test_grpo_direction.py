@@ -1,0 +1,99 @@
+"""One GRPO update moves the policy the right way, through the code the trainer runs.
+
+The chain under test is the real one: the explorer's engine samples a group, streams' GRPO estimator
+turns rewards into advantages, `collate` builds the batch, and `train_step` runs the GRPO loss through
+a DeepSpeed engine (ZeRO-1, AdamW, clipping) around `PolicyWithValue`. After one step the sampled
+answer with a positive advantage must be more likely and the one with a negative advantage less
+likely. Pure tensors plus in-process DeepSpeed: no broker.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import pytest
+import torch
+
+from rftbus.config import Config
+from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.producers.engines.transformers import TransformersEngine
+from rftbus.producers.workflows.base import encode_prompt
+from rftbus.schemas import Experience
+from rftbus.streams.advantages.grpo import GRPO
+from rftbus.trainer.batch import collate
+from rftbus.trainer.config import TrainerConfig
+from rftbus.trainer.losses import make_loss
+from rftbus.trainer.policy import PolicyWithValue, token_logp_entropy
+
+
+@pytest.fixture
+def dist_env():
+    """In-process DeepSpeed: its env vars exist for this test only (subprocess tests must not inherit them)."""
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "DS_ACCELERATOR")
+    saved = {k: os.environ.pop(k) for k in names if k in os.environ}
+    yield
+    for k in names:
+        os.environ.pop(k, None)
+    os.environ.update(saved)
+
+
+def sample_two_distinct(cfg: Config, tok, lm, prompt_ids: list[int]):
+    """Two different completions of one prompt, sampled as the explorer samples them."""
+    engine = TransformersEngine(cfg, tok, model=copy.deepcopy(lm))
+    torch.manual_seed(1)
+    for _ in range(20):
+        done = engine.generate([prompt_ids] * 8, cfg.explorer.sampling)
+        distinct = {tuple(c.response_ids): c for c in done}
+        if len(distinct) >= 2:
+            return list(distinct.values())[:2]
+    raise AssertionError("the engine sampled the same completion 160 times")
+
+
+def response_logp(model: torch.nn.Module, batch) -> torch.Tensor:
+    """Sum of the trained tokens' logprobs per row, as the trainer computes them."""
+    with torch.no_grad():
+        logits, _ = model(batch.input_ids, batch.attention_mask)
+        logp, _ = token_logp_entropy(logits, batch)
+    return (logp * batch.mask).sum(-1)
+
+
+@pytest.mark.parametrize("eta", [0, 1], ids=["on-policy", "decoupled"])
+def test_one_grpo_step_raises_the_positive_answer_and_lowers_the_negative(dist_env, eta):
+    from rftbus.trainer.dist import prepare_env
+
+    prepare_env()  # before deepspeed is imported, as the trainer does
+    from rftbus.trainer.engine import build_engine
+    from rftbus.trainer.step import train_step
+
+    cfg = Config.model_validate({"explorer": {"sampling": {"temperature": 1.0, "max_new_tokens": 6}}})
+    tok = load_tokenizer(cfg.model)
+    lm = load_policy(cfg.model, tok)
+    prompt_ids = encode_prompt(tok, "37+45=")
+    good, bad = sample_two_distinct(cfg, tok, lm, prompt_ids)
+    advantages = GRPO().advantages([1.0, 0.0])  # streams' group normalisation: [+1, -1]
+    assert advantages[0] > 0 > advantages[1]
+    exps = [Experience(group_id="g", task_id="t", sample_index=i, group_size=2, prompt_ids=prompt_ids,
+                       response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
+                       model_version=0, explorer_id="x", reward=r, advantage=a, metadata=dict(c.metadata))
+            for i, (c, r, a) in enumerate(zip((good, bad), (1.0, 0.0), advantages))]
+
+    tc = TrainerConfig(loss="grpo", lr=2e-3)  # the toy config's learning rate
+    torch.manual_seed(tc.seed)
+    lm.config.use_cache = False
+    module = PolicyWithValue(lm, value_head=False)
+    engine = build_engine(module, tc)
+    loss = make_loss(tc, eta)
+    assert loss.off_policy == ("decoupled" if eta else "none")
+    batch = collate(exps, [False, False], tok.pad_token_id, 64)
+    assert int(batch.mask.sum()) == len(good.response_ids) + len(bad.response_ids)
+
+    before = response_logp(engine, batch)
+    # what the explorer recorded is what the trainer recomputes (the ratio starts at 1)
+    assert torch.allclose(before, torch.tensor([sum(good.logprobs), sum(bad.logprobs)]), atol=1e-3)
+    parts = train_step(engine, loss, batch)
+    after = response_logp(engine, batch)
+
+    assert parts["grad_norm"] > 0
+    assert after[0] > before[0], (before.tolist(), after.tolist())
+    assert after[1] < before[1], (before.tolist(), after.tolist())
