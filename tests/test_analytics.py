@@ -1,7 +1,7 @@
 """Analytics: message -> rows, DDL + dedup + read-only queries on both backends (chDB, and the
 clickhouse-connect backend on clickhouse-connect's embedded chDB client, the same dialect a server
-speaks), and the real sink process on the session broker: exact counts across a SIGKILL and a full
-re-delivery, queries answered while it holds the chDB folder.
+speaks), and the real sink process on the session broker: exact counts across a SIGTERM drain, a
+SIGKILL and a restart in the same group, and a full re-delivery, queries answered while it holds the chDB folder.
 """
 
 from __future__ import annotations
@@ -344,6 +344,16 @@ def test_sink_counts_match_kafka_after_a_drain_and_a_full_redelivery(broker, tmp
         _produce(cfg, producer, 40, wave=2)
         sink.send_signal(signal.SIGTERM)  # at once: the drain on stop must still take wave 2 in
         assert sink.wait(60) == 0
+        # SIGKILL mid-stream, then a restart in the same group: whatever was inserted but not yet
+        # committed is delivered again and must fold into the rows already there.
+        _produce(cfg, producer, 40, wave=3)
+        sink = _sink(path)
+        _wait(lambda: _status(cfg).get("pid") == sink.pid and _status(cfg).get("messages", 0) > 0, 90,
+              "the restarted sink's first batch")
+        sink.send_signal(signal.SIGKILL)
+        sink.wait(30)
+        sink = _sink(path, "--until-end")
+        assert sink.wait(120) == 0
     finally:
         if sink.poll() is None:
             sink.kill()
@@ -364,8 +374,8 @@ def test_sink_counts_match_kafka_after_a_drain_and_a_full_redelivery(broker, tmp
     reasons = run_query(cfg, "SELECT topic, reason, count() AS n FROM undecodable FINAL "
                              "GROUP BY topic, reason ORDER BY topic, reason")
     assert json.loads(as_json(reasons)) == [
-        {"topic": "feedback", "reason": "wrong_record_type", "n": 2}, {"topic": "raw", "reason": "unknown_magic", "n": 2},
-        {"topic": "weights", "reason": "tombstone", "n": 2}]
+        {"topic": "feedback", "reason": "wrong_record_type", "n": 3}, {"topic": "raw", "reason": "unknown_magic", "n": 3},
+        {"topic": "weights", "reason": "tombstone", "n": 3}]  # one of each per wave
 
 
 def test_query_errors_are_clear(tmp_path):
@@ -375,6 +385,7 @@ def test_query_errors_are_clear(tmp_path):
     with ChdbBackend(cfg.state_dir / "analytics" / "chdb", "rftbus", writable=True):
         pass  # creates the tables
     for sql, params, want in [("SELEC 1", [], "Syntax error"), ("DROP TABLE tasks", [], "readonly"),
+                              ("SELECT * FROM file('/etc/hostname', 'LineAsString')", [], "readonly"),
                               ("SELECT {v:Int64}", ["v=notanumber"], "notanumber"), ("  ", [], "empty query")]:
         with pytest.raises(QueryError, match=want):
             run_query(cfg, sql, parse_params(params))

@@ -2,7 +2,7 @@
 
 Why: chDB lets one process open a folder, so while the sink runs, `rftbus analytics query / report /
 counts` (and `rftbus.consumers.analytics.counts`) ask the sink, which answers from its read-only
-session. Bound to loopback only; it runs no statement ClickHouse's readonly=2 would refuse.
+session. Bound to loopback only; it runs no statement ClickHouse's readonly=1 would refuse.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 chDB locks its folder (`<folder>/status`) for the whole process, read-only sessions included
 (measured with chdb 4.4: a second process fails with "Cannot lock file ... Another server instance
 in same directory is already running"). Inside one process, sessions on the same folder share the
-engine, so a writer process keeps two: a read-write one for its inserts and a `readonly=2` one that
-answers queries (ClickHouse itself then refuses writes and `SET readonly`). Other processes reach a
+engine, so a writer process keeps two: a read-write one for its inserts and a `readonly=1` one that
+answers queries (ClickHouse itself then refuses writes, any SET, and the table functions that reach
+outside the database, such as file() and url(): an embedded engine has no user_files_path to confine them). Other processes reach a
 running sink's data through the sink (see server.py / reader.py).
 """
 
@@ -44,7 +45,7 @@ class ChdbBackend(Backend):
         elif not (self.path / "metadata").is_dir():
             raise QueryError(f"no analytics data at {self.path}: run `rftbus analytics sink` (or `rftbus run`) first")
         try:
-            self._ro = _session(self.path, readonly=2, **READ_SETTINGS)
+            self._ro = _session(self.path, readonly=1, **READ_SETTINGS)
         except BaseException:
             if self._rw is not None:
                 self._rw.close()
