@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 
 class _Strict(BaseModel):
@@ -37,7 +37,7 @@ class EngineConfig(_Strict):
     device: str = Field("auto", description="transformers/vllm: auto, cpu, cuda, cuda:1 ...")
     # openai engine
     base_url: str = "http://127.0.0.1:8000/v1"
-    api_key: str = "EMPTY"
+    api_key: SecretStr = Field(SecretStr("EMPTY"), description="openai: bearer token for the endpoint (never printed)")
     model: str | None = Field(None, description="openai: model name at the endpoint (default: model.name)")
     request_timeout_s: float = Field(60.0, gt=0)
     served_version: int = Field(0, ge=0, description="openai: weight version the endpoint serves (stamped)")

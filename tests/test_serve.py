@@ -269,7 +269,7 @@ def test_forwarding_to_an_upstream_endpoint(env, tmp_path):
     bcfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={
         "port": free_port(), "id": cfg.serve.id + "-b",
         "engine": cfg.explorer.engine.model_copy(update={"kind": "openai", "base_url": upstream.url + "/v1",
-                                                          "api_key": INF})})})
+                                                          "api_key": SecretStr(INF)})})})
     with BackgroundServer(bcfg) as b:
         r = client(b).post("/v1/chat/completions", json={"messages": [{"role": "user", "content": "2+2="}],
                                                          "max_tokens": 4, "n": 2})

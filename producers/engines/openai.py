@@ -34,7 +34,7 @@ class OpenAIEngine(RolloutEngine):
         self.tok = tokenizer
         self.model = e.model or cfg.model.name
         self.client = httpx.Client(base_url=e.base_url.rstrip("/"), timeout=e.request_timeout_s,
-                                   headers={"Authorization": f"Bearer {e.api_key}"})
+                                   headers={"Authorization": f"Bearer {e.api_key.get_secret_value()}"})
         self.version = e.served_version
 
     def _token_id(self, token: str) -> int:
