@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from rftbus.errors import RftbusError
+from rftbus.kafka.read import consume_ready
 from rftbus.schemas import DecodeError, Experience
 
 LANES = ("priority", "curated", "expert")
@@ -130,7 +131,7 @@ class BatchConsumer:
     # -- reading -------------------------------------------------------------------------------
     def poll(self, timeout: float, max_messages: int = 500) -> int:
         """Read what is there (up to `timeout` for the first message); returns records taken in."""
-        msgs = self.c.consume(num_messages=max_messages, timeout=timeout)
+        msgs = consume_ready(self.c, max_messages, timeout)
         taken = 0
         for msg in msgs:
             err = msg.error()

@@ -19,6 +19,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicP
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
+from rftbus.kafka.read import consume_ready
 from rftbus.schemas import DecodeError, WeightVersion, make_codec
 from rftbus.weights import WeightsError, load_weights
 
@@ -79,12 +80,8 @@ class WeightFollower:
             consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
             at_end: set[int] = set()
             while not self._stop.is_set():
-                # poll() returns as soon as one record arrives (consume(n, t) would wait for n or t);
-                # whatever else is already fetched is then drained without waiting.
-                first = consumer.poll(0.2)
-                if first is not None:
-                    for msg in [first, *consumer.consume(num_messages=100, timeout=0)]:
-                        self._on_message(msg, at_end, len(parts))
+                for msg in consume_ready(consumer, 101, 0.2):
+                    self._on_message(msg, at_end, len(parts))
                 self._maybe_fetch()
         finally:
             consumer.close()

@@ -11,6 +11,18 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
 
 
+def consume_ready(consumer, max_messages: int, timeout: float) -> list[Message]:
+    """Up to `max_messages`, waiting at most `timeout` for the first and not at all for the rest.
+
+    `consume(n, t)` waits until it has n messages or t has passed, so a consumer that needs only what
+    is there (the trainer's next batch, the next weight version) would wait out t on every call.
+    """
+    first = consumer.poll(timeout)
+    if first is None:
+        return []
+    return [first, *consumer.consume(num_messages=max_messages - 1, timeout=0)] if max_messages > 1 else [first]
+
+
 def read_to_end(cfg: Config, topic: str, *, timeout_s: float = 60.0, poll_s: float = 0.5,
                 strict: bool = True) -> Iterator[Message]:
     """Every message of `topic` up to each partition's current end, in partition/offset order per partition.
