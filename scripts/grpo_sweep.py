@@ -1,0 +1,204 @@
+"""Single-process GRPO recipe sweep for the toy tasks: research, not part of the loop.
+
+The same engine sampling, taskset reward, streams' GRPO advantages, `collate` and `train_step` as the
+trainer, but on-policy, in one process, with plain torch AdamW and no Kafka, so one recipe costs a
+minute or two instead of a 15-minute `rftbus run`. docs/BENCHMARKS.md ("Pure GRPO on addition: where
+it is stuck") cites its runs. Examples (run from the repository root with the project's venv):
+
+    python scripts/grpo_sweep.py --sft-steps 1600 --steps 0 --out .rftbus/sweep --tag sft   # SFT curve + checkpoints
+    python scripts/grpo_sweep.py --init .rftbus/sweep/sft-sft-1100.pt --lr 3e-4 --out .rftbus/sweep --tag w1100
+    python scripts/grpo_sweep.py --adv position --path <exported HF folder> --out .rftbus/sweep --tag pos
+    python scripts/grpo_sweep.py --taskset reverse --lr 1e-3 --out .rftbus/sweep --tag rev
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from rftbus.config import Config
+from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.producers.engines.transformers import TransformersEngine
+from rftbus.producers.workflows.base import encode_prompt
+from rftbus.schemas import Experience
+from rftbus.streams.advantages.grpo import GRPO
+from rftbus.tasksets import get_taskset
+from rftbus.trainer.batch import collate
+from rftbus.trainer.config import TrainerConfig
+from rftbus.trainer.evaluate import evaluate
+from rftbus.trainer.losses import make_loss
+from rftbus.trainer.losses.base import LossResult
+from rftbus.trainer.losses.terms import masked_mean, num, policy_gradient
+from rftbus.trainer.policy import PolicyWithValue
+from rftbus.trainer.step import train_step
+
+
+class TorchEngine:
+    """What train_step needs of a DeepSpeed engine, over plain AdamW with gradient clipping at 1."""
+
+    def __init__(self, policy: PolicyWithValue, lr: float):
+        self.policy, self.norm = policy, 0.0
+        self.opt = torch.optim.AdamW(policy.parameters(), lr=lr)
+
+    def __call__(self, ids, attn):
+        return self.policy(ids, attn)
+
+    def backward(self, loss):
+        self.opt.zero_grad()
+        loss.backward()
+        self.norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0))
+
+    def step(self):
+        self.opt.step()
+
+    def get_global_grad_norm(self):
+        return self.norm
+
+    def get_lr(self):
+        return [g["lr"] for g in self.opt.param_groups]
+
+
+def step_rewards(tok, ids: list[int], answer: str) -> list[float]:
+    """Addition's digit credit spread over tokens: 0.5/width per right digit (left-aligned), and the
+    exact bonus 0.5 on the EOS that ends an exact answer; they sum to the taskset's reward."""
+    eos = tok.eos_token_id
+    text = [tok.convert_ids_to_tokens(i) for i in ids if i != eos]
+    pred, width = "".join(text), max(len(text), len(answer), 1)
+    return [(0.5 if pred == answer else 0.0) if i == eos else
+            (0.5 / width if j < len(answer) and text[j] == answer[j] else 0.0) for j, i in enumerate(ids)]
+
+
+def token_advantages(rewards: list[list[float]], mode: str) -> list[list[float]]:
+    """Per-token advantages = the sum of normalised step rewards from that token on.
+
+    process: DeepSeekMath's process-supervised GRPO (normalise by all step rewards of the group);
+    position: a baseline per answer position over the samples that reach it.
+    """
+    if mode == "process":
+        flat = [x for r in rewards for x in r]
+        m = sum(flat) / len(flat)
+        sd = (sum((x - m) ** 2 for x in flat) / len(flat)) ** 0.5 + 1e-6
+        normed = [[(x - m) / sd for x in r] for r in rewards]
+    else:
+        normed = [[0.0] * len(r) for r in rewards]
+        for j in range(max(len(r) for r in rewards)):
+            col = [r[j] for r in rewards if len(r) > j]
+            m = sum(col) / len(col)
+            sd = (sum((x - m) ** 2 for x in col) / len(col)) ** 0.5
+            for k, r in enumerate(rewards):
+                if len(r) > j and sd > 1e-5:
+                    normed[k][j] = (r[j] - m) / sd
+    return [[sum(n[t:]) for t in range(len(n))] for n in normed]
+
+
+class TokenGRPO:
+    """GRPO's clipped surrogate with a per-token advantage (on-policy)."""
+
+    name = "grpo"
+
+    def __init__(self, advantages: list[list[float]], clip: float):
+        self.advantages, self.clip = advantages, clip
+
+    def __call__(self, out, batch):
+        adv = torch.zeros_like(out.logp)
+        for i, a in enumerate(self.advantages):
+            cols = batch.mask[i].nonzero().flatten()
+            adv[i, cols] = torch.tensor(a[: len(cols)], dtype=adv.dtype)
+        pg, parts = policy_gradient(out.logp, out.proximal(), batch.behav_logp, adv, batch.mask, "none",
+                                    self.clip, self.clip, 2.0)
+        parts["entropy"] = num(masked_mean(out.entropy, batch.mask))
+        return LossResult(pg, parts)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True, help="folder for checkpoints and the run's JSON")
+    ap.add_argument("--tag", default="run")
+    ap.add_argument("--taskset", default="addition")
+    ap.add_argument("--path", help="start from a Hugging Face folder (e.g. `rftbus export`)")
+    ap.add_argument("--init", type=Path, help="start from a state dict this script saved")
+    ap.add_argument("--sft-steps", type=int, default=0, help="SFT on the taskset's answers first (64 per step, lr 2e-3)")
+    ap.add_argument("--steps", type=int, default=600, help="GRPO steps")
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--B", type=int, default=16)
+    ap.add_argument("--lr", type=float, default=3e-4)
+    ap.add_argument("--temperature", type=float, default=1.0)
+    ap.add_argument("--adv", choices=["grpo", "process", "position"], default="grpo")
+    ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    torch.manual_seed(a.seed)
+    rng = random.Random(a.seed)
+    cfg = Config.model_validate({"model": {"path": a.path},
+                                 "explorer": {"sampling": {"temperature": a.temperature, "max_new_tokens": 6}}})
+    tok = load_tokenizer(cfg.model)
+    lm = load_policy(cfg.model, tok)
+    if a.init:
+        lm.load_state_dict(torch.load(a.init))
+    ts = get_taskset(a.taskset)
+    train = list(ts.tasks("train", 3000, seed=0))
+    rollout = TransformersEngine(cfg, tok, model=lm)  # the same module: on-policy
+    policy = PolicyWithValue(lm, False)
+    hist: list[dict] = []
+
+    def ev(step: int, phase: str) -> None:
+        r = evaluate(lm, tok, ts, 128, max_new_tokens=6)
+        lm.train()
+        hist.append({"phase": phase, "step": step, "reward": r["mean_reward"], "exact": r.get("mean_exact")})
+        print(f"{a.tag} {phase} {step}: eval {r['mean_reward']:.3f} exact {r.get('mean_exact', 0):.3f}", flush=True)
+
+    if a.sft_steps:
+        eng, sft = TorchEngine(policy, 2e-3), make_loss(TrainerConfig(loss="sft"), 0)
+        for k in range(1, a.sft_steps + 1):
+            demos = []
+            for t in (rng.choice(train) for _ in range(64)):
+                ids = list(tok(t.answer, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id]
+                demos.append(Experience(group_id="d", task_id=t.task_id, sample_index=0, group_size=1,
+                                        prompt_ids=encode_prompt(tok, t.prompt), response_ids=ids,
+                                        logprobs=[0.0] * len(ids), loss_mask=[True] * len(ids), model_version=0,
+                                        explorer_id="sweep", reward=1.0))
+            train_step(eng, sft, collate(demos, [True] * len(demos), tok.pad_token_id, 64))
+            if k % a.eval_every == 0:
+                ev(k, "sft")
+                torch.save(lm.state_dict(), a.out / f"sft-{a.tag}-{k}.pt")
+    eng, grpo, est = TorchEngine(policy, a.lr), make_loss(TrainerConfig(loss="grpo"), 0), GRPO()
+    ev(0, "grpo")
+    t0, zero, groups = time.time(), 0, 0
+    for step in range(1, a.steps + 1):
+        exps, tok_adv = [], []
+        lm.eval()
+        for t in (rng.choice(train) for _ in range(a.B)):
+            p = encode_prompt(tok, t.prompt)
+            comps = rollout.generate([p] * a.n, cfg.explorer.sampling)
+            rewards = [ts.score(c.text, t.answer)["reward"] for c in comps]
+            groups += 1
+            if max(rewards) - min(rewards) < 1e-9:  # streams drop zero-variance groups
+                zero += 1
+                continue
+            if a.adv != "grpo":
+                tok_adv += token_advantages([step_rewards(tok, c.response_ids, t.answer) for c in comps], a.adv)
+            for i, (c, r, adv) in enumerate(zip(comps, rewards, est.advantages(rewards))):
+                exps.append(Experience(group_id=t.task_id, task_id=t.task_id, sample_index=i, group_size=a.n,
+                                       prompt_ids=p, response_ids=c.response_ids, logprobs=c.logprobs,
+                                       loss_mask=[True] * len(c.response_ids), model_version=0, explorer_id="sweep",
+                                       reward=r, advantage=adv, metadata=dict(c.metadata)))
+        lm.train()
+        if exps:
+            loss = grpo if a.adv == "grpo" else TokenGRPO(tok_adv, 0.2)
+            train_step(eng, loss, collate(exps, [False] * len(exps), tok.pad_token_id, 64))
+        if step % a.eval_every == 0 or step == a.steps:
+            ev(step, "grpo")
+            print(f"  {time.time() - t0:.0f}s, zero-variance groups {zero / max(groups, 1):.2f}", flush=True)
+    (a.out / f"sweep-{a.tag}.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()},
+                                                           "eval": hist}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
