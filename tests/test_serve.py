@@ -127,6 +127,16 @@ def test_chat_with_the_openai_sdk_stream_and_groups(env):
     assert len(finals) == 1 and finals[0].experience_id == exp_id
     assert chunks[-1].usage is not None and chunks[-1].usage.prompt_tokens == 4
     assert recorded(cfg, [exp_id])[exp_id].response_text == text
+    # /v1/completions streams too, n choices by index, each closed by its own final chunk with its id
+    with sdk.completions.with_streaming_response.create(model="tiny", prompt="2+5=", n=2, max_tokens=5,
+                                                        stream=True) as s:
+        ids = s.headers["X-Rftbus-Experience-Id"].split(",")
+        chunks = list(s.parse())
+    texts = {i: "".join(c.choices[0].text for c in chunks if c.choices and c.choices[0].index == i) for i in (0, 1)}
+    finals = {c.choices[0].index: c.choices[0] for c in chunks if c.choices and c.choices[0].finish_reason}
+    assert len(ids) == 2 and [finals[i].experience_id for i in (0, 1)] == ids
+    recs = recorded(cfg, ids)
+    assert [recs[ids[i]].response_text for i in (0, 1)] == [texts[0], texts[1]]
 
 
 def test_feedback_of_every_kind_arrives_on_the_feedback_topic(env):
