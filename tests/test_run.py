@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import uuid
+from pathlib import Path
 
 from tests.conftest import REPO, rftbus_cli
 
 
-def test_run_turns_the_loop_and_counts_reconcile(broker, tmp_path):
-    tag = uuid.uuid4().hex[:6]
-    # Own topics and groups on the shared session broker, so other tests' records do not count here.
+def _env(broker, tag: str) -> dict[str, str]:
+    """Own topics and groups on the shared session broker, so other tests' records do not count here."""
     env = {f"RFTBUS_TOPICS__{k.upper()}__NAME": f"e2e{tag}.{spec.name}" for k, spec in broker.topics.all().items()}
     env.update({
         "RFTBUS_KAFKA__BOOTSTRAP_SERVERS": broker.bootstrap_servers,
@@ -19,6 +23,11 @@ def test_run_turns_the_loop_and_counts_reconcile(broker, tmp_path):
         "RFTBUS_RUN__TASKS": "200", "RFTBUS_RUN__EVAL_N": "16", "RFTBUS_RUN__ANALYTICS": "false",
         "RFTBUS_RL__GROUP_SIZE": "4", "RFTBUS_RL__BATCH_GROUPS": "4",
     })
+    return env
+
+
+def test_run_turns_the_loop_and_counts_reconcile(broker, tmp_path):
+    env = _env(broker, uuid.uuid4().hex[:6])
     state = tmp_path / "state"
     out = rftbus_cli(None, "--state-dir", str(state), "run", str(REPO / "configs" / "toy.yaml"),
                      "--max-steps", "6", "--minutes", "6", "--summary-json", str(tmp_path / "s.json"),
@@ -39,3 +48,28 @@ def test_run_turns_the_loop_and_counts_reconcile(broker, tmp_path):
         assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     # Nothing left running: every child exited.
     assert all(code == 0 for code in s["exit_codes"].values()), s["exit_codes"]
+
+
+def test_ctrl_c_during_start_up_stops_cleanly(broker, tmp_path):
+    """SIGINT while the job is still starting (here: during the v0 eval) is a clean stop, not lost."""
+    cmd = [str(Path(sys.executable).parent / "rftbus"), "--state-dir", str(tmp_path / "state"), "run",
+           str(REPO / "configs" / "toy.yaml"), "--summary-json", str(tmp_path / "s.json")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **_env(broker, uuid.uuid4().hex[:6])})
+    seen = []
+    try:
+        for line in proc.stdout:
+            seen.append(line)
+            if "evaluating the initial weights" in line:
+                proc.send_signal(signal.SIGINT)
+                break
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    out = "".join(seen) + rest
+    assert proc.returncode == 0, out[-3000:]
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["stop_reason"] == "stopped by the user"
+    # No child was started after the stop (a child never started has no exit code).
+    assert all(code is None for code in s["exit_codes"].values()) and s["trainer_steps"] == 0, s

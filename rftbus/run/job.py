@@ -140,6 +140,16 @@ class MainJob:
         self._stop_requested = True
 
     def run(self) -> dict:
+        # Handlers first: a Ctrl-C during start-up (broker, tasks, the v0 eval) is honoured once that
+        # phase ends, with the same clean stop, instead of a KeyboardInterrupt out of a library call.
+        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            return self._run()
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _run(self) -> dict:
         from rftbus.run.evaluator import Evaluator
 
         self.ensure_broker()
@@ -151,12 +161,12 @@ class MainJob:
         self.console.print("evaluating the initial weights (v0) on the held-out split ...")
         evaluator.start()
         self.console.print(f"eval v0: mean reward {evaluator.points[0]['reward']:.3f}")
-        old = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         reason = "stopped by the user"
         lags: dict[str, int] = {}
         last_lag = 0.0
         try:
-            self._note(sup.start())
+            if not self._stop_requested:
+                self._note(sup.start())
             with Live(console=self.console, refresh_per_second=2, transient=False) as live:
                 while not self._stop_requested:
                     self._note(sup.poll())
@@ -182,8 +192,6 @@ class MainJob:
             self.console.print("children stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()))
             evaluator.finish()
         finally:
-            for s, h in old.items():
-                signal.signal(s, h)
             sup.stop(timeout=10)  # no-op when already stopped; a safety net on errors
         summary = self.summarize(evaluator.points, reason, sup)
         if self.started_broker:
