@@ -1,4 +1,5 @@
-"""Reading a whole topic, from its beginning to where it ends now (reports, tests, benchmarks)."""
+"""Reading helpers: what is ready now without waiting for more (consumers on a hot path), and a whole
+topic from its beginning to where it ends now (reports, tests, benchmarks)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ chDB locks its folder (`<folder>/status`) for the whole process, read-only sessi
 in same directory is already running"). Inside one process, sessions on the same folder share the
 engine, so a writer process keeps two: a read-write one for its inserts and a `readonly=1` one that
 answers queries (ClickHouse itself then refuses writes, any SET, and the table functions that reach
-outside the database, such as file() and url(): an embedded engine has no user_files_path to confine them). Other processes reach a
-running sink's data through the sink (see server.py / reader.py).
+outside the database, such as file() and url(): an embedded engine has no user_files_path to confine
+them). Other processes reach a running sink's data through the sink (see server.py / reader.py).
 """
 
 from __future__ import annotations
