@@ -24,6 +24,7 @@ import torch
 from rftbus.config import Config
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.producers.engines.transformers import TransformersEngine
+from rftbus.producers.experience import demonstration
 from rftbus.producers.workflows.base import encode_prompt
 from rftbus.schemas import Experience
 from rftbus.streams.advantages.grpo import GRPO
@@ -157,13 +158,10 @@ def main() -> None:
     if a.sft_steps:
         eng, sft = TorchEngine(policy, 2e-3), make_loss(TrainerConfig(loss="sft"), 0)
         for k in range(1, a.sft_steps + 1):
-            demos = []
-            for t in (rng.choice(train) for _ in range(64)):
-                ids = list(tok(t.answer, add_special_tokens=False)["input_ids"]) + [tok.eos_token_id]
-                demos.append(Experience(group_id="d", task_id=t.task_id, sample_index=0, group_size=1,
-                                        prompt_ids=encode_prompt(tok, t.prompt), response_ids=ids,
-                                        logprobs=[0.0] * len(ids), loss_mask=[True] * len(ids), model_version=0,
-                                        explorer_id="sweep", reward=1.0))
+            demos = [demonstration(prompt_ids=encode_prompt(tok, t.prompt), prompt_text=t.prompt, text=t.answer,
+                                   tokenizer=tok, task_id=t.task_id, group_id=f"{t.task_id}:expert",
+                                   producer_id="sweep", metadata={})
+                     for t in (rng.choice(train) for _ in range(64))]
             train_step(eng, sft, collate(demos, [True] * len(demos), tok.pad_token_id, 64))
             if k % a.eval_every == 0:
                 ev(k, "sft")

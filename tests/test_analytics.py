@@ -1,7 +1,8 @@
 """Analytics: message -> rows, DDL + dedup + read-only queries on both backends (chDB, and the
 clickhouse-connect backend on clickhouse-connect's embedded chDB client, the same dialect a server
 speaks), and the real sink process on the session broker: exact counts across a SIGTERM drain, a
-SIGKILL and a restart in the same group, and a full re-delivery, queries answered while it holds the chDB folder.
+SIGKILL and a restart in the same group, and a full re-delivery; queries answered while it holds the
+chDB folder.
 """
 
 from __future__ import annotations
