@@ -44,6 +44,9 @@ def test_run_turns_the_loop_and_counts_reconcile(broker, tmp_path):
     assert s["versions_published"] >= 2
     assert s["explorer_newest_version"] >= 2, "the explorer never generated with a newer version"
     assert s["eval_reward_initial"] is not None and s["eval_reward_final"] is not None
+    # Each eval point was also written as it was scored, for following a run while it goes.
+    logged = [json.loads(line) for line in (state / "run" / "eval.jsonl").read_text().splitlines()]
+    assert logged == s["eval_points"]
     for png in s["plots"]:
         assert open(png, "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     # Nothing left running: every child exited.
@@ -73,3 +76,26 @@ def test_ctrl_c_during_start_up_stops_cleanly(broker, tmp_path):
     assert s["stop_reason"] == "stopped by the user"
     # No child was started after the stop (a child never started has no exit code).
     assert all(code is None for code in s["exit_codes"].values()) and s["trainer_steps"] == 0, s
+
+
+def test_a_start_up_error_is_one_message_and_stops_the_broker_it_started(broker, tmp_path):
+    """A taskset too small for run.tasks: a clear error before anything is published, and the
+    embedded broker this job started (its own port, not the session's) is stopped, not left behind."""
+    from rftbus.broker import embedded
+    from tests.conftest import _free_pair, make_config
+
+    cfg = make_config(tmp_path / "state", _free_pair(), **{"taskset.name": "reverse",
+                                                           "taskset.params": {"length": 2}, "run.tasks": 500})
+    (tmp_path / "c.yaml").write_text(json.dumps(cfg.model_dump(mode="json", include={"state_dir", "broker",
+                                                                                      "taskset", "run"})))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")}
+    try:
+        out = subprocess.run([str(Path(sys.executable).parent / "rftbus"), "run", str(tmp_path / "c.yaml")],
+                             capture_output=True, text=True, env=env, timeout=300)
+        assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
+        assert "fewer than 500 distinct train problems" in out.stderr and "run.tasks" in out.stderr
+        assert "Traceback" not in out.stderr
+        assert "embedded Kafka broker running" in out.stdout and "embedded Kafka broker stopped" in out.stdout
+        assert embedded.running_pid(cfg) is None
+    finally:
+        embedded.stop(cfg)

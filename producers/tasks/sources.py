@@ -134,7 +134,10 @@ def read_source(source: str, *, fields: FieldMap, split: str, n: int | None, see
     """Rows of `source`: a built-in taskset name or a file/folder path (at most `n` rows)."""
     if source in taskset_names() and not Path(source).exists():
         ts = get_taskset(source, **(params or {}))
-        tasks = ts.tasks(split, n or 64, seed)
+        try:  # drawn up front: a taskset too small for `n` fails before anything is published
+            tasks = list(ts.tasks(split, n or 64, seed))
+        except ValueError as e:
+            raise SourceError(f"{e}; ask for fewer (run.tasks, or --n), or use more passes (run.task_passes)") from e
         return (Row(f"task {i}", task=t) for i, t in enumerate(tasks, 1))
     path = Path(source)
     if not path.exists():

@@ -6,8 +6,10 @@ step. It follows the weights topic exactly as an explorer does (sha256-verified 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -19,8 +21,13 @@ from rftbus.trainer.evaluate import evaluate
 
 
 class Evaluator:
-    def __init__(self, cfg: Config, started: float, report=lambda msg: None):
-        self.cfg, self.started, self.report = cfg, started, report
+    def __init__(self, cfg: Config, started: float, report=lambda msg: None, log_path: Path | None = None):
+        """`log_path`: each eval point is also appended there as a JSON line as soon as it is scored,
+        so a run can be followed (`tail -f`) and read back while it is still going."""
+        self.cfg, self.started, self.report, self.log_path = cfg, started, report, log_path
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_path.write_text("")  # this run's points only
         self.tokenizer = load_tokenizer(cfg.model)
         self.model = load_policy(cfg.model, self.tokenizer)
         self.taskset = get_taskset(cfg.taskset.name, **cfg.taskset.params)
@@ -38,6 +45,9 @@ class Evaluator:
             point = {"version": version, "seconds": round(time.time() - self.started, 2),
                      "reward": res["mean_reward"], **{k: v for k, v in res.items() if k != "mean_reward"}}
             self.points.append(point)
+        if self.log_path is not None:
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(point) + "\n")
         return point
 
     def _swap(self, newer_than: int) -> bool:

@@ -148,6 +148,9 @@ class MainJob:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            if self.started_broker:  # on success and on any error: leave nothing running
+                embedded.stop(self.cfg)
+                self.console.print("embedded Kafka broker stopped")
 
     def _run(self) -> dict:
         from rftbus.run.evaluator import Evaluator
@@ -157,7 +160,8 @@ class MainJob:
         create_topics(self.cfg, admin)
         self.publish_tasks()
         sup = Supervisor(self.child_specs(self.write_child_config()))
-        evaluator = Evaluator(self.cfg, self.started, report=lambda m: self.events.append(f"eval: {m}"))
+        evaluator = Evaluator(self.cfg, self.started, report=lambda m: self.events.append(f"eval: {m}"),
+                              log_path=self.run_dir / "eval.jsonl")
         self.console.print("evaluating the initial weights (v0) on the held-out split ...")
         evaluator.start()
         self.console.print(f"eval v0: mean reward {evaluator.points[0]['reward']:.3f}")
@@ -193,11 +197,7 @@ class MainJob:
             evaluator.finish()
         finally:
             sup.stop(timeout=10)  # no-op when already stopped; a safety net on errors
-        summary = self.summarize(evaluator.points, reason, sup)
-        if self.started_broker:
-            embedded.stop(self.cfg)
-            self.console.print("embedded Kafka broker stopped")
-        return summary
+        return self.summarize(evaluator.points, reason, sup)
 
     # ---- the end -----------------------------------------------------------------------------
     def summarize(self, evals: list[dict], reason: str, sup: Supervisor) -> dict:
