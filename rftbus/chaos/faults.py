@@ -143,6 +143,7 @@ def diagnosis(cfg: Config) -> str:
     from confluent_kafka import KafkaException
 
     from rftbus.kafka.clients import make_admin
+    from rftbus.kafka.committed import CommittedOffsets
     from rftbus.kafka.inspect import groups_info
 
     keys = ("state", "waiting_reason", "step", "groups_produced", "raw_in", "open_samples",
@@ -150,8 +151,9 @@ def diagnosis(cfg: Config) -> str:
     parts = [f"{s.get('role')}-{s.get('id')}: " + ", ".join(f"{k}={s[k]}" for k in keys if s.get(k) is not None)
              for s in read_statuses(cfg.state_dir)]
     try:
-        parts += [f"group {g.group_id}: lag {g.lag} {dict((k, v) for k, v in g.partitions.items() if v)}"
-                  for g in groups_info(make_admin(cfg), timeout=10)]
+        with CommittedOffsets(cfg) as committed:
+            parts += [f"group {g.group_id}: lag {g.lag} {dict((k, v) for k, v in g.partitions.items() if v)}"
+                      for g in groups_info(make_admin(cfg), committed, timeout=10)]
     except (KafkaException, TimeoutError) as e:
         parts.append(f"lags unreadable: {e}")
     return "; ".join(parts)

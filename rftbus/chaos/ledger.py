@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import TopicPartition
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_admin
+from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.read import read_to_end
 from rftbus.schemas import (DecodeError, Experience, Feedback, Rejection, Task, TrainerMetric, WeightVersion,
                             make_codec)
@@ -88,11 +89,10 @@ def _header(msg, name: str) -> str | None:
 
 
 def committed(cfg: Config, group: str, topics: list[str]) -> dict[tuple[str, int], int]:
-    admin = make_admin(cfg)
-    md = admin.list_topics(timeout=10)
+    md = make_admin(cfg).list_topics(timeout=10)
     tps = [TopicPartition(t, p) for t in topics if t in md.topics for p in md.topics[t].partitions]
-    fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, tps)])
-    return {(tp.topic, tp.partition): tp.offset for tp in fut[group].result().topic_partitions}
+    with CommittedOffsets(cfg) as read:
+        return read(group, tps, timeout=30)
 
 
 def final_checkpoint(checkpoint_dir: Path) -> Checkpoint | None:

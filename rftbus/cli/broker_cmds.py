@@ -12,6 +12,7 @@ from rftbus.broker import embedded
 from rftbus.cli.context import state
 from rftbus.kafka import inspect
 from rftbus.kafka.clients import BrokerUnreachable, check_reachable
+from rftbus.kafka.committed import CommittedOffsets
 
 
 def up(
@@ -51,7 +52,8 @@ def status(
         admin = check_reachable(cfg, timeout=5.0)
         report["reachable"] = True
         report["topics"] = inspect.as_dicts(inspect.topics_info(admin))
-        report["groups"] = inspect.as_dicts(inspect.groups_info(admin))
+        with CommittedOffsets(cfg) as committed:
+            report["groups"] = inspect.as_dicts(inspect.groups_info(admin, committed))
     except BrokerUnreachable as e:
         report["error"] = str(e)
     if as_json:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
+from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.topics import describe_topic_configs
 
 
@@ -52,21 +53,21 @@ def topics_info(admin: AdminClient, timeout: float = 10.0) -> list[TopicInfo]:
     return out
 
 
-def groups_info(admin: AdminClient, timeout: float = 10.0) -> list[GroupInfo]:
+def groups_info(admin: AdminClient, committed_of: CommittedOffsets, timeout: float = 10.0) -> list[GroupInfo]:
+    """Every group's lag on the partitions it has committed in (user topics only)."""
     listing = admin.list_consumer_groups(request_timeout=timeout).result(timeout=timeout)
+    md = admin.list_topics(timeout=timeout)
+    every = [TopicPartition(n, p) for n in sorted(md.topics) if not n.startswith("__") for p in md.topics[n].partitions]
+    high = _offsets(admin, every, OffsetSpec.latest(), timeout)
     out = []
     for g in sorted(listing.valid, key=lambda g: g.group_id):
         try:
-            fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(g.group_id)], request_timeout=timeout)
-            committed = fut[g.group_id].result(timeout=timeout).topic_partitions or []
+            committed = {tp: off for tp, off in committed_of(g.group_id, every, timeout).items() if off >= 0}
         except KafkaException:
-            committed = []
-        tps = [TopicPartition(tp.topic, tp.partition) for tp in committed]
-        high = _offsets(admin, tps, OffsetSpec.latest(), timeout)
+            committed = {}
         per: dict[str, int] = {}
-        for tp in committed:
-            end = high.get((tp.topic, tp.partition), 0)
-            per[f"{tp.topic}[{tp.partition}]"] = max(0, end - tp.offset) if tp.offset >= 0 else end
+        for (topic, part), off in sorted(committed.items()):
+            per[f"{topic}[{part}]"] = max(0, high.get((topic, part), 0) - off)
         state = getattr(g.state, "name", str(g.state)).lower()
         out.append(GroupInfo(g.group_id, state, sum(per.values()), per))
     return out

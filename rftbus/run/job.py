@@ -23,6 +23,7 @@ from rich.live import Live
 from rftbus.broker import embedded
 from rftbus.config import Config, write_config
 from rftbus.kafka.clients import BrokerUnreachable, check_reachable
+from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.inspect import groups_info
 from rftbus.kafka.topics import create_topics
 from rftbus.run.display import render
@@ -40,6 +41,7 @@ class MainJob:
         self.started = time.time()
         self.started_broker = False
         self.events: list[str] = []
+        self.committed = CommittedOffsets(cfg)  # the live view's lags (kept: read every 2 s)
         self._stop_requested = False
         self.exit_codes: dict[str, int | None] = {}
 
@@ -111,7 +113,8 @@ class MainJob:
         wanted = {self.cfg.streams.app_id: "streams", self.cfg.trainer.group_id: "trainer",
                   self.cfg.explorer.group_id: "explorers"}
         try:
-            return {wanted[g.group_id]: g.lag for g in groups_info(admin, timeout=5) if g.group_id in wanted}
+            return {wanted[g.group_id]: g.lag for g in groups_info(admin, self.committed, timeout=5)
+                    if g.group_id in wanted}
         except (KafkaException, TimeoutError) as e:
             self.events.append(f"consumer lags unreadable ({type(e).__name__}: {e}); retrying")
             return last
@@ -148,6 +151,7 @@ class MainJob:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+            self.committed.close()
             if self.started_broker:  # on success and on any error: leave nothing running
                 embedded.stop(self.cfg)
                 self.console.print("embedded Kafka broker stopped")
