@@ -1,29 +1,64 @@
 """Staleness admission: admit a new group only while pending < (η + 1) × B.
 
-pending = (streams' lag on raw + trainer's lag on the curated lanes, both from committed offsets,
-in experiences ÷ n) + the explorer's own groups that the lags cannot see yet: those still awaiting
-Kafka's acknowledgement when the lags were read, plus those produced since. Lags are re-read every
-`explorer.admission_refresh_s`; in between, counting our own output keeps the estimate conservative. Several explorers may each admit one group at the bound, so the overshoot is at most
-(explorers − 1) groups; the trainer's `stale` check is the hard guarantee.
+pending = a × (streams' lag on raw + the explorer's own groups the lags cannot see yet: those still
+awaiting Kafka's acknowledgement when the lags were read, plus those produced since) + the trainer's
+lag on the curated lanes; lags are from committed offsets, in experiences ÷ n. `a` is streams'
+recent acceptance rate (curated output ÷ raw input over the last 30 s, at least
+`explorer.admission_min_acceptance`): a group streams will drop (zero-variance, most groups once a
+policy sharpens) never reaches the trainer, so counting it in full idled the explorers while the
+trainer starved. Lags are re-read every `explorer.admission_refresh_s`; in between, counting our own
+output keeps the estimate conservative. Several explorers may each admit one group at the bound, so
+the overshoot is at most (explorers − 1) groups; the trainer's `stale` check is the hard guarantee.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from rftbus.config import Config
+from rftbus.kafka.committed import CommittedOffsets
+
+
+@dataclass
+class Lag:
+    lag: int  # records not yet committed by the group
+    done: int  # records committed (summed over partitions)
+    end: int  # records written (summed end offsets)
+
+
+class AcceptanceRate:
+    """Curated output ÷ raw input of streams over a sliding window, in [floor, 1]; 1 until measured."""
+
+    def __init__(self, floor: float, min_records: int, window_s: float = 30.0):
+        self.floor, self.min_records, self.window_s = floor, min_records, window_s
+        self.samples: deque[tuple[float, int, int]] = deque()
+        self.value = 1.0
+
+    def update(self, t: float, raw_done: int, curated_end: int) -> float:
+        self.samples.append((t, raw_done, curated_end))
+        while len(self.samples) > 2 and t - self.samples[1][0] >= self.window_s:
+            self.samples.popleft()  # the anchor is the newest sample at least window_s old
+        _, r0, c0 = self.samples[0]
+        if raw_done - r0 >= self.min_records:  # too few records is noise: keep the last figure
+            self.value = min(1.0, max(self.floor, (curated_end - c0) / (raw_done - r0)))
+        return self.value
 
 
 class Admission:
     def __init__(self, cfg: Config, admin: AdminClient, unacked: Callable[[], int] = lambda: 0):
         self.cfg, self.admin, self.unacked = cfg, admin, unacked
+        self.committed = CommittedOffsets(cfg)  # not the admin API: it can SIGSEGV (kafka/committed.py)
         self.bound = (cfg.rl.max_staleness + 1) * cfg.rl.batch_groups
         self.lanes = [(cfg.streams.app_id, [cfg.topics.raw.name]),
                       (cfg.trainer.group_id, [cfg.topics.curated.name, cfg.topics.curated_priority.name])]
+        self.acceptance = AcceptanceRate(cfg.explorer.admission_min_acceptance,
+                                         min_records=cfg.rl.batch_groups * cfg.rl.group_size)
         self._lag_groups = 0.0
         self._since_refresh = 0
         self._read_at = -1e9
@@ -37,37 +72,39 @@ class Admission:
                 out += [TopicPartition(t, p) for p in tm.partitions]
         return out
 
-    def group_lag(self, group: str, topics: list[str]) -> int:
+    def group_lag(self, group: str, topics: list[str]) -> Lag:
         """Records in `topics` not yet committed by consumer group `group` (all, if it has none)."""
         parts = self._partitions(topics)
         if not parts:
-            return 0
+            return Lag(0, 0, 0)
         ends = self.admin.list_offsets({tp: OffsetSpec.latest() for tp in parts})
         starts = self.admin.list_offsets({tp: OffsetSpec.earliest() for tp in parts})
-        fut = self.admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group, parts)])
-        committed = {(tp.topic, tp.partition): tp.offset for tp in fut[group].result().topic_partitions}
-        lag = 0
+        committed = self.committed(group, parts)
+        out = Lag(0, 0, 0)
         for tp in parts:
             end = ends[tp].result().offset
-            start = starts[tp].result().offset
-            done = committed.get((tp.topic, tp.partition), -1)
-            lag += max(0, end - max(done, start))
-        return lag
+            done = max(committed.get((tp.topic, tp.partition), -1), starts[tp].result().offset)
+            out.lag += max(0, end - done)
+            out.done += done
+            out.end += end
+        return out
 
     def refresh(self) -> None:
         unseen = self.unacked()  # read before the lags: a group acknowledged in between counts twice, never zero times
         try:
-            lag = sum(self.group_lag(g, ts) for g, ts in self.lanes)
+            raw, curated = (self.group_lag(g, ts) for g, ts in self.lanes)
         except KafkaException as e:  # broker hiccup: keep the last figure, retry next refresh
             raise AdmissionUnavailable(str(e)) from None
-        self._lag_groups = lag / self.cfg.rl.group_size
+        now = time.monotonic()
+        a = self.acceptance.update(now, raw.done, curated.end)
+        self._lag_groups = (a * raw.lag + curated.lag) / self.cfg.rl.group_size
         self._since_refresh = unseen
-        self._read_at = time.monotonic()
+        self._read_at = now
 
     def pending(self) -> float:
         if time.monotonic() - self._read_at >= self.cfg.explorer.admission_refresh_s:
             self.refresh()
-        return self._lag_groups + self._since_refresh
+        return self._lag_groups + self.acceptance.value * self._since_refresh
 
     def admit(self) -> bool:
         return self.pending() < self.bound
