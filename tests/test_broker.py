@@ -168,3 +168,11 @@ def test_corrupt_state_folder_is_a_clear_error(tmp_path):
     out = rftbus_cli(cfg, "up")
     _no_traceback(out)
     assert out.returncode == 1 and "is corrupt" in out.stderr
+
+
+def test_cluster_ids_never_start_with_a_dash(monkeypatch):
+    """kafka-storage reads "-x..." as an option: 1 format in 64 failed before ids were redrawn."""
+    draws = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x08" + bytes(15))])  # "-A...", "CA..."
+    monkeypatch.setattr(embedded.uuid, "uuid4", lambda: next(draws))
+    cid = embedded._new_cluster_id()
+    assert not cid.startswith("-") and len(cid) == 22 and cid.startswith("CA")

@@ -87,8 +87,13 @@ def _server_properties(cfg: Config, paths: BrokerPaths) -> str:
 
 
 def _new_cluster_id() -> str:
-    """Kafka's Uuid text form: URL-safe base64 of 16 random bytes, unpadded."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """Kafka's Uuid text form: URL-safe base64 of 16 random bytes, unpadded, never starting with "-"
+    (as Kafka's Uuid.randomUuid: kafka-storage's argument parser reads "-x..." as an option, so 1 format
+    in 64 failed with "argument --cluster-id/-t: expected one argument")."""
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cid.startswith("-"):
+            return cid
 
 
 def _read_meta(path: Path) -> dict[str, str]:
