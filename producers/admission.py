@@ -4,9 +4,10 @@ pending = a × (streams' lag on raw + the explorer's own groups the lags cannot 
 awaiting Kafka's acknowledgement when the lags were read, plus those produced since) + the trainer's
 lag on the curated lanes; lags are from committed offsets, in experiences ÷ n. `a` is streams'
 recent acceptance rate (curated output ÷ raw input over the last 30 s, at least
-`explorer.admission_min_acceptance`): a group streams will drop (zero-variance, most groups once a
-policy sharpens) never reaches the trainer, so counting it in full idled the explorers while the
-trainer starved. Lags are re-read every `explorer.admission_refresh_s`; in between, counting our own
+`explorer.admission_min_acceptance`, default 1 = off): a group streams will drop (zero-variance,
+most groups once a policy sharpens) never reaches the trainer, so counting it in full idles
+explorers that have hardware of their own. (On two shared cores the extra groups only took CPU
+from the trainer: same steps, more `stale`; docs/BENCHMARKS.md.) Lags are re-read every `explorer.admission_refresh_s`; in between, counting our own
 output keeps the estimate conservative. Several explorers may each admit one group at the bound, so
 the overshoot is at most (explorers − 1) groups; the trainer's `stale` check is the hard guarantee.
 """

@@ -65,8 +65,9 @@ class ExplorerConfig(_Strict):
     admission: bool = Field(True, description="staleness admission control (off only for tests/benchmarks)")
     admission_refresh_s: float = Field(0.5, gt=0, description="how often consumer lags are re-read")
     admission_min_acceptance: float = Field(
-        0.1, gt=0, le=1, description="groups not yet through streams count at streams' recent acceptance rate, "
-        "at least this (1 = count every group in full); see producers/admission.py")
+        1.0, gt=0, le=1, description="groups not yet through streams count at streams' recent acceptance rate, "
+        "at least this; 1 (default) counts every group in full. Lower it where explorers have their own "
+        "hardware and streams drops most groups; see producers/admission.py")
     expert: bool = Field(False, description="also publish the taskset's expert demonstration per task")
     status_interval_s: float = Field(1.0, gt=0)
     max_tasks: int | None = Field(None, ge=1, description="stop after this many tasks (benchmarks, tests)")

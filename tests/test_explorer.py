@@ -158,7 +158,8 @@ def test_admission_counts_raw_groups_at_streams_acceptance_rate(broker, tmp_path
     from rftbus.producers.admission import Admission
 
     cfg = fresh_config(make_config, tmp_path, broker, **{"rl.group_size": 4, "rl.batch_groups": 2,
-                                                         "explorer.admission_refresh_s": 3600.0})  # refresh by hand
+                                                         "explorer.admission_refresh_s": 3600.0,  # refresh by hand
+                                                         "explorer.admission_min_acceptance": 0.1})
     adm = Admission(cfg, make_admin(cfg))
     wait_for(lambda: _refreshed(adm), what="partition leaders of the new topics")  # baseline reading
     assert adm.acceptance.value == 1.0 and adm.pending() == 0
