@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
 
-.PHONY: install demo demo-grpo test chaos lock clean
+.PHONY: install demo demo-grpo demo-grpo-reverse test chaos lock clean
 
 install: $(STAMP)
 
@@ -26,6 +26,12 @@ demo-grpo: install
 	$(VENV)/bin/rftbus run configs/toy-grpo-warm.yaml
 	$(VENV)/bin/rftbus --config configs/toy-grpo-warm.yaml export .rftbus/grpo-warm/export --force
 	$(VENV)/bin/rftbus run configs/toy-grpo.yaml
+
+# Pure GRPO from random initialisation on the other toy task, `reverse`, where reward alone is enough
+# (docs/BENCHMARKS.md, "Pure GRPO from scratch on reverse"). Its own state folder and broker.
+demo-grpo-reverse: install
+	rm -rf .rftbus/grpo-reverse
+	$(VENV)/bin/rftbus run configs/toy-grpo-reverse.yaml
 
 # Fault injection + load on the toy run, then reconciliation by experience id (docs/RELIABILITY.md).
 chaos: install

@@ -102,8 +102,8 @@ class TokenGRPO:
 
     name = "grpo"
 
-    def __init__(self, advantages: list[list[float]], clip: float):
-        self.advantages, self.clip = advantages, clip
+    def __init__(self, advantages: list[list[float]], clip: float, entropy_coef: float = 0.0):
+        self.advantages, self.clip, self.entropy_coef = advantages, clip, entropy_coef
 
     def __call__(self, out, batch):
         adv = torch.zeros_like(out.logp)
@@ -112,8 +112,16 @@ class TokenGRPO:
             adv[i, cols] = torch.tensor(a[: len(cols)], dtype=adv.dtype)
         pg, parts = policy_gradient(out.logp, out.proximal(), batch.behav_logp, adv, batch.mask, "none",
                                     self.clip, self.clip, 2.0)
-        parts["entropy"] = num(masked_mean(out.entropy, batch.mask))
-        return LossResult(pg, parts)
+        entropy = masked_mean(out.entropy, batch.mask)
+        parts["entropy"] = num(entropy)
+        return LossResult(pg - self.entropy_coef * entropy, parts)
+
+
+def advantages(est: GRPO, rewards: list[float], no_std: bool) -> list[float]:
+    if not no_std:
+        return est.advantages(rewards)
+    m = sum(rewards) / len(rewards)
+    return [(r - m) * 4.0 for r in rewards]  # x4: the scale of a typical normalised group at this reward range
 
 
 def main() -> None:
@@ -130,6 +138,10 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--adv", choices=["grpo", "process", "position"], default="grpo")
+    ap.add_argument("--entropy", type=float, default=0.0, help="entropy bonus coefficient")
+    ap.add_argument("--no-std", action="store_true", help="Dr. GRPO: advantages r - mean, no std division")
+    ap.add_argument("--hidden", type=int, default=128, help="tiny model width (from scratch only)")
+    ap.add_argument("--layers", type=int, default=2, help="tiny model depth (from scratch only)")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -137,7 +149,8 @@ def main() -> None:
     torch.set_num_threads(1)
     torch.manual_seed(a.seed)
     rng = random.Random(a.seed)
-    cfg = Config.model_validate({"model": {"path": a.path},
+    cfg = Config.model_validate({"model": {"path": a.path, "tiny": {"hidden_size": a.hidden, "num_hidden_layers": a.layers,
+                                                                     "intermediate_size": 2 * a.hidden}},
                                  "explorer": {"sampling": {"temperature": a.temperature, "max_new_tokens": 6}}})
     tok = load_tokenizer(cfg.model)
     lm = load_policy(cfg.model, tok)
@@ -166,7 +179,7 @@ def main() -> None:
             if k % a.eval_every == 0:
                 ev(k, "sft")
                 torch.save(lm.state_dict(), a.out / f"sft-{a.tag}-{k}.pt")
-    eng, grpo, est = TorchEngine(policy, a.lr), make_loss(TrainerConfig(loss="grpo"), 0), GRPO()
+    eng, grpo, est = TorchEngine(policy, a.lr), make_loss(TrainerConfig(loss="grpo", entropy_coef=a.entropy), 0), GRPO()
     ev(0, "grpo")
     t0, zero, groups = time.time(), 0, 0
     for step in range(1, a.steps + 1):
@@ -182,14 +195,14 @@ def main() -> None:
                 continue
             if a.adv != "grpo":
                 tok_adv += token_advantages([step_rewards(tok, c.response_ids, t.answer) for c in comps], a.adv)
-            for i, (c, r, adv) in enumerate(zip(comps, rewards, est.advantages(rewards))):
+            for i, (c, r, adv) in enumerate(zip(comps, rewards, advantages(est, rewards, a.no_std))):
                 exps.append(Experience(group_id=t.task_id, task_id=t.task_id, sample_index=i, group_size=a.n,
                                        prompt_ids=p, response_ids=c.response_ids, logprobs=c.logprobs,
                                        loss_mask=[True] * len(c.response_ids), model_version=0, explorer_id="sweep",
                                        reward=r, advantage=adv, metadata=dict(c.metadata)))
         lm.train()
         if exps:
-            loss = grpo if a.adv == "grpo" else TokenGRPO(tok_adv, 0.2)
+            loss = grpo if a.adv == "grpo" else TokenGRPO(tok_adv, 0.2, a.entropy)
             train_step(eng, loss, collate(exps, [False] * len(exps), tok.pad_token_id, 64))
         if step % a.eval_every == 0 or step == a.steps:
             ev(step, "grpo")
