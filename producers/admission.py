@@ -6,8 +6,8 @@ lag on the curated lanes; lags are from committed offsets, in experiences ÷ n. 
 recent acceptance rate (curated output ÷ raw input over the last 30 s, at least
 `explorer.admission_min_acceptance`, default 1 = off): a group streams will drop (zero-variance,
 most groups once a policy sharpens) never reaches the trainer, so counting it in full idles
-explorers that have hardware of their own. (On two shared cores the extra groups only took CPU
-from the trainer: same steps, more `stale`; docs/BENCHMARKS.md.) Lags are re-read every `explorer.admission_refresh_s`; in between, counting our own
+explorers that have hardware of their own. (On two shared cores one run with it made 1.6× the
+groups for the same trainer steps, and more `stale`; docs/BENCHMARKS.md.) Lags are re-read every `explorer.admission_refresh_s`; in between, counting our own
 output keeps the estimate conservative. Several explorers may each admit one group at the bound, so
 the overshoot is at most (explorers − 1) groups; the trainer's `stale` check is the hard guarantee.
 """
