@@ -69,6 +69,11 @@ class ExplorerConfig(_Strict):
         "at least this; 1 (default) counts every group in full. Lower it where explorers have their own "
         "hardware and streams drops most groups; see producers/admission.py")
     expert: bool = Field(False, description="also publish the taskset's expert demonstration per task")
+    static_membership: bool = Field(
+        False, description="join the explorers' group as a static member (group.instance.id from the explorer "
+        "id, which must then be set): a restarted explorer gets its task partitions back at once instead of "
+        "after the session timeout, but a stopped one holds them until that timeout. `rftbus run` turns it "
+        "on for the explorers it supervises")
     status_interval_s: float = Field(1.0, gt=0)
     max_tasks: int | None = Field(None, ge=1, description="stop after this many tasks (benchmarks, tests)")
     idle_exit_s: float | None = Field(None, gt=0, description="exit after this long with no new task")

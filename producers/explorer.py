@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from rftbus.config import Config
+from rftbus.config import Config, ConfigError
 from rftbus.consumers.weight_sync import WeightFollower, swap_in_ready
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.models.loading import load_tokenizer
@@ -60,7 +60,12 @@ class Explorer:
         self.engine = engine or make_engine(cfg, self.tokenizer)
         self.ctx = RolloutContext(self.engine, self.tokenizer, ex.sampling, make_rewards(ex.rewards), ex.workflow)
         self.producer = make_producer(cfg)
-        self.consumer = make_consumer(cfg, ex.group_id)
+        static = {}
+        if ex.static_membership:  # KIP-345: a restart with the same id rejoins without a rebalance
+            if not ex.id:
+                raise ConfigError("explorer.static_membership needs an explicit explorer id (explorer.id / --id)")
+            static = {"group.instance.id": f"{ex.group_id}-{ex.id}"}
+        self.consumer = make_consumer(cfg, ex.group_id, **static)
         self.admission = Admission(cfg, make_admin(cfg), lambda: self.acks.unacked_groups()) if ex.admission else None
         syncs = getattr(self.engine, "supports_weight_sync", True)
         self.follower = WeightFollower(cfg, report=self.report) if syncs else None

@@ -194,6 +194,28 @@ def _refreshed(adm) -> bool:
         return False
 
 
+def test_admission_rebuilds_its_clients_when_lags_stay_unreadable(tmp_path, monkeypatch):
+    """Logic only (the failure is injected): after REBUILD_AFTER_S of failures, fresh clients."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    from rftbus.kafka.clients import make_admin
+    from rftbus.producers import admission as adm_mod
+
+    cfg = make_config(tmp_path, 1)
+    adm = adm_mod.Admission(cfg, make_admin(cfg))
+    monkeypatch.setattr(adm_mod.Admission, "group_lag",
+                        lambda self, g, ts: (_ for _ in ()).throw(KafkaException(KafkaError(KafkaError._TIMED_OUT))))
+    old_admin, old_committed = adm.admin, adm.committed
+    with pytest.raises(adm_mod.AdmissionUnavailable) as first:
+        adm.refresh()
+    assert "rebuilt" not in str(first.value) and adm.admin is old_admin
+    monkeypatch.setattr(adm_mod, "REBUILD_AFTER_S", 0.0)
+    with pytest.raises(adm_mod.AdmissionUnavailable) as later:
+        adm.refresh()
+    assert "Kafka clients rebuilt" in str(later.value) and adm.rebuilds == 1
+    assert adm.admin is not old_admin and adm.committed is not old_committed
+
+
 def test_admission_pauses_at_bound_and_resumes(broker, tmp_path):
     cfg = fresh_config(make_config, tmp_path, broker, **{
         "rl.max_staleness": 1, "rl.batch_groups": 2, "explorer.admission_refresh_s": 0.2})
@@ -237,3 +259,46 @@ def test_eta_zero_loads_newest_version_before_admitting(broker, tmp_path, eta):
     publish(cfg, list(get_taskset("addition").tasks("train", 2)))
     Explorer(cfg, report=lambda s: None).run()
     assert {e.model_version for _, e in read_topic(cfg, "raw")} == {3}
+
+
+def test_static_member_restart_gets_its_partitions_back_at_once(broker, tmp_path):
+    """kill -9 a supervised-style explorer (static member, explicit id) and start it again: the restart
+    produces again well inside the session timeout (60 s here), which a dynamic member must wait out
+    before the group rebalances. A static member without an id is a clear config error."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cfg = fresh_config(make_config, tmp_path, broker, **{"explorer.admission": False,
+                                                         "kafka.consumer": {"session.timeout.ms": 60000}})
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(cfg.model_dump(mode="json")))
+    exe = str(Path(sys.executable).parent / "rftbus")
+    env = {**os.environ, "RFTBUS_EXPLORER__STATIC_MEMBERSHIP": "true"}
+    no_id = subprocess.run([exe, "--config", str(path), "explore"], capture_output=True, text=True, env=env, timeout=120)
+    assert no_id.returncode == 1 and "static_membership needs an explicit explorer id" in no_id.stderr, no_id.stderr
+    tasks = list(get_taskset("addition").tasks("train", 8))
+    produced = lambda: sum(end_offsets(cfg, "raw").values())  # noqa: E731
+    logs = [open(tmp_path / f"explorer-{i}.log", "w") for i in range(2)]
+    first = subprocess.Popen([exe, "--config", str(path), "explore", "--id", "e0"], stdout=logs[0],
+                             stderr=subprocess.STDOUT, env=env)
+    second = None
+    try:
+        publish(cfg, tasks[:4])
+        wait_for(lambda: produced() >= 4 * 2, timeout=120, what="the first explorer's groups")
+        first.kill()
+        first.wait(10)
+        restarted = time.monotonic()
+        second = subprocess.Popen([exe, "--config", str(path), "explore", "--id", "e0"], stdout=logs[1],
+                                  stderr=subprocess.STDOUT, env=env)
+        publish(cfg, tasks[4:])
+        wait_for(lambda: produced() >= 8 * 2, timeout=120, what="the restarted explorer's groups")
+        assert time.monotonic() - restarted < 40, (tmp_path / "explorer-1.log").read_text()[-2000:]
+    finally:
+        for p in (first, second):
+            if p is not None and p.poll() is None:
+                p.kill()
+        for f in logs:
+            f.close()

@@ -98,7 +98,9 @@ class MainJob:
             specs.append(ChildSpec(f"streams-{i}", base + ["streams", "--worker-id", f"s{i}"], env,
                                    c.run.max_restarts, logs / f"streams-{i}.log"))
         for i in range(c.run.explorers):
-            specs.append(ChildSpec(f"explorer-{i}", base + ["explore", "--id", f"e{i}"], env,
+            # Static members: a crashed explorer's restart (same id) gets its partitions back at once.
+            specs.append(ChildSpec(f"explorer-{i}", base + ["explore", "--id", f"e{i}"],
+                                   {**env, "RFTBUS_EXPLORER__STATIC_MEMBERSHIP": "true"},
                                    c.run.max_restarts, logs / f"explorer-{i}.log"))
         if c.run.analytics and importlib.util.find_spec("rftbus.consumers.analytics.sink") is not None:
             specs.append(ChildSpec("analytics", base + ["analytics", "sink"], env, c.run.max_restarts,
