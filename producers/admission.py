@@ -23,13 +23,7 @@ from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from rftbus.config import Config
-from rftbus.kafka.clients import make_admin
 from rftbus.kafka.committed import CommittedOffsets
-
-# Lags unreadable this long: rebuild the admin client and the offset readers. After a broker restart
-# (make chaos), librdkafka clients that lived through it kept failing (ListOffsets: UNKNOWN_LEADER_EPOCH,
-# committed(): timed out) for minutes, while fresh ones answered at once.
-REBUILD_AFTER_S = 10.0
 
 
 @dataclass
@@ -61,8 +55,6 @@ class Admission:
     def __init__(self, cfg: Config, admin: AdminClient, unacked: Callable[[], int] = lambda: 0):
         self.cfg, self.admin, self.unacked = cfg, admin, unacked
         self.committed = CommittedOffsets(cfg)  # not the admin API: it can SIGSEGV (kafka/committed.py)
-        self._failing_since: float | None = None
-        self.rebuilds = 0
         self.bound = (cfg.rl.max_staleness + 1) * cfg.rl.batch_groups
         self.lanes = [(cfg.streams.app_id, [cfg.topics.raw.name]),
                       (cfg.trainer.group_id, [cfg.topics.curated.name, cfg.topics.curated_priority.name])]
@@ -103,24 +95,12 @@ class Admission:
         try:
             raw, curated = (self.group_lag(g, ts) for g, ts in self.lanes)
         except KafkaException as e:  # broker hiccup: keep the last figure, retry next refresh
-            raise AdmissionUnavailable(str(e) + self._rebuild_if_stuck()) from None
-        self._failing_since = None
+            raise AdmissionUnavailable(str(e)) from None
         now = time.monotonic()
         a = self.acceptance.update(now, raw.done, curated.end)
         self._lag_groups = (a * raw.lag + curated.lag) / self.cfg.rl.group_size
         self._since_refresh = unseen
         self._read_at = now
-
-    def _rebuild_if_stuck(self) -> str:
-        now = time.monotonic()
-        if self._failing_since is None:
-            self._failing_since = now
-        if now - self._failing_since < REBUILD_AFTER_S:
-            return ""
-        self.committed.close()
-        self.admin, self.committed = make_admin(self.cfg), CommittedOffsets(self.cfg)
-        self._failing_since, self.rebuilds = now, self.rebuilds + 1
-        return f"; failing for {REBUILD_AFTER_S:g} s, Kafka clients rebuilt"
 
     def pending(self) -> float:
         if time.monotonic() - self._read_at >= self.cfg.explorer.admission_refresh_s:

@@ -194,28 +194,6 @@ def _refreshed(adm) -> bool:
         return False
 
 
-def test_admission_rebuilds_its_clients_when_lags_stay_unreadable(tmp_path, monkeypatch):
-    """Logic only (the failure is injected): after REBUILD_AFTER_S of failures, fresh clients."""
-    from confluent_kafka import KafkaError, KafkaException
-
-    from rftbus.kafka.clients import make_admin
-    from rftbus.producers import admission as adm_mod
-
-    cfg = make_config(tmp_path, 1)
-    adm = adm_mod.Admission(cfg, make_admin(cfg))
-    monkeypatch.setattr(adm_mod.Admission, "group_lag",
-                        lambda self, g, ts: (_ for _ in ()).throw(KafkaException(KafkaError(KafkaError._TIMED_OUT))))
-    old_admin, old_committed = adm.admin, adm.committed
-    with pytest.raises(adm_mod.AdmissionUnavailable) as first:
-        adm.refresh()
-    assert "rebuilt" not in str(first.value) and adm.admin is old_admin
-    monkeypatch.setattr(adm_mod, "REBUILD_AFTER_S", 0.0)
-    with pytest.raises(adm_mod.AdmissionUnavailable) as later:
-        adm.refresh()
-    assert "Kafka clients rebuilt" in str(later.value) and adm.rebuilds == 1
-    assert adm.admin is not old_admin and adm.committed is not old_committed
-
-
 def test_admission_pauses_at_bound_and_resumes(broker, tmp_path):
     cfg = fresh_config(make_config, tmp_path, broker, **{
         "rl.max_staleness": 1, "rl.batch_groups": 2, "explorer.admission_refresh_s": 0.2})

@@ -42,7 +42,11 @@ class DrainReport:
 
 
 def lag(cfg: Config, admin, group: str, topics: list[str]) -> int:
-    return Admission(cfg, admin).group_lag(group, topics)
+    adm = Admission(cfg, admin)
+    try:
+        return adm.group_lag(group, topics).lag
+    finally:
+        adm.committed.close()
 
 
 def stop_producers(run_pid: int, timeout_s: float = 90.0, quiet_s: float = 8.0) -> bool:
