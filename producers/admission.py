@@ -7,9 +7,10 @@ recent acceptance rate (curated output ÷ raw input over the last 30 s, at least
 `explorer.admission_min_acceptance`, default 1 = off): a group streams will drop (zero-variance,
 most groups once a policy sharpens) never reaches the trainer, so counting it in full idles
 explorers that have hardware of their own. (On two shared cores one run with it made 1.6× the
-groups for the same trainer steps, and more `stale`; docs/BENCHMARKS.md.) Lags are re-read every `explorer.admission_refresh_s`; in between, counting our own
-output keeps the estimate conservative. Several explorers may each admit one group at the bound, so
-the overshoot is at most (explorers − 1) groups; the trainer's `stale` check is the hard guarantee.
+groups for the same trainer steps, and more `stale`; docs/BENCHMARKS.md.) Lags are re-read every
+`explorer.admission_refresh_s`; in between, counting our own output keeps the estimate
+conservative. Several explorers may each admit one group at the bound, so the overshoot is at most
+(explorers − 1) groups; the trainer's `stale` check is the hard guarantee.
 """
 
 from __future__ import annotations
@@ -106,6 +107,9 @@ class Admission:
         if time.monotonic() - self._read_at >= self.cfg.explorer.admission_refresh_s:
             self.refresh()
         return self._lag_groups + self.acceptance.value * self._since_refresh
+
+    def close(self) -> None:
+        self.committed.close()
 
     def admit(self) -> bool:
         return self.pending() < self.bound

@@ -304,6 +304,8 @@ class Explorer:
         self.producer.flush(60)
         self._commit(sync=True)
         self.consumer.close()
+        if self.admission:
+            self.admission.close()
         if self.follower:
             self.follower.stop()
         if self.engine:

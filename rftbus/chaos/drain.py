@@ -46,7 +46,7 @@ def lag(cfg: Config, admin, group: str, topics: list[str]) -> int:
     try:
         return adm.group_lag(group, topics).lag
     finally:
-        adm.committed.close()
+        adm.close()
 
 
 def stop_producers(run_pid: int, timeout_s: float = 90.0, quiet_s: float = 8.0) -> bool:
