@@ -18,20 +18,13 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from confluent_kafka import KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 from rftbus.config import Config
 from rftbus.kafka.committed import CommittedOffsets
-
-
-@dataclass
-class Lag:
-    lag: int  # records not yet committed by the group
-    done: int  # records committed (summed over partitions)
-    end: int  # records written (summed end offsets)
+from rftbus.kafka.inspect import Lag, group_lag
 
 
 class AcceptanceRate:
@@ -65,31 +58,8 @@ class Admission:
         self._since_refresh = 0
         self._read_at = -1e9
 
-    def _partitions(self, topics: list[str]) -> list[TopicPartition]:
-        out = []
-        md = self.admin.list_topics(timeout=10)
-        for t in topics:
-            tm = md.topics.get(t)
-            if tm is not None and tm.error is None:
-                out += [TopicPartition(t, p) for p in tm.partitions]
-        return out
-
     def group_lag(self, group: str, topics: list[str]) -> Lag:
-        """Records in `topics` not yet committed by consumer group `group` (all, if it has none)."""
-        parts = self._partitions(topics)
-        if not parts:
-            return Lag(0, 0, 0)
-        ends = self.admin.list_offsets({tp: OffsetSpec.latest() for tp in parts})
-        starts = self.admin.list_offsets({tp: OffsetSpec.earliest() for tp in parts})
-        committed = self.committed(group, parts)
-        out = Lag(0, 0, 0)
-        for tp in parts:
-            end = ends[tp].result().offset
-            done = max(committed.get((tp.topic, tp.partition), -1), starts[tp].result().offset)
-            out.lag += max(0, end - done)
-            out.done += done
-            out.end += end
-        return out
+        return group_lag(self.admin, self.committed, group, topics)
 
     def refresh(self) -> None:
         unseen = self.unacked()  # read before the lags: a group acknowledged in between counts twice, never zero times

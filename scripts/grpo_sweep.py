@@ -117,13 +117,6 @@ class TokenGRPO:
         return LossResult(pg - self.entropy_coef * entropy, parts)
 
 
-def advantages(est: GRPO, rewards: list[float], no_std: bool) -> list[float]:
-    if not no_std:
-        return est.advantages(rewards)
-    m = sum(rewards) / len(rewards)
-    return [(r - m) * 4.0 for r in rewards]  # x4: the scale of a typical normalised group at this reward range
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True, help="folder for checkpoints and the run's JSON")
@@ -139,7 +132,6 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--adv", choices=["grpo", "process", "position"], default="grpo")
     ap.add_argument("--entropy", type=float, default=0.0, help="entropy bonus coefficient")
-    ap.add_argument("--no-std", action="store_true", help="Dr. GRPO: advantages r - mean, no std division")
     ap.add_argument("--hidden", type=int, default=128, help="tiny model width (from scratch only)")
     ap.add_argument("--layers", type=int, default=2, help="tiny model depth (from scratch only)")
     ap.add_argument("--eval-every", type=int, default=50)
@@ -195,7 +187,7 @@ def main() -> None:
                 continue
             if a.adv != "grpo":
                 tok_adv += token_advantages([step_rewards(tok, c.response_ids, t.answer) for c in comps], a.adv)
-            for i, (c, r, adv) in enumerate(zip(comps, rewards, advantages(est, rewards, a.no_std))):
+            for i, (c, r, adv) in enumerate(zip(comps, rewards, est.advantages(rewards))):
                 exps.append(Experience(group_id=t.task_id, task_id=t.task_id, sample_index=i, group_size=a.n,
                                        prompt_ids=p, response_ids=c.response_ids, logprobs=c.logprobs,
                                        loss_mask=[True] * len(c.response_ids), model_version=0, explorer_id="sweep",

@@ -20,7 +20,8 @@ from confluent_kafka import KafkaException
 from rftbus.chaos.faults import children
 from rftbus.config import Config
 from rftbus.kafka.clients import make_admin
-from rftbus.producers.admission import Admission
+from rftbus.kafka.committed import CommittedOffsets
+from rftbus.kafka.inspect import group_lag
 from rftbus.status import read_statuses
 
 
@@ -42,11 +43,8 @@ class DrainReport:
 
 
 def lag(cfg: Config, admin, group: str, topics: list[str]) -> int:
-    adm = Admission(cfg, admin)
-    try:
-        return adm.group_lag(group, topics).lag
-    finally:
-        adm.close()
+    with CommittedOffsets(cfg) as committed:
+        return group_lag(admin, committed, group, topics).lag
 
 
 def stop_producers(run_pid: int, timeout_s: float = 90.0, quiet_s: float = 8.0) -> bool:

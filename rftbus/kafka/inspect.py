@@ -73,5 +73,32 @@ def groups_info(admin: AdminClient, committed_of: CommittedOffsets, timeout: flo
     return out
 
 
+@dataclass
+class Lag:
+    lag: int  # records not yet committed by the group
+    done: int  # records committed (summed over partitions)
+    end: int  # records written (summed end offsets)
+
+
+def group_lag(admin: AdminClient, committed_of: CommittedOffsets, group: str, topics: list[str]) -> Lag:
+    """Records in `topics` not yet committed by consumer group `group` (all, if it has none)."""
+    md = admin.list_topics(timeout=10)
+    parts = [TopicPartition(t, p) for t in topics if (tm := md.topics.get(t)) is not None and tm.error is None
+             for p in tm.partitions]
+    if not parts:
+        return Lag(0, 0, 0)
+    ends = admin.list_offsets({tp: OffsetSpec.latest() for tp in parts})
+    starts = admin.list_offsets({tp: OffsetSpec.earliest() for tp in parts})
+    committed = committed_of(group, parts)
+    out = Lag(0, 0, 0)
+    for tp in parts:
+        end = ends[tp].result().offset
+        done = max(committed.get((tp.topic, tp.partition), -1), starts[tp].result().offset)
+        out.lag += max(0, end - done)
+        out.done += done
+        out.end += end
+    return out
+
+
 def as_dicts(items: list) -> list[dict]:
     return [asdict(i) for i in items]
