@@ -134,6 +134,10 @@ def main() -> None:
     ap.add_argument("--entropy", type=float, default=0.0, help="entropy bonus coefficient")
     ap.add_argument("--hidden", type=int, default=128, help="tiny model width (from scratch only)")
     ap.add_argument("--layers", type=int, default=2, help="tiny model depth (from scratch only)")
+    ap.add_argument("--clip-high", type=float, default=0.2, help="ratio clip 1 + clip_high (DAPO's clip-higher: 0.28)")
+    ap.add_argument("--epochs", type=int, default=1, help="optimizer steps per batch (trainer.update_epochs)")
+    ap.add_argument("--fill", action="store_true",
+                    help="sample until B groups survive the zero-variance filter, as the loop's trainer waits for B")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -171,13 +175,16 @@ def main() -> None:
             if k % a.eval_every == 0:
                 ev(k, "sft")
                 torch.save(lm.state_dict(), a.out / f"sft-{a.tag}-{k}.pt")
-    eng, grpo, est = TorchEngine(policy, a.lr), make_loss(TrainerConfig(loss="grpo", entropy_coef=a.entropy), 0), GRPO()
+    eng, grpo, est = TorchEngine(policy, a.lr), make_loss(TrainerConfig(loss="grpo", entropy_coef=a.entropy,
+                                                                             clip_high=a.clip_high), 0), GRPO()
     ev(0, "grpo")
     t0, zero, groups = time.time(), 0, 0
     for step in range(1, a.steps + 1):
         exps, tok_adv = [], []
         lm.eval()
-        for t in (rng.choice(train) for _ in range(a.B)):
+        kept = 0
+        while kept < a.B and (a.fill or groups < step * a.B):
+            t = rng.choice(train)
             p = encode_prompt(tok, t.prompt)
             comps = rollout.generate([p] * a.n, cfg.explorer.sampling)
             rewards = [ts.score(c.text, t.answer)["reward"] for c in comps]
@@ -185,6 +192,7 @@ def main() -> None:
             if max(rewards) - min(rewards) < 1e-9:  # streams drop zero-variance groups
                 zero += 1
                 continue
+            kept += 1
             if a.adv != "grpo":
                 tok_adv += token_advantages([step_rewards(tok, c.response_ids, t.answer) for c in comps], a.adv)
             for i, (c, r, adv) in enumerate(zip(comps, rewards, est.advantages(rewards))):
@@ -195,7 +203,8 @@ def main() -> None:
         lm.train()
         if exps:
             loss = grpo if a.adv == "grpo" else TokenGRPO(tok_adv, 0.2, a.entropy)
-            train_step(eng, loss, collate(exps, [False] * len(exps), tok.pad_token_id, 64))
+            train_step(eng, loss, collate(exps, [False] * len(exps), tok.pad_token_id, 64),
+                       update_epochs=a.epochs)
         if step % a.eval_every == 0 or step == a.steps:
             ev(step, "grpo")
             print(f"  {time.time() - t0:.0f}s, zero-variance groups {zero / max(groups, 1):.2f}", flush=True)
