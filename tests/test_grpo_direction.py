@@ -58,13 +58,12 @@ def response_logp(model: torch.nn.Module, batch) -> torch.Tensor:
     return (logp * batch.mask).sum(-1)
 
 
-@pytest.mark.parametrize("eta", [0, 1], ids=["on-policy", "decoupled"])
-def test_one_grpo_step_raises_the_positive_answer_and_lowers_the_negative(dist_env, eta):
+def grpo_setup(eta: int, update_epochs: int = 1, lr: float = 2e-3):
+    """A fresh tiny policy in a DeepSpeed engine, its GRPO loss, and a batch of one good, one bad answer."""
     from rftbus.trainer.dist import prepare_env
 
     prepare_env()  # before deepspeed is imported, as the trainer does
     from rftbus.trainer.engine import build_engine
-    from rftbus.trainer.step import train_step
 
     cfg = Config.model_validate({"explorer": {"sampling": {"temperature": 1.0, "max_new_tokens": 6}}})
     tok = load_tokenizer(cfg.model)
@@ -78,7 +77,7 @@ def test_one_grpo_step_raises_the_positive_answer_and_lowers_the_negative(dist_e
                        model_version=0, explorer_id="x", reward=r, advantage=a, metadata=dict(c.metadata))
             for i, (c, r, a) in enumerate(zip((good, bad), (1.0, 0.0), advantages))]
 
-    tc = TrainerConfig(loss="grpo", lr=2e-3)  # the toy config's learning rate
+    tc = TrainerConfig(loss="grpo", lr=lr, update_epochs=update_epochs)  # 2e-3: the toy config's
     torch.manual_seed(tc.seed)
     lm.config.use_cache = False
     module = PolicyWithValue(lm, value_head=False)
@@ -87,6 +86,14 @@ def test_one_grpo_step_raises_the_positive_answer_and_lowers_the_negative(dist_e
     assert loss.off_policy == ("decoupled" if eta else "none")
     batch = collate(exps, [False, False], tok.pad_token_id, 64)
     assert int(batch.mask.sum()) == len(good.response_ids) + len(bad.response_ids)
+    return engine, loss, batch, (good, bad)
+
+
+@pytest.mark.parametrize("eta", [0, 1], ids=["on-policy", "decoupled"])
+def test_one_grpo_step_raises_the_positive_answer_and_lowers_the_negative(dist_env, eta):
+    from rftbus.trainer.step import train_step
+
+    engine, loss, batch, (good, bad) = grpo_setup(eta)
 
     before = response_logp(engine, batch)
     # what the explorer recorded is what the trainer recomputes (the ratio starts at 1)
@@ -97,3 +104,21 @@ def test_one_grpo_step_raises_the_positive_answer_and_lowers_the_negative(dist_e
     assert parts["grad_norm"] > 0
     assert after[0] > before[0], (before.tolist(), after.tolist())
     assert after[1] < before[1], (before.tolist(), after.tolist())
+
+
+def test_update_epochs_reuse_the_batch_for_more_optimizer_steps(dist_env):
+    """trainer.update_epochs = 4 (configs/toy-grpo-reverse.yaml): DeepSpeed takes four optimizer steps on
+    one batch, against the first epoch's logprobs as the proximal policy, and moves it further than one step."""
+    from rftbus.trainer.step import train_step
+
+    moved = {}
+    for epochs in (1, 4):
+        engine, loss, batch, _ = grpo_setup(1, epochs, lr=3e-4)  # that config's learning rate
+        before = response_logp(engine, batch)
+        parts = train_step(engine, loss, batch, update_epochs=epochs)
+        after = response_logp(engine, batch)
+        assert engine.global_steps == epochs
+        assert after[0] > before[0] and after[1] < before[1], (epochs, before.tolist(), after.tolist())
+        moved[epochs] = float((after[0] - before[0]) - (after[1] - before[1]))
+        assert all(torch.isfinite(torch.tensor(v)) for v in parts.values())
+    assert moved[4] > 1.3 * moved[1], moved  # not 4x: the ratio clip (vs epoch 0) bounds epochs 2-4
