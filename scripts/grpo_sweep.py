@@ -27,7 +27,7 @@ from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.experience import demonstration
 from rftbus.producers.workflows.base import encode_prompt
 from rftbus.schemas import Experience
-from rftbus.streams.advantages.grpo import GRPO
+from rftbus.streams.advantages import make_estimator
 from rftbus.tasksets import get_taskset
 from rftbus.trainer.batch import collate
 from rftbus.trainer.config import TrainerConfig
@@ -135,6 +135,7 @@ def main() -> None:
     ap.add_argument("--hidden", type=int, default=128, help="tiny model width (from scratch only)")
     ap.add_argument("--layers", type=int, default=2, help="tiny model depth (from scratch only)")
     ap.add_argument("--clip-high", type=float, default=0.2, help="ratio clip 1 + clip_high (DAPO's clip-higher: 0.28)")
+    ap.add_argument("--estimator", choices=["grpo", "drgrpo"], default="grpo", help="streams.advantage")
     ap.add_argument("--epochs", type=int, default=1, help="optimizer steps per batch (trainer.update_epochs)")
     ap.add_argument("--fill", action="store_true",
                     help="sample until B groups survive the zero-variance filter, as the loop's trainer waits for B")
@@ -175,8 +176,8 @@ def main() -> None:
             if k % a.eval_every == 0:
                 ev(k, "sft")
                 torch.save(lm.state_dict(), a.out / f"sft-{a.tag}-{k}.pt")
-    eng, grpo, est = TorchEngine(policy, a.lr), make_loss(TrainerConfig(loss="grpo", entropy_coef=a.entropy,
-                                                                             clip_high=a.clip_high), 0), GRPO()
+    eng, est = TorchEngine(policy, a.lr), make_estimator(a.estimator, 1e-6)
+    grpo = make_loss(TrainerConfig(loss="grpo", entropy_coef=a.entropy, clip_high=a.clip_high), 0)
     ev(0, "grpo")
     t0, zero, groups = time.time(), 0, 0
     for step in range(1, a.steps + 1):

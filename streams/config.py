@@ -43,7 +43,9 @@ class StreamsConfig(BaseModel):
     feedback_ttl_s: float = Field(3600.0, gt=0, description="live experiences without feedback: no_feedback")
     rating_scale: tuple[float, float] = Field((1.0, 5.0), description="rating min, max -> reward 0..1")
     # group advantages
-    advantage: Literal["grpo"] = Field("grpo", description="estimator for groups of n >= 2")
+    advantage: Literal["grpo", "drgrpo"] = Field(
+        "grpo", description="estimator for groups of n >= 2: grpo (r - mean) / (std + eps); drgrpo r - mean "
+        "(no std division: nearly-deterministic groups weigh less; streams/advantages/drgrpo.py)")
     advantage_eps: float = Field(1e-6, gt=0, description="eps in (r - mean) / (std + eps)")
     group_timeout_s: float = Field(120.0, gt=0, description="an incomplete group is closed after this")
     incomplete_policy: Literal["reject", "complete"] = Field(

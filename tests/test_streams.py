@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import time
 import uuid
+from contextlib import contextmanager
 
 import pytest
 
@@ -25,16 +26,17 @@ CODEC = make_codec(None)
 DECODE = CODEC.deserializer()
 
 
-@pytest.fixture(scope="module")
-def env(broker, tmp_path_factory):
+@contextmanager
+def streams_worker(port: int, folder, **overrides):
+    """Fresh topics (with weight version LATEST published) and one worker on them: (cfg, producer, worker)."""
     tag = uuid.uuid4().hex[:6]
     cfg = make_config(
-        tmp_path_factory.mktemp("streams"), broker.broker.port,
+        folder, port,
         **{f"topics.{k}.name": f"st{tag}.{k}" for k in TOPIC_KEYS},
         **{"streams.app_id": f"st{tag}", "streams.group_timeout_s": 3.0, "streams.feedback_ttl_s": 4.0,
            "streams.tick_interval_s": 0.5, "streams.version_wait_s": 0.5, "streams.commit_interval_s": 0.2,
            "streams.max_tokens": 1500, "streams.max_message_bytes": 200_000, "streams.reward_min": -1.0,
-           "streams.reward_max": 1.0, "streams.metrics_interval_s": 1.0, "rl.max_staleness": 1})
+           "streams.reward_max": 1.0, "streams.metrics_interval_s": 1.0, "rl.max_staleness": 1, **overrides})
     create_topics(cfg, make_admin(cfg))
     producer = make_producer(cfg)
     wv = WeightVersion(model=cfg.model.name, version=LATEST, step=LATEST, uri="file:///x", sha256="0" * 64, bytes=1)
@@ -46,6 +48,12 @@ def env(broker, tmp_path_factory):
         yield cfg, producer, worker
     finally:
         assert worker.stop() == 0, worker.tail()
+
+
+@pytest.fixture(scope="module")
+def env(broker, tmp_path_factory):
+    with streams_worker(broker.broker.port, tmp_path_factory.mktemp("streams")) as env:
+        yield env
 
 
 def send(cfg, producer, records, key=None):
@@ -95,6 +103,18 @@ def test_group_advantages_match_a_direct_computation(env):
         assert e.priority > 0
         assert e.response_ids == group[e.sample_index].response_ids  # payload untouched
         assert e.logprobs == pytest.approx(group[e.sample_index].logprobs, rel=1e-6)
+
+
+def test_a_worker_configured_for_drgrpo_centres_without_the_std(broker, tmp_path):
+    """streams.advantage: drgrpo reaches the worker: advantages are r - mean (streams/advantages/drgrpo.py)."""
+    rewards = [0.5] * 7 + [0.625]  # nearly unanimous: GRPO would give the odd one out +2.65
+    with streams_worker(broker.broker.port, tmp_path, **{"streams.advantage": "drgrpo"}) as (cfg, producer, _):
+        group = make_group(rewards=rewards, model_version=LATEST, response_tokens=50, seed=2)
+        send(cfg, producer, group)
+        out = wait_outputs(cfg, lambda o: len(curated_of(o, group[0].group_id)) == len(group))
+    got = sorted(curated_of(out, group[0].group_id), key=lambda e: e.sample_index)
+    mean = sum(rewards) / len(rewards)
+    assert [e.advantage for e in got] == pytest.approx([r - mean for r in rewards], rel=1e-9, abs=1e-12)
 
 
 def test_poison_messages_are_rejected_with_their_bytes_and_the_worker_goes_on(env):
