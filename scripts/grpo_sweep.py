@@ -139,6 +139,9 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=1, help="optimizer steps per batch (trainer.update_epochs)")
     ap.add_argument("--fill", action="store_true",
                     help="sample until B groups survive the zero-variance filter, as the loop's trainer waits for B")
+    ap.add_argument("--warm-steps", type=int, default=0, help="curriculum: the first K GRPO steps on --warm-length")
+    ap.add_argument("--warm-length", type=int, default=2, help="curriculum: the task length of those steps")
+    ap.add_argument("--warm-tasks", type=int, default=40, help="curriculum: distinct train tasks of that length")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -155,6 +158,7 @@ def main() -> None:
         lm.load_state_dict(torch.load(a.init))
     ts = get_taskset(a.taskset)
     train = list(ts.tasks("train", 3000, seed=0))
+    warm = list(get_taskset(a.taskset, length=a.warm_length).tasks("train", a.warm_tasks, seed=0)) if a.warm_steps else []
     rollout = TransformersEngine(cfg, tok, model=lm)  # the same module: on-policy
     policy = PolicyWithValue(lm, False)
     hist: list[dict] = []
@@ -185,7 +189,7 @@ def main() -> None:
         lm.eval()
         kept = 0
         while kept < a.B and (a.fill or groups < step * a.B):
-            t = rng.choice(train)
+            t = rng.choice(warm if step <= a.warm_steps else train)
             p = encode_prompt(tok, t.prompt)
             comps = rollout.generate([p] * a.n, cfg.explorer.sampling)
             rewards = [ts.score(c.text, t.answer)["reward"] for c in comps]
