@@ -158,7 +158,8 @@ def main() -> None:
         lm.load_state_dict(torch.load(a.init))
     ts = get_taskset(a.taskset)
     train = list(ts.tasks("train", 3000, seed=0))
-    warm = list(get_taskset(a.taskset, length=a.warm_length).tasks("train", a.warm_tasks, seed=0)) if a.warm_steps else []
+    warm = [] if not a.warm_steps else list(
+        get_taskset(a.taskset, length=a.warm_length).tasks("train", a.warm_tasks, seed=0))
     rollout = TransformersEngine(cfg, tok, model=lm)  # the same module: on-policy
     policy = PolicyWithValue(lm, False)
     hist: list[dict] = []
