@@ -42,9 +42,8 @@ class DrainReport:
         return {**self.__dict__, "complete": self.complete}
 
 
-def lag(cfg: Config, admin, group: str, topics: list[str]) -> int:
-    with CommittedOffsets(cfg) as committed:
-        return group_lag(admin, committed, group, topics).lag
+def lag(admin, committed: CommittedOffsets, group: str, topics: list[str]) -> int:
+    return group_lag(admin, committed, group, topics).lag
 
 
 def stop_producers(run_pid: int, timeout_s: float = 90.0, quiet_s: float = 8.0) -> bool:
@@ -87,41 +86,42 @@ def drain(cfg: Config, run_pid: int, timeout_s: float, tick: Callable[[str], Non
     rep.producers_stopped = stop_producers(run_pid)
     if not rep.producers_stopped:
         rep.notes.append("explorers or serve still running 90 s after SIGTERM")
-    settled_in_a_row = 0
-    while time.monotonic() < deadline:
-        try:
-            raw_lag = lag(cfg, admin, cfg.streams.app_id, [t.raw.name, t.feedback.name])
-        except KafkaException as e:  # a lag read failing (broker busy) is retried until the deadline
-            rep.notes.append(f"streams lag unreadable once: {e}")
+    with CommittedOffsets(cfg) as committed:  # one reader per group for the whole drain, not one per poll
+        settled_in_a_row = 0
+        while time.monotonic() < deadline:
+            try:
+                raw_lag = lag(admin, committed, cfg.streams.app_id, [t.raw.name, t.feedback.name])
+            except KafkaException as e:  # a lag read failing (broker busy) is retried until the deadline
+                rep.notes.append(f"streams lag unreadable once: {e}")
+                time.sleep(2)
+                continue
+            settled = raw_lag == 0 and _streams_settled(cfg.state_dir)
+            tick(f"waiting for streams: lag {raw_lag} on raw + feedback")
+            settled_in_a_row = settled_in_a_row + 1 if settled else 0
+            if settled_in_a_row >= 2:
+                rep.streams_idle = True
+                break
             time.sleep(2)
-            continue
-        settled = raw_lag == 0 and _streams_settled(cfg.state_dir)
-        tick(f"waiting for streams: lag {raw_lag} on raw + feedback")
-        settled_in_a_row = settled_in_a_row + 1 if settled else 0
-        if settled_in_a_row >= 2:
-            rep.streams_idle = True
-            break
-        time.sleep(2)
-    last, since = None, time.monotonic()
-    while rep.streams_idle and time.monotonic() < deadline:
-        try:
-            left = lag(cfg, admin, cfg.trainer.group_id, [t.curated.name, t.curated_priority.name])
-        except KafkaException as e:
-            rep.notes.append(f"trainer lag unreadable once: {e}")
+        last, since = None, time.monotonic()
+        while rep.streams_idle and time.monotonic() < deadline:
+            try:
+                left = lag(admin, committed, cfg.trainer.group_id, [t.curated.name, t.curated_priority.name])
+            except KafkaException as e:
+                rep.notes.append(f"trainer lag unreadable once: {e}")
+                time.sleep(2)
+                continue
+            rep.trainer_lag_left = left
+            tick(f"waiting for the trainer: lag {left} on the curated lanes")
+            if left == 0:
+                rep.trainer_idle = True
+                break
+            if left != last:
+                last, since = left, time.monotonic()
+            elif time.monotonic() - since > trainer_quiet_s:
+                rep.trainer_idle = True
+                rep.notes.append(f"trainer lag stayed at {left} for {trainer_quiet_s:g} s (a batch that cannot fill, "
+                                 "or rejections not yet checkpointed); the final checkpoint accounts for them")
+                break
             time.sleep(2)
-            continue
-        rep.trainer_lag_left = left
-        tick(f"waiting for the trainer: lag {left} on the curated lanes")
-        if left == 0:
-            rep.trainer_idle = True
-            break
-        if left != last:
-            last, since = left, time.monotonic()
-        elif time.monotonic() - since > trainer_quiet_s:
-            rep.trainer_idle = True
-            rep.notes.append(f"trainer lag stayed at {left} for {trainer_quiet_s:g} s (a batch that cannot fill, "
-                             "or rejections not yet checkpointed); the final checkpoint accounts for them")
-            break
-        time.sleep(2)
     rep.seconds = time.monotonic() - t0
     return rep

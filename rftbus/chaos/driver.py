@@ -35,6 +35,7 @@ from rftbus.chaos.result import ChaosResult
 from rftbus.config import Config, write_config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_admin
+from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.topics import create_topics
 
 PRE_RUN_POISON = ("tasks", "expert")
@@ -60,6 +61,8 @@ class ChaosDriver:
         self.res = ChaosResult(plan)
         self.t0 = time.monotonic()
         self.proc: subprocess.Popen | None = None
+        self._admin = None  # for streams' lag while a restarted worker catches up; made on first use
+        self._committed = CommittedOffsets(cfg)  # its consumers too: kept, as they recover from a broker restart
 
     # ---- helpers -----------------------------------------------------------------------------
     def now(self) -> float:
@@ -95,6 +98,7 @@ class ChaosDriver:
                 self._analytics_catch_up()
                 self._tally()
         finally:
+            self._committed.close()
             if self.owns_broker:
                 from rftbus.broker import embedded
 
@@ -233,8 +237,12 @@ class ChaosDriver:
             return int(st.get("groups_produced") or 0) > 0
         if int(st.get("raw_in") or 0) + int(st.get("replays_skipped") or 0) > 0:
             return True
+        if not st:
+            return False
         try:
-            return bool(st) and lag(self.cfg, make_admin(self.cfg), self.cfg.streams.app_id, [self.cfg.topics.raw.name]) == 0
+            if self._admin is None:
+                self._admin = make_admin(self.cfg)
+            return lag(self._admin, self._committed, self.cfg.streams.app_id, [self.cfg.topics.raw.name]) == 0
         except KafkaException:
             return False
 
