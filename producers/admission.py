@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient
 
 from rftbus.config import Config
 from rftbus.kafka.committed import CommittedOffsets
-from rftbus.kafka.inspect import Lag, group_lag
+from rftbus.kafka.inspect import group_lag
 
 
 class AcceptanceRate:
@@ -58,13 +58,10 @@ class Admission:
         self._since_refresh = 0
         self._read_at = -1e9
 
-    def group_lag(self, group: str, topics: list[str]) -> Lag:
-        return group_lag(self.admin, self.committed, group, topics)
-
     def refresh(self) -> None:
         unseen = self.unacked()  # read before the lags: a group acknowledged in between counts twice, never zero times
         try:
-            raw, curated = (self.group_lag(g, ts) for g, ts in self.lanes)
+            raw, curated = (group_lag(self.admin, self.committed, g, ts) for g, ts in self.lanes)
         except KafkaException as e:  # broker hiccup: keep the last figure, retry next refresh
             raise AdmissionUnavailable(str(e)) from None
         now = time.monotonic()
