@@ -99,3 +99,42 @@ def test_a_start_up_error_is_one_message_and_stops_the_broker_it_started(broker,
         assert embedded.running_pid(cfg) is None
     finally:
         embedded.stop(cfg)
+
+
+def test_curriculum_stage_runs_first_then_the_configured_taskset(broker, tmp_path):
+    """`run.curriculum` through the real loop: length-2 reversals are published just in time until
+    the trainer's step 2, then the configured length-4 taskset; the books still balance."""
+    import yaml
+
+    from rftbus.kafka.read import read_to_end
+    from rftbus.schemas import make_codec
+
+    tag = uuid.uuid4().hex[:6]
+    cfg = yaml.safe_load((REPO / "configs" / "toy-grpo-reverse.yaml").read_text())
+    cfg["run"].update(tasks=200, task_passes=1, eval_n=16, eval_every_versions=2,
+                      curriculum=[{"params": {"length": 2}, "tasks": 4, "until_step": 2}])
+    cfg["trainer"]["update_epochs"] = 1
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(cfg))
+    out = rftbus_cli(None, "--state-dir", str(tmp_path / "state"), "run", str(tmp_path / "c.yaml"),
+                     "--max-steps", "8", "--minutes", "8", "--summary-json", str(tmp_path / "s.json"),
+                     env=_env(broker, tag), timeout=700)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["counts_reconcile"] is True and s["trained_twice"] == 0
+    [stage] = s["curriculum"]
+    assert stage["stage"] == 1 and stage["params"] == {"length": 2}
+    assert stage["ended_step"] is not None and stage["ended_step"] >= 2
+    assert stage["passes"] >= 1 and stage["published"] == 4 * stage["passes"]
+
+    decode = make_codec(None).deserializer()
+
+    def records(topic: str) -> list:
+        return [decode(m.value(), None) for m in read_to_end(broker, f"e2e{tag}.{topic}", timeout_s=10, strict=False)]
+
+    tasks = records(broker.topics.tasks.name)
+    staged = [t for t in tasks if ".c1p" in t.task_id]
+    assert len(staged) == stage["published"] and len(tasks) == stage["published"] + 200
+    assert all(len(t.answer) == 2 for t in staged) and all(len(t.answer) == 4 for t in tasks if t not in staged)
+    rolled = {e.task_id for e in records(broker.topics.raw.name)}
+    assert any(".c1p" in t for t in rolled), "no stage task was rolled out"
+    assert any(".c1p" not in t for t in rolled), "the explorers never reached the configured taskset"

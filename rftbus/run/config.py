@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class CurriculumStage(BaseModel):
+    """Easier tasks of the same taskset before the configured ones (`run.curriculum`)."""
+    model_config = ConfigDict(extra="forbid")
+    source: str | None = Field(None, description="a task source of its own (built-in taskset name or file); "
+                               "default: the configured taskset")
+    params: dict[str, Any] = Field(default_factory=dict, description="taskset params of this stage, e.g. "
+                                   "{length: 2} for `reverse`")
+    tasks: int = Field(..., ge=1, description="distinct train tasks of the stage; published again (new ids) as "
+                       "often as the explorers need them until the stage ends")
+    until_step: int = Field(..., ge=1, description="the stage ends once the trainer reached this step")
 
 
 class RunConfig(BaseModel):
@@ -25,3 +39,15 @@ class RunConfig(BaseModel):
     analytics: bool = Field(True, description="run the analytics sink too, when it is installed")
     serve: bool = Field(False, description="also run `rftbus serve` (the live-traffic proxy, on serve.host:"
                         "serve.port) as a supervised child")
+    curriculum: list[CurriculumStage] = Field(default_factory=list, description="stages of easier tasks (RL "
+                                              "tasks only, no demonstrations), each published just in time until "
+                                              "its until_step; then the configured taskset; eval stays on the "
+                                              "configured taskset")
+
+    @field_validator("curriculum")
+    @classmethod
+    def _steps_increase(cls, stages: list[CurriculumStage]) -> list[CurriculumStage]:
+        steps = [s.until_step for s in stages]
+        if any(b <= a for a, b in zip(steps, steps[1:])):
+            raise ValueError(f"until_step must increase from stage to stage, got {steps}")
+        return stages

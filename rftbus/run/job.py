@@ -22,9 +22,10 @@ from rich.live import Live
 
 from rftbus.broker import embedded
 from rftbus.config import Config, write_config
+from rftbus.errors import RftbusError
 from rftbus.kafka.clients import BrokerUnreachable, check_reachable
 from rftbus.kafka.committed import CommittedOffsets
-from rftbus.kafka.inspect import groups_info
+from rftbus.kafka.inspect import group_lag, groups_info
 from rftbus.kafka.topics import create_topics
 from rftbus.run.display import render
 from rftbus.run.plots import plot_eval
@@ -44,6 +45,7 @@ class MainJob:
         self.committed = CommittedOffsets(cfg)  # the live view's lags (kept: read every 2 s)
         self._stop_requested = False
         self.exit_codes: dict[str, int | None] = {}
+        self.curriculum = None  # rftbus.run.curriculum.Curriculum with `run.curriculum`
 
     # ---- setup -------------------------------------------------------------------------------
     def ensure_broker(self) -> None:
@@ -58,7 +60,55 @@ class MainJob:
             self.started_broker = info.started
             self.console.print(f"embedded Kafka broker running (pid {info.pid}) at {info.bootstrap}")
 
-    def publish_tasks(self) -> None:
+    def publish_tasks(self, admin) -> None:
+        """The configured taskset now, or with `run.curriculum` its first stage now and the rest
+        from the main loop (`_feed_curriculum`), the configured taskset after the last stage."""
+        if not self.cfg.run.curriculum:
+            self._publish_configured()
+            return
+        from rftbus.producers.tasks.publish import publish_tasks
+        from rftbus.run.curriculum import Curriculum
+
+        def publish(rows) -> int:
+            rep = publish_tasks(self.cfg, rows)
+            if rep.failed:
+                self.events.append(f"curriculum: {len(rep.failed)} tasks not acknowledged, e.g. {rep.failed[0]}")
+            return rep.published
+
+        def then() -> None:
+            threading.Thread(target=self._publish_configured_logged, name="taskset", daemon=True).start()
+
+        self.curriculum = Curriculum(self.cfg, publish, then, started=self.started)
+        self._log(self.curriculum.tick(0, self._tasks_backlog(admin, wait_s=30)))
+
+    def _tasks_backlog(self, admin, wait_s: float = 0.0) -> int:
+        """Tasks published and not yet rolled out (the explorers commit a task once its group is acked).
+        `wait_s`: keep asking that long while the coordinator of a new group answers NOT_COORDINATOR."""
+        c, deadline = self.cfg, time.monotonic() + wait_s
+        while True:
+            try:
+                return group_lag(admin, self.committed, c.explorer.group_id, [c.topics.tasks.name]).lag
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def _feed_curriculum(self, admin, statuses: list[dict]) -> None:
+        step = max((s.get("step", 0) for s in statuses if s.get("role") == "trainer"), default=0)
+        try:
+            backlog = self._tasks_backlog(admin)
+        except (KafkaException, TimeoutError) as e:  # a broker restart: the next look retries
+            self.events.append(f"curriculum: tasks backlog unreadable ({type(e).__name__}: {e}); retrying")
+            return
+        self._log(self.curriculum.tick(step, backlog))
+
+    def _publish_configured_logged(self) -> None:
+        try:
+            self._publish_configured()
+        except (RftbusError, KafkaException) as e:
+            self._log([f"tasks: publishing {self.cfg.taskset.name} failed: {e}"])
+
+    def _publish_configured(self) -> None:
         from rftbus.producers.tasks.publish import publish_tasks
         from rftbus.producers.tasks.sources import Row, read_source
 
@@ -135,9 +185,12 @@ class MainJob:
     def _note(self, events) -> None:
         """Supervisor events go to the live view and to <run_dir>/events.log, so every crash and
         restart stays on record after the view has scrolled past it."""
-        lines = [f"{e.child}: {e.kind} {e.detail}" for e in events]
+        self._log([f"{e.child}: {e.kind} {e.detail}" for e in events])
+
+    def _log(self, lines: list[str]) -> None:
         self.events += lines
         if lines:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
             with open(self.run_dir / "events.log", "a") as f:
                 f.writelines(f"{time.strftime('%H:%M:%S')} {line}\n" for line in lines)
 
@@ -164,7 +217,7 @@ class MainJob:
         self.ensure_broker()
         admin = check_reachable(self.cfg)
         create_topics(self.cfg, admin)
-        self.publish_tasks()
+        self.publish_tasks(admin)
         sup = Supervisor(self.child_specs(self.write_child_config()))
         evaluator = Evaluator(self.cfg, self.started, report=lambda m: self.events.append(f"eval: {m}"),
                               log_path=self.run_dir / "eval.jsonl")
@@ -173,7 +226,7 @@ class MainJob:
         self.console.print(f"eval v0: mean reward {evaluator.points[0]['reward']:.3f}")
         reason = "stopped by the user"
         lags: dict[str, int] = {}
-        last_lag = 0.0
+        last_lag = last_feed = 0.0
         try:
             if not self._stop_requested:
                 self._note(sup.start())
@@ -183,6 +236,9 @@ class MainJob:
                     statuses = read_statuses(self.cfg.state_dir)
                     if time.monotonic() - last_lag > 2:
                         lags, last_lag = self._lags(admin, lags), time.monotonic()
+                    if self.curriculum and not self.curriculum.done and time.monotonic() - last_feed > 1:
+                        self._feed_curriculum(admin, statuses)
+                        last_feed = time.monotonic()
                     children = {n: ("gave up" if c.gave_up else "restarting" if c.restart_at else "running")
                                 for n, c in sup.children.items()}
                     live.update(render(started=self.started, statuses=statuses, lags=lags,
@@ -234,6 +290,7 @@ class MainJob:
             "max_staleness": self.cfg.rl.max_staleness,
             "restarts": {n: c.restarts for n, c in sup.children.items()},
             "exit_codes": self.exit_codes,
+            "curriculum": self.curriculum.summary() if self.curriculum else [],
             "wall_seconds": round(time.time() - self.started, 1),
             "plots": [str(p) for p in plots],
         }
