@@ -68,6 +68,9 @@ class ExplorerConfig(_Strict):
         1.0, gt=0, le=1, description="groups not yet through streams count at streams' recent acceptance rate, "
         "at least this; 1 (default) counts every group in full. Lower it where explorers have their own "
         "hardware and streams drops most groups; see producers/admission.py")
+    batch_tasks: int = Field(1, ge=1, description="single-turn tasks generated together in one engine call "
+                             "(those already fetched, within admission's headroom); each is still its own group, "
+                             "produced and committed as before. On CPU 8 gives about 3x the samples/s of 1")
     expert: bool = Field(False, description="also publish the taskset's expert demonstration per task")
     static_membership: bool = Field(
         False, description="join the explorers' group as a static member (group.instance.id from the explorer "

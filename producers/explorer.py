@@ -24,12 +24,13 @@ from rftbus.models.loading import load_tokenizer
 from rftbus.producers.acks import AckTracker
 from rftbus.producers.admission import Admission, AdmissionUnavailable
 from rftbus.producers.engines import RolloutEngine, make_engine
+from rftbus.producers.engines.primed import PrimedEngine
 from rftbus.producers.experience import expert_experience, experiences
 from rftbus.producers.rewards import make_rewards
 from rftbus.producers.rollout import run_task
 from rftbus.producers.seen_tasks import SeenTasks
 from rftbus.status import StatusFile
-from rftbus.producers.workflows import RolloutContext
+from rftbus.producers.workflows import RolloutContext, encode_prompt
 from rftbus.schemas import DecodeError, Experience, Rejection, Task, make_codec
 from rftbus.tasksets import get_taskset, taskset_names
 
@@ -58,7 +59,9 @@ class Explorer:
         self.decode_task = codec.deserializer(Task)
         self.tokenizer = load_tokenizer(cfg.model)
         self.engine = engine or make_engine(cfg, self.tokenizer)
-        self.ctx = RolloutContext(self.engine, self.tokenizer, ex.sampling, make_rewards(ex.rewards), ex.workflow)
+        self.primed = PrimedEngine(self.engine) if ex.batch_tasks > 1 else None
+        self.ctx = RolloutContext(self.primed or self.engine, self.tokenizer, ex.sampling, make_rewards(ex.rewards),
+                                  ex.workflow)
         self.producer = make_producer(cfg)
         static = {}
         if ex.static_membership:  # KIP-345: a restart with the same id rejoins without a rebalance
@@ -76,6 +79,7 @@ class Explorer:
                       "tasks_skipped_duplicate": 0, "expert_produced": 0}
         self._stop = False
         self._held = None
+        self._headroom = float("inf")  # groups admission would still let in (set by _blocked_reason)
         self._paused = False
         self._handled = 0
         self._last_activity = time.monotonic()
@@ -121,7 +125,12 @@ class Explorer:
                 if not self._admitted():
                     continue
                 msg, self._held = self._held, None
-                self._handle(msg)
+                batch = [msg] + self._more_tasks()
+                self._prime(batch)
+                for m in batch:  # a fetched task is always handled (or it would have to be rewound)
+                    self._handle(m)
+                if self.primed:
+                    self.primed.clear()
                 self._last_activity = time.monotonic()
                 if ex.max_tasks and self._handled >= ex.max_tasks:
                     break
@@ -163,9 +172,55 @@ class Explorer:
         except AdmissionUnavailable as e:
             return f"consumer lags unreadable ({e})"
         self.status.update(pending_groups=round(pending, 2))
+        self._headroom = self.admission.bound - pending
         if pending >= self.admission.bound:
             return f"pending {pending:.1f} groups >= bound (η+1)·B = {self.admission.bound}"
         return None
+
+    # -- a batch of tasks ------------------------------------------------------------------------
+    def _more_tasks(self) -> list:
+        """Up to batch_tasks - 1 more tasks already fetched, within admission's headroom and max_tasks."""
+        ex = self.cfg.explorer
+        room = min(ex.batch_tasks, int(self._headroom) if self._headroom != float("inf") else ex.batch_tasks)
+        if ex.max_tasks:
+            room = min(room, ex.max_tasks - self._handled)
+        out = []
+        while len(out) < room - 1:
+            msg = self.consumer.poll(0)
+            if msg is None:
+                break
+            if msg.error():
+                self.report(f"reading {self._topic}: {msg.error().str()}")
+                continue
+            out.append(msg)
+        return out
+
+    def _prime(self, batch: list) -> None:
+        """One engine call for the batch's single-turn tasks (see producers/engines/primed.py).
+        Only a guess at what the workflows will ask: a task that fails to decode, is a duplicate or
+        runs another workflow simply finds nothing primed, or leaves it unused."""
+        if self.primed is None or len(batch) < 2:
+            return
+        ex, requests = self.cfg.explorer, []
+        for msg in batch:
+            try:
+                task = self.decode_task(msg.value(), None)
+            except DecodeError:
+                continue
+            if task is None or (msg.partition(), task.task_id) in self.seen:
+                continue
+            if (task.workflow or ex.workflow.kind) == "single_turn":
+                prompt = encode_prompt(self.tokenizer, task.prompt, ex.workflow.chat_template)
+                requests.append((tuple(prompt), task.n_samples or self.cfg.rl.group_size))
+        if len(requests) < 2:
+            return
+        t0 = time.perf_counter()
+        try:
+            self.primed.prime(requests, ex.sampling)
+        except Exception as e:  # noqa: BLE001 - the batch falls back to one call per task, where errors are per task
+            self.report(f"batched generation of {len(requests)} tasks failed ({type(e).__name__}: {e}); "
+                        "generating them one by one")
+        self.t.generate_s += time.perf_counter() - t0
 
     # -- one task -------------------------------------------------------------------------------
     def _handle(self, msg) -> None:

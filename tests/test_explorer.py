@@ -43,9 +43,11 @@ def wait_for(cond, timeout=30.0, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_groups_rejections_and_commits(broker, tmp_path):
+@pytest.mark.parametrize("batch_tasks", [1, 8])
+def test_groups_rejections_and_commits(broker, tmp_path, batch_tasks):
+    """Batched or not, each task is its own group, bad ones are rejected and every offset committed."""
     cfg = fresh_config(make_config, tmp_path, broker, **{
-        "explorer.admission": False, "explorer.idle_exit_s": 8.0,
+        "explorer.admission": False, "explorer.idle_exit_s": 8.0, "explorer.batch_tasks": batch_tasks,
         # long enough for a good task on a loaded machine; the hanging one still times out (twice)
         "explorer.task_timeout_s": 4.0,
         "explorer.task_retries": 1, "explorer.expert": True})
@@ -85,6 +87,10 @@ def test_groups_rejections_and_commits(broker, tmp_path):
     assert {p: o for p, o in committed(cfg, cfg.explorer.group_id, "tasks").items() if p in ends} == ends
     status = (cfg.state_dir / "status" / f"explorer-{explorer.id}.json").read_text()
     assert '"state": "stopped"' in status and '"groups_produced": 3' in status
+    if batch_tasks > 1:  # the good tasks' groups came from batched calls, not one call each
+        assert explorer.primed.primed_calls >= 1 and explorer.primed.hits >= 2, (explorer.primed.primed_calls, reports)
+        batched = [e for _, e in raw if "batch_groups" in e.metadata]
+        assert batched and all(int(e.metadata["batch_groups"]) >= 2 for e in batched)
 
 
 def test_weight_hot_reload_refuses_corrupt_version(broker, tmp_path):
@@ -194,9 +200,12 @@ def _refreshed(adm) -> bool:
         return False
 
 
-def test_admission_pauses_at_bound_and_resumes(broker, tmp_path):
+@pytest.mark.parametrize("batch_tasks", [1, 3])
+def test_admission_pauses_at_bound_and_resumes(broker, tmp_path, batch_tasks):
+    """A batch never takes more tasks than admission has room for (bound 4, batches of up to 3)."""
     cfg = fresh_config(make_config, tmp_path, broker, **{
-        "rl.max_staleness": 1, "rl.batch_groups": 2, "explorer.admission_refresh_s": 0.2})
+        "rl.max_staleness": 1, "rl.batch_groups": 2, "explorer.admission_refresh_s": 0.2,
+        "explorer.batch_tasks": batch_tasks})
     stop = threading.Event()
     fwd = threading.Thread(target=_forward_raw_to_curated, args=(cfg, stop), daemon=True)
     fwd.start()

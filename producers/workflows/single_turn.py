@@ -16,12 +16,16 @@ class SingleTurn(Workflow):
         gen_ms = (time.perf_counter() - t0) * 1000
         samples = []
         for c in completions:
+            if "batch_samples" in c.metadata:  # generated with other tasks' groups (producers/engines/primed.py)
+                per_sample_ms = float(c.metadata["batch_generation_ms"]) / int(c.metadata["batch_samples"])
+            else:
+                per_sample_ms = gen_ms / n
             scored = ctx.rewards.score(task, c.text)
             samples.append(Sample(
                 prompt_ids=prompt_ids, response_ids=c.response_ids, logprobs=c.logprobs,
                 loss_mask=[True] * len(c.response_ids), reward=scored.reward, components=scored.components,
                 prompt_text=task.prompt, response_text=c.text, finish_reason=c.finish_reason,
-                generation_ms=gen_ms / n, reward_ms=scored.reward_ms,
-                metadata={**c.metadata, "batch_generation_ms": f"{gen_ms:.3f}"},
+                generation_ms=per_sample_ms, reward_ms=scored.reward_ms,
+                metadata={"batch_generation_ms": f"{gen_ms:.3f}", **c.metadata},
             ))
         return samples
