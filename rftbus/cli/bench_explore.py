@@ -20,6 +20,8 @@ def explore(
     n: int = typer.Option(8, "--n", min=1, help="Samples per group."),
     max_new_tokens: int = typer.Option(16, "--max-new-tokens", min=1),
     admission: bool = typer.Option(False, "--admission/--no-admission", help="Also time admission checks (lag reads)."),
+    batch_tasks: int | None = typer.Option(None, "--batch-tasks", min=1,
+                                           help="Tasks per engine call (explorer.batch_tasks; default: the config's)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Roll out TASKS groups with the configured engine; report bus time ÷ generation time."""
@@ -29,7 +31,8 @@ def explore(
     cfg = st.config(**{f"topics.{k}.name": f"bench-explore-{k}-{u}" for k in keys},
                     **{"explorer.group_id": f"bench-explore-{u}", "explorer.max_tasks": tasks, "rl.group_size": n,
                        "explorer.sampling.max_new_tokens": max_new_tokens, "explorer.admission": admission,
-                       "explorer.id": f"bench-{u}", "rl.batch_groups": 10 ** 6})
+                       "explorer.id": f"bench-{u}", "rl.batch_groups": 10 ** 6,
+                       **({"explorer.batch_tasks": batch_tasks} if batch_tasks else {})})
     admin = check_reachable(cfg)
     create_topics(cfg, admin)
     from rftbus.producers.explorer import Explorer
@@ -59,12 +62,14 @@ def explore(
         "generation_ms_per_experience": 1e3 * t.generate_s / max(t.experiences, 1),
         "commit_s": round(t.commit_s, 4), "admission_s": round(t.admission_s, 4),
         "loop_overhead_fraction": (bus + t.commit_s + t.admission_s) / t.generate_s if t.generate_s else None,
-        "wall_s": round(wall, 3),
+        "wall_s": round(wall, 3), "batch_tasks": cfg.explorer.batch_tasks,
+        "experiences_per_s": round(t.experiences / wall, 1) if wall else None,
     }
     if as_json:
         st.console.out(json.dumps(out), highlight=False)
         return
-    st.console.print(f"{t.experiences} experiences in {t.groups} groups: generation {t.generate_s:.3f}s, "
+    st.console.print(f"{t.experiences} experiences in {t.groups} groups ({out['experiences_per_s']}/s, "
+                     f"{cfg.explorer.batch_tasks} tasks per engine call): generation {t.generate_s:.3f}s, "
                      f"bus (encode {t.encode_s * 1e3:.1f} ms + produce {t.produce_s * 1e3:.1f} ms) = "
                      f"{out['bus_us_per_experience']:.0f} µs/experience, overhead {out['overhead_fraction']:.4f} "
                      f"(target < 0.01); with commits + admission {out['loop_overhead_fraction']:.4f}")
