@@ -125,10 +125,10 @@ class Explorer:
                 if not self._admitted():
                     continue
                 msg, self._held = self._held, None
-                batch = [msg] + self._more_tasks()
+                batch = [(m, self._decode(m)) for m in [msg] + self._more_tasks()]
                 self._prime(batch)
-                for m in batch:  # a fetched task is always handled (or it would have to be rewound)
-                    self._handle(m)
+                for m, task in batch:  # a fetched task is always handled (or it would have to be rewound)
+                    self._handle(m, task)
                 if self.primed:
                     self.primed.clear()
                 self._last_activity = time.monotonic()
@@ -195,19 +195,15 @@ class Explorer:
             out.append(msg)
         return out
 
-    def _prime(self, batch: list) -> None:
+    def _prime(self, batch: list[tuple[object, Task | DecodeError]]) -> None:
         """One engine call for the batch's single-turn tasks (see producers/engines/primed.py).
-        Only a guess at what the workflows will ask: a task that fails to decode, is a duplicate or
-        runs another workflow simply finds nothing primed, or leaves it unused."""
+        Only a guess at what the workflows will ask: a task that is a duplicate or runs another
+        workflow simply finds nothing primed, or leaves it unused."""
         if self.primed is None or len(batch) < 2:
             return
         ex, requests = self.cfg.explorer, []
-        for msg in batch:
-            try:
-                task = self.decode_task(msg.value(), None)
-            except DecodeError:
-                continue
-            if task is None or (msg.partition(), task.task_id) in self.seen:
+        for msg, task in batch:
+            if isinstance(task, DecodeError) or (msg.partition(), task.task_id) in self.seen:
                 continue
             if (task.workflow or ex.workflow.kind) == "single_turn":
                 prompt = encode_prompt(self.tokenizer, task.prompt, ex.workflow.chat_template)
@@ -223,17 +219,23 @@ class Explorer:
         self.t.generate_s += time.perf_counter() - t0
 
     # -- one task -------------------------------------------------------------------------------
-    def _handle(self, msg) -> None:
+    def _decode(self, msg) -> Task | DecodeError:
+        """The task, or why the record is not one."""
+        try:
+            task = self.decode_task(msg.value(), None)
+        except DecodeError as e:
+            return e
+        if task is None:  # the deserializer passes tombstones through as None
+            return DecodeError("empty", "null value (tombstone) on the tasks topic")
+        return task
+
+    def _handle(self, msg, task: Task | DecodeError) -> None:
         p, off = msg.partition(), msg.offset()
         self.acks.begin(p, off)
         handled = True
         try:
-            try:
-                task = self.decode_task(msg.value(), None)
-                if task is None:  # the deserializer passes tombstones through as None
-                    raise DecodeError("empty", "null value (tombstone) on the tasks topic")
-            except DecodeError as e:
-                self._reject(msg, "malformed", f"task does not decode: {e}")
+            if isinstance(task, DecodeError):
+                self._reject(msg, "malformed", f"task does not decode: {task}")
                 return
             if (p, task.task_id) in self.seen:
                 self.stats["tasks_skipped_duplicate"] += 1

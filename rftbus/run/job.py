@@ -35,6 +35,11 @@ from rftbus.status import read_statuses
 STOP_ORDER = ["serve", "explorer", "streams", "trainer", "analytics"]  # producers first, so the rest can drain
 
 
+def trainer_step(statuses: list[dict]) -> int:
+    """The trainer's latest step from the status files (0 before its first)."""
+    return max((s.get("step", 0) for s in statuses if s.get("role") == "trainer"), default=0)
+
+
 class MainJob:
     def __init__(self, cfg: Config, console: Console, err: Console):
         self.cfg, self.console, self.err = cfg, console, err
@@ -94,7 +99,7 @@ class MainJob:
                 time.sleep(0.5)
 
     def _feed_curriculum(self, admin, statuses: list[dict]) -> None:
-        step = max((s.get("step", 0) for s in statuses if s.get("role") == "trainer"), default=0)
+        step = trainer_step(statuses)
         try:
             backlog = self._tasks_backlog(admin)
         except (KafkaException, TimeoutError) as e:  # a broker restart: the next look retries
@@ -175,7 +180,7 @@ class MainJob:
         r = self.cfg.run
         if time.time() - self.started > r.max_minutes * 60:
             return f"time budget of {r.max_minutes:g} min reached"
-        step = max((s.get("step", 0) for s in statuses if s.get("role") == "trainer"), default=0)
+        step = trainer_step(statuses)
         if r.max_steps and step >= r.max_steps:
             return f"trainer reached step {step}"
         if r.target_eval_reward is not None and len(evals) > 1 and evals[-1]["reward"] >= r.target_eval_reward:
