@@ -77,3 +77,12 @@ def test_bad_stages_are_clear_errors_at_start():
         _curriculum({"params": {"length": 1}, "tasks": 100, "until_step": 5})
     with pytest.raises(SourceError, match="run.curriculum stage 1"):
         _curriculum({"params": {"width": 3}, "tasks": 4, "until_step": 5})
+
+
+def test_a_file_stage_reports_rows_that_are_not_tasks(tmp_path):
+    src = tmp_path / "easy.jsonl"
+    src.write_text('{"prompt": "rev:ab=", "answer": "ba"}\n{"answer": "no prompt"}\n{"prompt": "rev:cd=", "answer": "dc"}\n')
+    cur, out = _curriculum({"source": str(src), "tasks": 3, "until_step": 5})
+    events = cur.tick(0, backlog=0)
+    assert len(out) == 4  # the 2 good rows, two passes
+    assert any("1 rows skipped" in e and "line 2" in e and "prompt" in e for e in events), events

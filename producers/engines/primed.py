@@ -36,25 +36,24 @@ class PrimedEngine(RolloutEngine):
     def version(self) -> int:  # type: ignore[override]
         return self.engine.version
 
-    def prime(self, requests: list[Request], sampling: SamplingConfig) -> float:
-        """Generate every request in one engine call; returns that call's seconds."""
+    def prime(self, requests: list[Request], sampling: SamplingConfig) -> None:
+        """Generate every request in one engine call."""
         prompts = [list(p) for p, n in requests for _ in range(n)]
         if not prompts:
-            return 0.0
+            return
         t0 = time.perf_counter()
         out = self.engine.generate(prompts, sampling)
         dt = time.perf_counter() - t0
         self.primed_calls += 1
         meta = {"batch_generation_ms": f"{dt * 1000:.3f}", "batch_groups": str(len(requests)),
                 "batch_samples": str(len(prompts))}
-        i = 0
+        i, key = 0, sampling.model_dump_json()
         for req in requests:
             group = out[i:i + req[1]]
             for c in group:
                 c.metadata.update(meta)
-            self._ready[(req, sampling.model_dump_json())].append(group)
+            self._ready[(req, key)].append(group)
             i += req[1]
-        return dt
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
                  max_new_tokens: int | None = None) -> list[Completion]:

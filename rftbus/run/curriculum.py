@@ -48,6 +48,7 @@ class Curriculum:
         c = self.cfg
         self.stages = c.run.curriculum
         self.tasks: list[list[Task]] = []
+        self.bad: list[list[tuple[str, str | None]]] = []  # per stage: rows of a file source that are not tasks
         for i, st in enumerate(self.stages, 1):  # every stage read now: a bad one fails at start-up
             try:
                 rows = list(read_source(st.source or c.taskset.name, fields=c.taskset.fields, split="train", n=st.tasks,
@@ -55,6 +56,7 @@ class Curriculum:
             except (SourceError, TypeError) as e:
                 raise SourceError(f"run.curriculum stage {i} ({st.source or c.taskset.name} {st.params}): {e}") from None
             self.tasks.append([r.task for r in rows if r.task is not None])
+            self.bad.append([(r.where, r.error) for r in rows if r.task is None])
         self.done = not self.stages
 
     @property
@@ -93,6 +95,10 @@ class Curriculum:
         self.records.append(StageRecord(i, dict(st.params), st.until_step, step, round(time.time() - self.started, 1)))
         events.append(f"curriculum: stage {i + 1}/{len(self.stages)}: {st.source or self.cfg.taskset.name} "
                       f"{st.params}, {len(self.tasks[i])} tasks, until step {st.until_step}")
+        if self.bad[i]:
+            where, why = self.bad[i][0]
+            events.append(f"curriculum: stage {i + 1}: {len(self.bad[i])} rows skipped, not tasks "
+                          f"(first: {where}: {why})")
 
     def _publish_pass(self) -> None:
         rec = self.records[-1]

@@ -77,7 +77,7 @@ class MainJob:
         def publish(rows) -> int:
             rep = publish_tasks(self.cfg, rows)
             if rep.failed:
-                self.events.append(f"curriculum: {len(rep.failed)} tasks not acknowledged, e.g. {rep.failed[0]}")
+                self._log([f"curriculum: {len(rep.failed)} tasks not acknowledged, e.g. {rep.failed[0]}"])
             return rep.published
 
         def then() -> None:
