@@ -14,11 +14,13 @@ from .codec import (
     EncodeError,
     make_codec,
     registry_client,
+    topic_context,
 )
 from .records import (
     RECORD_TYPES,
     AvroRecord,
     Experience,
+    ExperienceGroup,
     Feedback,
     FeedbackKind,
     Rejection,
@@ -43,8 +45,8 @@ from .store import (
 
 __all__ = [
     "AvroDeserializer", "AvroRecord", "AvroSerializer", "CONFLUENT_MAGIC", "Codec", "DecodeError",
-    "EncodeError", "Experience", "Feedback", "FeedbackKind", "RECORD_TYPES", "Rejection",
+    "EncodeError", "Experience", "ExperienceGroup", "Feedback", "FeedbackKind", "RECORD_TYPES", "Rejection",
     "SCHEMA_DIR", "SINGLE_OBJECT_MAGIC", "SchemaEntry", "SchemaStore", "Source", "Task",
     "TrainerMetric", "WeightVersion", "canonical_form", "fingerprint64", "get_store", "load_schema",
-    "load_schema_str", "make_codec", "new_id", "now_ms", "record_class", "registry_client",
+    "load_schema_str", "make_codec", "new_id", "now_ms", "record_class", "registry_client", "topic_context",
 ]

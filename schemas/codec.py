@@ -20,6 +20,7 @@ it (``skim.py``, through ``AvroDeserializer.current_body`` and ``AvroSerializer.
 
 from __future__ import annotations
 
+import functools
 import json
 import threading
 from io import BytesIO
@@ -86,8 +87,8 @@ class AvroSerializer:
     ``registry`` (a SchemaRegistryClient) or ``registry_conf`` (its config, e.g. {"url": ...})
     selects Confluent framing; ``serializer_conf`` goes to confluent's AvroSerializer
     (auto.register.schemas, subject.name.strategy, ...). Without a registry: single-object encoding.
-    With a registry and ``ctx=None`` the subject is "<SCHEMA_NAME>-value" (TopicNameStrategy
-    needs a topic).
+    With a registry, pass ``topic_context(topic)`` as ``ctx`` (subject "<topic>-value", confluent's
+    TopicNameStrategy); ``ctx=None`` registers under "<SCHEMA_NAME>-value" (tools with no topic).
     """
 
     __slots__ = ("record_cls", "_schema", "_fast", "_header", "_confluent", "_default_ctx",
@@ -290,6 +291,15 @@ class AvroDeserializer:
                               f"expected {self.record_cls.SCHEMA_NAME}")
         plan = self._by_id[schema_id] = self._plan(name, writer, fingerprint64(writer))
         return plan
+
+
+@functools.lru_cache(maxsize=1024)
+def topic_context(topic: str) -> Any:
+    """The serialization context of a record value on `topic`: what producers pass as ``ctx`` so that,
+    with a Schema Registry, subjects follow the standard TopicNameStrategy (``<topic>-value``)."""
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    return SerializationContext(topic, MessageField.VALUE)
 
 
 _MOCK_CLIENTS: dict[str, Any] = {}

@@ -22,7 +22,7 @@ _SWAP = sys.byteorder != "little"  # Avro floats are little-endian; array() uses
 _PACKED = {"float": ("f", 4), "double": ("d", 8)}
 
 
-def _zigzag_varint(n: int) -> bytes:
+def zigzag_varint(n: int) -> bytes:
     n = (n << 1) ^ (n >> 63)
     out = bytearray()
     while n > 0x7F:
@@ -53,7 +53,7 @@ def _writer_packed(name: str, typecode: str) -> Callable[[Any, dict], None]:
         values = d[name]
         n = len(values)  # TypeError for None, like fastavro
         if n:
-            fo.write(_zigzag_varint(n))
+            fo.write(zigzag_varint(n))
             a = array(typecode, values)
             if _SWAP:
                 a.byteswap()
@@ -67,7 +67,7 @@ def _write_bools_factory(name: str) -> Callable[[Any, dict], None]:
         values = d[name]
         n = len(values)
         if n:
-            fo.write(_zigzag_varint(n))
+            fo.write(zigzag_varint(n))
             try:
                 raw = bytes(values) if values.__class__ is list else None
             except (TypeError, ValueError):
@@ -116,6 +116,37 @@ def _read_bools(buf: bytes, pos: int) -> tuple[list, int]:
     return out, pos
 
 
+def _writer_records(name: str, plan: "FastPlan") -> Callable[[Any, dict], None]:
+    def write(fo: Any, d: dict) -> None:
+        items = d[name]
+        n = len(items)
+        if n:
+            fo.write(zigzag_varint(n))
+            for item in items:
+                plan.write(fo, item if item.__class__ is dict else item.to_avro())
+        fo.write(b"\x00")
+    return write
+
+
+def _reader_records(plan: "FastPlan") -> Callable[[bytes, int], tuple[list, int]]:
+    def read(buf: bytes, pos: int) -> tuple[list, int]:
+        from io import BytesIO
+
+        fo = BytesIO(buf)
+        out: list[dict] = []
+        while True:
+            count, pos = _read_long(buf, pos)
+            if count == 0:
+                return out, pos
+            if count < 0:
+                count = -count
+                _, pos = _read_long(buf, pos)  # block size in bytes: not needed to read the items
+            for _ in range(count):
+                item, pos = plan.read(fo, buf, pos)
+                out.append(item)
+    return read
+
+
 class FastPlan:
     """Encoder/decoder for one record schema, split into fastavro segments and packed arrays."""
 
@@ -128,7 +159,10 @@ class FastPlan:
     @classmethod
     def build(cls, raw_schema: dict) -> "FastPlan | None":
         """A plan for ``raw_schema`` (logical types already stripped), or None if nothing to gain."""
-        expanded = expand_schema(parse_schema(raw_schema))
+        return cls._build(expand_schema(parse_schema(raw_schema)))
+
+    @classmethod
+    def _build(cls, expanded: dict) -> "FastPlan | None":
         writers: list = []
         readers: list = []
         pending: list[dict] = []
@@ -145,7 +179,8 @@ class FastPlan:
         for f in expanded["fields"]:
             t = f["type"]
             items = t.get("items") if isinstance(t, dict) and t.get("type") == "array" else None
-            if items in _PACKED:
+            nested = cls._build(items) if isinstance(items, dict) and items.get("type") == "record" else None
+            if isinstance(items, str) and items in _PACKED:
                 flush()
                 code, width = _PACKED[items]
                 writers.append(_writer_packed(f["name"], code))
@@ -155,6 +190,11 @@ class FastPlan:
                 flush()
                 writers.append(_write_bools_factory(f["name"]))
                 readers.append((f["name"], _read_bools))
+                packed = True
+            elif nested is not None:  # an array of records that themselves have packed arrays
+                flush()
+                writers.append(_writer_records(f["name"], nested))
+                readers.append((f["name"], _reader_records(nested)))
                 packed = True
             else:
                 pending.append({"name": f["name"], "type": t})

@@ -18,6 +18,8 @@ import uuid
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, TypeVar
 
+from typing_extensions import dataclass_transform
+
 R = TypeVar("R", bound="AvroRecord")
 
 
@@ -76,6 +78,7 @@ class AvroRecord:
 RECORD_TYPES: dict[str, type[AvroRecord]] = {}
 
 
+@dataclass_transform(kw_only_default=True, field_specifiers=(field,))
 def _record(cls):
     """Make ``cls`` a slotted keyword-only dataclass and register it under its SCHEMA_NAME."""
     cls = dataclass(slots=True, kw_only=True)(cls)
@@ -109,36 +112,64 @@ class Task(AvroRecord):
 
 @_record
 class Experience(AvroRecord):
+    """One sample of an ExperienceGroup. It has no Kafka key of its own: it travels inside its group."""
+
     SCHEMA_NAME: ClassVar[str] = "rftbus.Experience"
-    KEY_FIELD: ClassVar[str | None] = "group_id"  # one GRPO group stays in one partition
 
     experience_id: str = field(default_factory=new_id)
-    group_id: str
-    task_id: str
-    sample_index: int
-    group_size: int
-    prompt_ids: list[int]
     response_ids: list[int]
     logprobs: list[float]  # behaviour policy, one per response token
     loss_mask: list[bool]  # one per response token; False for env/tool tokens
     reward: float | None = None
     reward_components: dict[str, float] = field(default_factory=dict)
-    advantage: float | None = None
-    priority: float = 0.0
+    advantage: float | None = None  # set by the streams for survivors
     model_version: int
-    source: Source = Source.explorer
-    explorer_id: str
-    prompt_text: str | None = None
     response_text: str | None = None
     finish_reason: str | None = None
     generation_ms: float = 0.0
     reward_ms: float = 0.0
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+@_record
+class ExperienceGroup(AvroRecord):
+    """One task x n samples: the record on every experience topic (raw, curated lanes, expert)."""
+
+    SCHEMA_NAME: ClassVar[str] = "rftbus.ExperienceGroup"
+    KEY_FIELD: ClassVar[str | None] = "group_id"
+
+    group_id: str = field(default_factory=new_id)
+    task_id: str
+    source: Source = Source.explorer
+    explorer_id: str
+    prompt_ids: list[int]
+    prompt_text: str | None = None
+    samples: list[Experience]
+    survivors: list[int] = field(default_factory=list)  # sample indices kept by the streams
+    priority: float = 0.0
     created_at: int = field(default_factory=now_ms)
     metadata: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.source.__class__ is not Source:
             self.source = Source(self.source)
+        samples = self.samples
+        if samples and samples[0].__class__ is dict:  # as fastavro decodes the nested records
+            self.samples = [Experience(**d) for d in samples]
+
+    def to_avro(self) -> dict[str, Any]:
+        d = dict(zip(self.AVRO_FIELDS, self._get_all(self)))
+        d["samples"] = [s if s.__class__ is dict else s.to_avro() for s in self.samples]
+        return d
+
+    def kept(self) -> list[Experience]:
+        """The samples the streams kept, in sample order (all of them before the streams ran)."""
+        if not self.survivors:
+            return list(self.samples)
+        return [self.samples[i] for i in self.survivors]
+
+    def experience_ids(self) -> list[str]:
+        return [s.experience_id for s in self.samples]
 
 
 @_record
@@ -202,12 +233,20 @@ class Rejection(AvroRecord):
     KEY_FIELD: ClassVar[str | None] = None  # producers reuse the original record's key
 
     rejection_id: str = field(default_factory=new_id)
-    experience_id: str | None = None
+    experience_id: str | None = None  # when the rejection is about exactly one experience
+    group_id: str | None = None
+    experience_ids: list[str] = field(default_factory=list)  # every experience it covers
     reason: str  # a string, not an enum: new reasons never break readers
     detail: str = ""
     stage: str  # "verify", "filter", "trainer", "explorer", ...
     source_topic: str | None = None
     partition: int | None = None
     offset: int | None = None
-    original: bytes | None = None  # the rejected record's bytes, as read
+    original: bytes | None = None  # the bytes as read, when they are the evidence and fit the topic
     created_at: int = field(default_factory=now_ms)
+
+    def covers(self) -> list[str]:
+        """Every experience id this rejection accounts for (v1 records name at most one)."""
+        if self.experience_ids:
+            return list(self.experience_ids)
+        return [self.experience_id] if self.experience_id else []

@@ -50,6 +50,11 @@ class Skim:
     values: dict[str, Any] = field(default_factory=dict)  # every non-array field, as fastavro decodes it
     lengths: dict[str, int] = field(default_factory=dict)  # every array field's item count
     nonfinite: set[str] = field(default_factory=set)  # float/double arrays holding +-inf (or NaN: doubles)
+    items: dict[str, list["Skim"]] = field(default_factory=dict)  # arrays of records: one skim per item
+
+
+class Encoded(bytes):
+    """A value for ``splice`` that is already the field's Avro encoding (written as is)."""
 
 
 Step = Callable[[bytes, int, Skim], int]  # reads one field at pos into the Skim, returns the next pos
@@ -244,53 +249,121 @@ def _field_writer(name: str, t: Any) -> Callable[[Any], bytes]:
     return write
 
 
+def _record_items(name: str, plan: "SkimPlan") -> Step:
+    """The reader of an array of records: every item skimmed with ``plan``, offsets absolute."""
+
+    def records(buf: bytes, pos: int, out: Skim) -> int:
+        n, pos = _block_count(buf, pos)
+        items = []
+        if n:
+            for _ in range(n):
+                item = Skim(buf, pos)
+                pos = plan.walk(buf, pos, item)
+                items.append(item)
+            pos = _block_end(buf, pos)
+        out.items[name] = items
+        out.lengths[name] = n
+        return pos
+    return records
+
+
+def _is_record_array(t: Any) -> bool:
+    return (isinstance(t, dict) and t.get("type") == "array" and isinstance(t.get("items"), dict)
+            and t["items"].get("type") == "record")
+
+
 class SkimPlan:
-    """Skim reader and splicer for one record schema (logical types stripped)."""
+    """Skim reader and splicer for one record schema (logical types stripped). Arrays of records are
+    skimmed item by item with a nested plan, so a change to one item's field is spliced in place."""
 
-    __slots__ = ("index", "_steps", "_writers")
+    __slots__ = ("index", "nested", "_steps", "_writers")
 
-    def __init__(self, names: list[str], steps: list[Step], writers: list[Callable[[Any], bytes]]):
+    def __init__(self, names: list[str], steps: list[Step], writers: list[Callable[[Any], bytes]],
+                 nested: dict[str, "SkimPlan"]):
         self.index = {n: i for i, n in enumerate(names)}
+        self.nested = nested
         self._steps = steps
         self._writers = writers
 
     @classmethod
     def build(cls, raw_schema: dict) -> "SkimPlan | None":
-        """A plan, or None when a field has a type the skim does not read (nested records, arrays of strings...)."""
-        fields = expand_schema(parse_schema(raw_schema))["fields"]
-        steps = [_step(f["name"], f["type"]) for f in fields]
+        """A plan, or None when a field has a type the skim does not read (arrays of strings, ...)."""
+        return cls._build(expand_schema(parse_schema(raw_schema)))
+
+    @classmethod
+    def _build(cls, expanded: dict) -> "SkimPlan | None":
+        fields = expanded["fields"]
+        steps: list[Step | None] = []
+        nested: dict[str, SkimPlan] = {}
+        for f in fields:
+            if _is_record_array(f["type"]):
+                sub = cls._build(f["type"]["items"])
+                if sub is None:
+                    return None
+                nested[f["name"]] = sub
+                steps.append(_record_items(f["name"], sub))
+            else:
+                steps.append(_step(f["name"], f["type"]))
         if any(s is None for s in steps):
             return None
-        return cls([f["name"] for f in fields], steps, [_field_writer(f["name"], f["type"]) for f in fields])
+        return cls([f["name"] for f in fields], steps,  # type: ignore[arg-type]
+                   [_field_writer(f["name"], f["type"]) for f in fields], nested)
+
+    def walk(self, data: bytes, pos: int, out: Skim) -> int:
+        """Read every field at ``pos`` into ``out`` (offsets included); returns where the record ends."""
+        offsets = out.offsets
+        for step in self._steps:
+            offsets.append(pos)
+            pos = step(data, pos, out)
+        offsets.append(pos)
+        return pos
 
     def skim(self, data: bytes, start: int) -> Skim | None:
         """The skim of the body at ``data[start:]``, or None when it is not canonical (see the module doc)."""
         out = Skim(data, start)
-        offsets = out.offsets
-        pos = start
         try:
-            for step in self._steps:
-                offsets.append(pos)
-                pos = step(data, pos, out)
+            pos = self.walk(data, start, out)
         except (_NotCanonical, IndexError, ValueError, UnicodeDecodeError, struct.error):
             return None
-        if pos != len(data):
-            return None
-        offsets.append(pos)
+        return out if pos == len(data) else None
+
+    def encode_field(self, name: str, value: Any) -> bytes:
+        return value if value.__class__ is Encoded else self._writers[self.index[name]](value)
+
+    def item_bytes(self, skim: Skim, name: str, i: int, changes: dict[str, Any]) -> bytes:
+        """Item ``i`` of record array ``name``, with ``changes`` to its fields, as Avro bytes."""
+        item = skim.items[name][i]
+        return self.nested[name]._replace(item, item.offsets[0], item.offsets[-1], self._ranges(item, changes, name))
+
+    def _ranges(self, skim: Skim, changes: dict[str, Any], nested: str | None = None) -> list[tuple[int, int, bytes]]:
+        plan = self.nested[nested] if nested else self
+        out = []
+        for name, value in changes.items():
+            i = plan.index[name]  # KeyError for a field not in the schema
+            out.append((skim.offsets[i], skim.offsets[i + 1], plan.encode_field(name, value)))
         return out
 
-    def splice(self, skim: Skim, header: bytes, changes: dict[str, Any]) -> bytes:
-        """``header`` + the body with the fields in ``changes`` re-encoded; the rest is copied as read."""
-        data, offsets = skim.data, skim.offsets
-        parts = [header]
-        pos = skim.start
-        for name in sorted(changes, key=self.index.__getitem__):  # KeyError for a field not in the schema
-            i = self.index[name]
-            parts.append(data[pos:offsets[i]])
-            parts.append(self._writers[i](changes[name]))
-            pos = offsets[i + 1]
-        parts.append(data[pos:])
+    @staticmethod
+    def _replace(skim: Skim, start: int, end: int, ranges: list[tuple[int, int, bytes]]) -> bytes:
+        data, parts, pos = skim.data, [], start
+        for a, b, value in sorted(ranges, key=lambda r: r[0]):
+            if a < pos:
+                raise ValueError("overlapping splice changes (a record array and one of its items)")
+            parts.append(data[pos:a])
+            parts.append(value)
+            pos = b
+        parts.append(data[pos:end])
         return b"".join(parts)
+
+    def splice(self, skim: Skim, header: bytes, changes: dict[str, Any],
+               item_changes: dict[str, dict[int, dict[str, Any]]] | None = None) -> bytes:
+        """``header`` + the body with the fields in ``changes`` re-encoded (an ``Encoded`` value is taken
+        as is) and, per record array, item index -> field changes; the rest is copied as read."""
+        ranges = self._ranges(skim, changes)
+        for name, per_item in (item_changes or {}).items():
+            for i, ch in per_item.items():
+                ranges += self._ranges(skim.items[name][i], ch, name)
+        return header + self._replace(skim, skim.start, len(skim.data), ranges)
 
 
 class Skimmer:
@@ -318,7 +391,9 @@ class Skimmer:
             return None
         return self.plan.skim(data, found[1])
 
-    def splice(self, skim: Skim, changes: dict[str, Any]) -> bytes | None:
-        """The record with ``changes`` applied, framed; None while the serializer's framing is unknown."""
-        header = self._ser.prefix()
-        return None if header is None else self.plan.splice(skim, header, changes)
+    def splice(self, skim: Skim, changes: dict[str, Any],
+               item_changes: dict[str, dict[int, dict[str, Any]]] | None = None, ctx: Any = None) -> bytes | None:
+        """The record with ``changes`` applied, framed as the serializer frames it for ``ctx``; None
+        while that framing is unknown (a registry subject not yet seen)."""
+        header = self._ser.prefix(ctx)
+        return None if header is None or self.plan is None else self.plan.splice(skim, header, changes, item_changes)

@@ -11,19 +11,21 @@ import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
 from rftbus.schemas import (
-    RECORD_TYPES, SCHEMA_DIR, AvroDeserializer, Experience, FeedbackKind, SchemaStore, Source,
+    RECORD_TYPES, SCHEMA_DIR, AvroDeserializer, Experience, ExperienceGroup, FeedbackKind, SchemaStore, Source,
     fingerprint64, get_store, record_class,
 )
 from rftbus.schemas.store import strip_logical_types
 
 STORE = get_store()
-NAMES = ["Task", "Experience", "Feedback", "WeightVersion", "TrainerMetric", "Rejection"]
+NAMES = ["Task", "Experience", "ExperienceGroup", "Feedback", "WeightVersion", "TrainerMetric", "Rejection"]
 
-# What DESIGN.md ("Records") promises each record carries, as schema field names.
+# What DESIGN.md ("Records") promises each record carries, as schema field names. The fields every
+# sample of a group shares (task, prompt, source, producer, time) are on the group, once.
 DESIGN_FIELDS = {
-    "Experience": ["experience_id", "group_id", "task_id", "prompt_ids", "response_ids", "logprobs",
-                   "loss_mask", "reward", "reward_components", "advantage", "priority",
-                   "model_version", "source", "explorer_id", "created_at"],
+    "Experience": ["experience_id", "response_ids", "logprobs", "loss_mask", "reward", "reward_components",
+                   "advantage", "model_version"],
+    "ExperienceGroup": ["group_id", "task_id", "prompt_ids", "source", "explorer_id", "samples", "survivors",
+                        "priority", "created_at"],
     "Task": ["task_id", "prompt", "created_at"],
     "Feedback": ["feedback_id", "experience_id", "created_at"],
     "WeightVersion": ["model", "version", "uri", "created_at"],
@@ -31,7 +33,7 @@ DESIGN_FIELDS = {
     "Rejection": ["rejection_id", "reason", "created_at"],
 }
 # "Every record carries a stable id" (WeightVersion's identity is its key plus version).
-ID_FIELDS = {"Task": "task_id", "Experience": "experience_id", "Feedback": "feedback_id",
+ID_FIELDS = {"Task": "task_id", "Experience": "experience_id", "ExperienceGroup": "group_id", "Feedback": "feedback_id",
              "WeightVersion": ("model", "version"), "TrainerMetric": "metric_id",
              "Rejection": "rejection_id"}
 
@@ -75,8 +77,26 @@ def test_design_fields_present(name):
     assert all(i in names for i in ((ids,) if isinstance(ids, str) else ids))
 
 
+def test_the_group_carries_the_experience_schema_itself():
+    """Experience.avsc is the element of ExperienceGroup.samples, word for word (one definition, two files)."""
+    samples = next(f for f in STORE.current("ExperienceGroup").raw["fields"] if f["name"] == "samples")
+    assert samples["type"]["items"] == STORE.current("Experience").raw
+
+
+def test_a_v1_experience_reads_as_a_sample_of_today():
+    """v1 was a whole experience with its group fields; today's Experience is the part that varies per
+    sample, so old bytes still decode (the group fields are dropped)."""
+    v1 = STORE.history("Experience")[0]
+    datum = sample(v1.raw, {}, True)
+    fo = io.BytesIO()
+    fo.write(b"\xc3\x01" + v1.fingerprint)
+    schemaless_writer(fo, v1.fast, datum)
+    rec = AvroDeserializer(Experience)(fo.getvalue())
+    assert rec.experience_id == datum["experience_id"] and rec.response_ids == datum["response_ids"]
+
+
 def test_enums_and_nullable_unions():
-    src = next(f for f in STORE.current("Experience").raw["fields"] if f["name"] == "source")["type"]
+    src = next(f for f in STORE.current("ExperienceGroup").raw["fields"] if f["name"] == "source")["type"]
     assert src["symbols"] == [s.value for s in Source] == ["explorer", "live", "human", "expert"]
     kind = next(f for f in STORE.current("Feedback").raw["fields"] if f["name"] == "kind")["type"]
     assert kind["symbols"] == [k.value for k in FeedbackKind]
@@ -199,22 +219,22 @@ def test_old_version_decodes_to_current_record(tmp_path: Path):
     """Bytes written with an older published schema resolve to today's typed record."""
     shutil.copytree(SCHEMA_DIR, tmp_path / "s", ignore=shutil.ignore_patterns("*.py", "__pycache__"))
     root = tmp_path / "s"
-    current = STORE.current("Experience").raw
+    current = STORE.current("ExperienceGroup").raw
     old = json.loads(json.dumps(current))
-    old["fields"] = [f for f in old["fields"] if f["name"] not in ("metadata", "finish_reason", "reward_ms")]
-    hist = root / "history" / "Experience"
+    old["fields"] = [f for f in old["fields"] if f["name"] not in ("metadata", "priority", "prompt_text")]
+    hist = root / "history" / "ExperienceGroup"
     (hist / "v1.avsc").write_text(json.dumps(old))
     (hist / "v2.avsc").write_text(json.dumps(current))
     store = SchemaStore(root)
-    assert [e.version for e in store.history("Experience")] == [1, 2]
-    v1 = store.history("Experience")[0]
+    assert [e.version for e in store.history("ExperienceGroup")] == [1, 2]
+    v1 = store.history("ExperienceGroup")[0]
     datum = sample(old, {}, True)
     fo = io.BytesIO()
     fo.write(b"\xc3\x01" + v1.fingerprint)
     schemaless_writer(fo, v1.fast, datum)
-    for de in (AvroDeserializer(Experience, store=store), AvroDeserializer(None, store=store)):
+    for de in (AvroDeserializer(ExperienceGroup, store=store), AvroDeserializer(None, store=store)):
         rec = de(fo.getvalue())
-        assert isinstance(rec, Experience)
-        assert rec.metadata == {} and rec.finish_reason is None and rec.reward_ms == 0.0
+        assert isinstance(rec, ExperienceGroup) and all(isinstance(s, Experience) for s in rec.samples)
+        assert rec.metadata == {} and rec.prompt_text is None and rec.priority == 0.0
         assert rec.prompt_ids == datum["prompt_ids"] and rec.source is Source.expert
         assert rec.created_at == datum["created_at"] and isinstance(rec.created_at, int)
