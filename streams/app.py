@@ -1,6 +1,6 @@
 """The Faust app: agents (ingest, feedback fan-out, join), timers (ticks, status, metrics) and signals.
 
-The stage logic lives in ingest.py / join.py / curate.py; this module only wires it to Faust.
+The stage logic lives in ingest.py / live.py / join.py / curate.py; this module only wires it to Faust.
 """
 
 from __future__ import annotations
@@ -20,13 +20,14 @@ from rftbus.schemas import make_codec
 from rftbus.streams import fastpath, offsets
 from rftbus.streams.faust_conf import faust_settings
 from rftbus.streams.ingest import Ingest
-from rftbus.streams.join import Join, FeedbackFanout
+from rftbus.streams.join import FeedbackFanout, Join
+from rftbus.streams.live import LiveGroups
 from rftbus.streams.outputs import H_KIND, Emitter
 from rftbus.streams.priority import PassRates
 from rftbus.streams.redelivery import DeliveryGuard
 from rftbus.streams.telemetry import Counters, StatusFile, flat_counts, metric
 from rftbus.streams.topology import Topology
-from rftbus.streams.versions import VersionFollower
+from rftbus.weights.follower import WeightFollower
 
 log = logging.getLogger("rftbus.streams")
 
@@ -36,7 +37,7 @@ class StreamsApp:
     app: faust.App
     ingest: Ingest
     join: Join
-    follower: VersionFollower
+    follower: WeightFollower
     counters: Counters
     side_producer: Producer
     status: StatusFile
@@ -52,13 +53,16 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     counters = Counters()
     pass_rates = PassRates(sc.pass_rate_alpha)
-    follower = VersionFollower(cfg)
-    emit = Emitter(app, codec.encode, topo.names, topo.partitions)
+    follower = WeightFollower(cfg, prefetch=False)
+    emit = Emitter(app, codec.encode, topo.names, topo.partitions, sc.rejection_original_max_bytes)
     n = topo.raw_partitions
     pending = app.Table("pending", partitions=n,
                         changelog_topic=app.topic(topo.changelog, partitions=n, compacting=True))
-    ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw)
-    join = Join(cfg, pending, emit, codec, counters, topo.partitions["joined"])
+    held = app.Table("live", partitions=n,
+                     changelog_topic=app.topic(topo.live_changelog, partitions=n, compacting=True))
+    live = LiveGroups(cfg, held, emit, codec, counters)
+    ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw, live)
+    join = Join(cfg, pending, emit, counters, topo.partitions["joined"])
     fanout = FeedbackFanout(cfg, emit, codec, counters)
     # Ticks, status and metrics go through a plain confluent producer: they are not part of any input
     # record's processing (and so not of any transaction).
@@ -133,11 +137,11 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
 
     @app.timer(sc.status_interval_s, name="status")
     async def write_status() -> None:
-        snap = counters.snapshot(ingest.open_samples(), join.pending())
+        snap = counters.snapshot(live.waiting(), join.pending())
         assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in app.consumer.assignment()
                           if tp.topic in (topo.raw, topo.feedback))
         status.write({"role": "streams", "id": wid, "pid": __import__("os").getpid(), "app_id": sc.app_id,
-                      "processing_guarantee": sc.processing_guarantee, "latest_version": follower.latest,
+                      "processing_guarantee": sc.processing_guarantee, "latest_version": follower.version,
                       "started_at": started, "updated_at": time.time(), "cpu_s": round(time.process_time(), 3),
                       "assigned": assigned,
                       "untranslated_kafka_settings": settings.untranslated,
@@ -145,11 +149,11 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
         if time.time() - last_metrics[0] >= sc.metrics_interval_s:
             last_metrics[0] = time.time()
             metrics_topic = cfg.topics.metrics.name
-            m = metric(cfg, "streams", follower.latest, flat_counts(snap))
+            m = metric(cfg, "streams", follower.version, flat_counts(snap))
             side.produce(metrics_topic, key=m.model.encode(), value=codec.encode(m))
             rates = pass_rates.take_changed()
             if rates:
-                m = metric(cfg, "task_pass_rate", follower.latest, rates)
+                m = metric(cfg, "task_pass_rate", follower.version, rates)
                 side.produce(metrics_topic, key=m.model.encode(), value=codec.encode(m))
             side.poll(0)
 

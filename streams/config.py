@@ -37,19 +37,21 @@ class StreamsConfig(BaseModel):
 
     # verify
     max_message_bytes: int = Field(8 * 1024 * 1024, ge=1, description="larger raw records: too_large")
+    rejection_original_max_bytes: int = Field(
+        512 * 1024, ge=0, description="a rejection copies the original record only up to this size (it must fit "
+        "the rejected topic's message limit); a larger one is referenced by topic, partition and offset")
     version_wait_s: float = Field(2.0, ge=0, description="how long a newer-than-known model_version waits "
                                   "for its WeightVersion before unknown_version")
     # join feedback
-    feedback_ttl_s: float = Field(3600.0, gt=0, description="live experiences without feedback: no_feedback")
+    feedback_ttl_s: float = Field(3600.0, gt=0, description="a live group is released this long after it arrived "
+                                  "with the grades it has (samples without one: no_feedback); unmatched feedback: "
+                                  "orphan_feedback")
     rating_scale: tuple[float, float] = Field((1.0, 5.0), description="rating min, max -> reward 0..1")
     # group advantages
     advantage: Literal["grpo", "drgrpo"] = Field(
         "grpo", description="estimator for groups of n >= 2: grpo (r - mean) / (std + eps); drgrpo r - mean "
         "(no std division: nearly-deterministic groups weigh less; streams/advantages/drgrpo.py)")
     advantage_eps: float = Field(1e-6, gt=0, description="eps in (r - mean) / (std + eps)")
-    group_timeout_s: float = Field(120.0, gt=0, description="an incomplete group is closed after this")
-    incomplete_policy: Literal["reject", "complete"] = Field(
-        "reject", description="reject: incomplete_group; complete: emit what arrived (if it has >= 2 samples)")
     # filters
     max_tokens: int = Field(8192, ge=1, description="prompt + response tokens over this: over_length")
     reward_min: float = -10.0
@@ -66,10 +68,11 @@ class StreamsConfig(BaseModel):
     promote_expert: bool = Field(True, description="copy a group's best experience to topics.expert")
     expert_min_reward: float = Field(1.0, description="promote only at or above this reward")
     # housekeeping
-    tick_interval_s: float = Field(1.0, gt=0, description="timeouts are checked this often (tick records)")
+    tick_interval_s: float = Field(1.0, gt=0, description="feedback timeouts are checked this often (tick records)")
     status_interval_s: float = Field(1.0, gt=0)
     metrics_interval_s: float = Field(5.0, gt=0, description="TrainerMetric kind=streams / task_pass_rate")
-    dedupe_window_s: float = Field(900.0, gt=0, description="emitted sources remembered for replay dedupe")
+    dedupe_window_s: float = Field(900.0, gt=0, description="group ids remembered per partition: a second record "
+                                   "of a group within this window is rejected as duplicate")
     recovery_margin_s: float = Field(300.0, ge=0, description="output scan starts this much before the "
                                      "first replayed record's timestamp (clock skew allowance)")
     redelivery_quiet_s: float = Field(10.0, gt=0, description="a partition fetched past what reached the "

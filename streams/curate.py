@@ -1,80 +1,70 @@
-"""What a closed group becomes: rejections and curated experiences (advantage, priority, lane) + promotions.
+"""What a group becomes: which samples are dropped (and why), advantages for the survivors, priority,
+lane and the sample promoted to a demonstration.
 
-Pure: the same samples, latest version and pass rates give the same outputs, which is what lets a
-replayed group be recognised and deduplicated after a crash.
+Pure: the same group, latest version and pass rates give the same decision, which is what lets a
+replayed group be recognised and its missing outputs written again after a crash.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rftbus.schemas import Source
 from rftbus.streams.advantages import MeanBaseline, make_estimator
 from rftbus.streams.advantages.grpo import group_std
 from rftbus.streams.config import StreamsConfig
-from rftbus.streams.groups import Sample
 from rftbus.streams.priority import PassRates, difficulty_bonus, priorities
+from rftbus.streams.verify import Drop
+from rftbus.streams.view import GroupView
+from rftbus.weights.staleness import is_stale, stale_detail
+
+GRADED = (Source.live, Source.human)  # rewards from feedback: a lone answer still has a baseline
 
 
 @dataclass(slots=True)
-class Reject:
-    sample: Sample
-    reason: str
-    detail: str
-    stage: str = "filter"
-
-
-@dataclass(slots=True)
-class Outcome:
-    rejects: list[Reject] = field(default_factory=list)
-    curated: list[Sample] = field(default_factory=list)  # exp has advantage, priority, metadata set
+class Decision:
+    drops: dict[int, Drop]  # sample index -> why it is dropped (every stage)
+    survivors: list[int] = field(default_factory=list)
+    advantages: dict[int, float] = field(default_factory=dict)
+    priority: float = 0.0
     priority_lane: bool = False
-    promoted: Sample | None = None
-    group_priority: float = 0.0
+    promoted: int | None = None  # sample index copied to the expert lane
 
 
-def curate(samples: list[Sample], *, latest: int, max_staleness: int, cfg: StreamsConfig,
-           pass_rates: PassRates, complete: bool = True) -> Outcome:
-    """Decide a group. `complete` is False for a timed-out group that streams.incomplete_policy completes."""
-    out = Outcome()
-    samples = sorted(samples, key=lambda s: s.exp.sample_index)
-    live: list[Sample] = []
-    for s in samples:
-        e = s.exp
-        if s.dropped is not None:
-            out.rejects.append(Reject(s, *s.dropped))
-        elif e.model_version < latest - max_staleness:
-            out.rejects.append(Reject(s, "stale", f"model_version {e.model_version} < latest {latest} "
-                                                  f"- max_staleness {max_staleness}"))
+def decide(g: GroupView, drops: dict[int, Drop], *, latest: int, max_staleness: int, cfg: StreamsConfig,
+           pass_rates: PassRates) -> Decision:
+    """``drops`` are the samples verify already dropped; the rest are decided here."""
+    out = Decision(dict(drops))
+    live: list[int] = []
+    for i, s in enumerate(g.samples):
+        if i in out.drops:
+            continue
+        if is_stale(s.model_version, latest, max_staleness):
+            out.drops[i] = Drop("stale", stale_detail(s.model_version, latest, max_staleness), "filter")
         else:
-            live.append(s)
+            live.append(i)
     if not live:
         return out
-    rewards = [float(s.exp.reward) for s in live]
-    task_id = live[0].exp.task_id
-    prior = pass_rates.get(task_id)
-    if live[0].exp.group_size == 1 and complete:
+    rewards = [float(g.samples[i].reward) for i in live]  # type: ignore[arg-type]  # None was dropped
+    prior = pass_rates.get(g.task_id)
+    pass_rates.update(g.task_id, sum(rewards) / len(rewards))
+    if len(live) == 1 and (g.size == 1 or g.source in GRADED):
         advantages = MeanBaseline().advantages(rewards, prior)
     elif len(live) < 2 or (cfg.drop_zero_variance and group_std(rewards) <= cfg.zero_variance_eps):
         why = "one sample left" if len(live) < 2 else f"all rewards {rewards[0]:g}"
-        out.rejects.extend(Reject(s, "zero_variance", f"group {s.exp.group_id}: {why}") for s in live)
-        pass_rates.update(task_id, sum(rewards) / len(rewards))
+        for i in live:
+            out.drops[i] = Drop("zero_variance", f"group {g.group_id}: {why}", "filter")
         return out
     else:
         advantages = make_estimator(cfg.advantage, cfg.advantage_eps).advantages(rewards)
-    pass_rates.update(task_id, sum(rewards) / len(rewards))
     bonus = difficulty_bonus(prior, cfg.difficulty_weight)
-    prios = priorities(advantages, [s.exp.model_version for s in live], latest, cfg.recency_decay, bonus)
-    out.group_priority = sum(prios) / len(prios)
-    out.priority_lane = out.group_priority >= cfg.priority_threshold
-    lane = "priority" if out.priority_lane else "normal"
-    for s, a, p in zip(live, advantages, prios):
-        s.exp.advantage = a
-        s.exp.priority = p
-        s.exp.metadata = {**s.exp.metadata, "group_survivors": str(len(live)), "lane": lane,
-                          **({} if complete else {"incomplete_group": "1"})}
-        out.curated.append(s)
+    prios = priorities(advantages, [g.samples[i].model_version for i in live], latest, cfg.recency_decay, bonus)
+    out.survivors = live
+    out.advantages = dict(zip(live, advantages))
+    out.priority = sum(prios) / len(prios)
+    out.priority_lane = out.priority >= cfg.priority_threshold
     if cfg.promote_expert:
-        best = max(live, key=lambda s: s.exp.reward)
-        if best.exp.reward >= cfg.expert_min_reward:
+        best = max(live, key=lambda i: rewards[live.index(i)])
+        if rewards[live.index(best)] >= cfg.expert_min_reward:
             out.promoted = best
     return out

@@ -29,6 +29,9 @@ from typing import Any, AsyncIterator, Coroutine, Generator, cast
 from faust.transport.consumer import CONSUMER_FETCHING, Consumer
 from mode import Service
 
+# The faust-streaming release whose Consumer._drain_messages is copied below (and whose _new_offset
+# offsets.py replaces). pyproject.toml pins it; `require_faust` refuses any other at worker start.
+FAUST_VERSION = "0.15.3"
 _original_drain = Consumer._drain_messages
 # The stream gets a turn at least this often (Faust yields every 100 records; with inline delivery the
 # agent would otherwise only run between fetched batches).
@@ -213,7 +216,20 @@ def tune_fetch(min_bytes: int, max_wait_ms: int) -> None:
     AIOKafkaConsumerThread._create_worker_consumer = _create_worker_consumer
 
 
+def require_faust(installed: str | None = None) -> None:
+    """One-line refusal to run on a faust-streaming other than the one these patches copy."""
+    from faust import __version__
+
+    installed = installed or __version__
+    if installed != FAUST_VERSION:
+        from rftbus.errors import RftbusError
+
+        raise RftbusError(f"the streams worker patches faust-streaming {FAUST_VERSION} internals (streams/fastpath.py, "
+                          f"streams/offsets.py) but {installed} is installed: pip install faust-streaming=={FAUST_VERSION}")
+
+
 def install() -> None:
+    require_faust()
     Consumer._drain_messages = _drain_messages
     try:
         from faust._cython import streams as cstreams

@@ -4,10 +4,10 @@ Mapping (documented for the trainer in docs/BENCHMARKS.md `## streams`):
 - reward: the value as given. thumbs: 1.0 up / 0.0 down. rating: scaled from
   `streams.rating_scale` (min, max) onto 0..1. correction: reward 0.0 (the response needed fixing)
   and metadata["correction"] = the corrected text.
-- preference (preferred_id, rejected_id): both experiences become one group of two keyed by the
-  pair id (= feedback_id): group_id = pair id, group_size 2, sample_index 0 preferred / 1 rejected,
-  reward 1.0 / 0.0, metadata preference_pair = pair id, preferred = "1"/"0", original_group_id = the
-  experience's own group. GRPO then gives +1 / -1, and a pairwise loss (DPO) can pick pairs by the key.
+- preference (preferred_id, rejected_id): reward 1.0 for the preferred answer and 0.0 for the other,
+  each with metadata preference_pair = pair id (the feedback_id) and preferred = "1"/"0". When both are
+  samples of one group (a request with two choices, the usual case), the group is marked a pair too
+  (group metadata preference_pair), so a pairwise loss (DPO) can pick it; GRPO gives it +1 / -1.
 """
 
 from __future__ import annotations
@@ -67,13 +67,8 @@ def grades(fb: Feedback, rating_scale: tuple[float, float]) -> list[Grade]:
 
 
 def apply_grade(e: Experience, g: Grade) -> Experience:
-    """The experience with its reward set (and regrouped into the pair for a preference)."""
+    """The sample with its reward set from the grade (the feedback's own terms in its metadata)."""
     e.reward = g.reward
     e.reward_components = {**e.reward_components, "feedback": g.reward}
     e.metadata = {**e.metadata, **g.metadata}
-    if g.pair_id is not None:
-        e.metadata["original_group_id"] = e.group_id
-        e.group_id = g.pair_id
-        e.group_size = 2
-        e.sample_index = 0 if g.preferred else 1
     return e

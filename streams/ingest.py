@@ -1,9 +1,9 @@
-"""The ingest agent: raw + joined -> verify -> groups -> advantages, filters, priority -> outputs.
+"""The ingest agent: one group record in, its outputs out (curated lane, rejections, a promoted copy).
 
-raw and `<app_id>-joined` have the same partition count and are subscribed by one agent, so Faust
-assigns partition p of both to the same worker: a group whose samples arrive partly from raw and
-partly (after feedback) from joined still meets in one GroupBook. Events stay unacked until their
-group is closed; see groups.py for why.
+Each raw record is one whole group, so it is decided on its own and acked at once, in offset order:
+verify the record and each sample, then advantages, filters, priority and lane (curate.py), then the
+outputs. A live group still waiting for feedback is held instead (live.py) and decided when its grades
+come back on `<app_id>-joined`, which raw is co-partitioned with.
 """
 
 from __future__ import annotations
@@ -11,29 +11,31 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import defaultdict
 
-from rftbus.schemas import Source
 from rftbus.streams import offsets
-from rftbus.streams.curate import curate
-from rftbus.streams.groups import AddResult, GroupBook, OpenGroup, Sample
-from rftbus.streams.outputs import H_KIND, H_SRC, H_T0
+from rftbus.streams.curate import Decision, decide
+from rftbus.streams.live import LiveGroups
+from rftbus.streams.outputs import H_KIND, H_SAMPLE, H_T0, Output
 from rftbus.streams.recovery import Landed, scan
-from rftbus.streams.verify import ExperienceReader, check_limits, check_version, decode_experience
+from rftbus.streams.verify import Verdict, needs_feedback, read_group, sample_drops
+from rftbus.streams.view import GroupReader, GroupView
 
 log = logging.getLogger("rftbus.streams.ingest")
+OUTPUT_ROLES = ("curated", "curated_priority", "expert", "rejected")
 
 
 class Ingest:
-    def __init__(self, cfg, emit, codec, follower, pass_rates, counters, raw_topic: str):
+    def __init__(self, cfg, emit, codec, follower, pass_rates, counters, raw_topic: str, live: LiveGroups):
         self.cfg = cfg
         self.sc = cfg.streams
         self.emit = emit
-        self.read = ExperienceReader(codec)  # skims current-schema records, decodes the rest
+        self.read = GroupReader(codec)  # skims current-schema records, decodes the rest
         self.follower = follower
         self.pass_rates = pass_rates
         self.counters = counters
         self.raw_topic = raw_topic
-        self.books: dict[int, GroupBook] = {}
+        self.live = live
         self.landed: dict[int, Landed] = {}  # from the recovery scan, per input partition
         self.stream = None  # the noack stream, set by the agent
         self.guard = None  # DeliveryGuard: every fetched offset of `watched` topics must arrive here
@@ -44,25 +46,20 @@ class Ingest:
 
     # -- partition lifecycle -------------------------------------------------------------------
     def revoke(self, partitions: set[int]) -> None:
-        """Forget what this worker held for partitions it no longer owns (their events are replayed
-        by the new owner from the committed offset)."""
+        """Forget the recovery scans of partitions this worker no longer owns."""
         for p in partitions:
-            self.books.pop(p, None)
             self.landed.pop(p, None)
 
-    async def _recover(self, p: int, first_ts_ms: int) -> None:
-        outputs = {role: (self.emit.names[role], self.emit._part(role, p))
-                   for role in ("curated", "curated_priority", "expert", "rejected")}
+    async def _recover(self, p: int, first_ts_ms: int) -> Landed:
+        outputs = [(self.emit.names[role], self.emit.part(role, p)) for role in OUTPUT_ROLES]
         since = first_ts_ms - int(self.sc.recovery_margin_s * 1000)
         t = time.monotonic()
         landed = await asyncio.get_running_loop().run_in_executor(None, scan, self.cfg, outputs, p, since)
         self.landed[p] = landed
-        book = self.books[p] = GroupBook(self.sc.dedupe_window_s)
-        for src in landed.done:
-            book.mark_done(src)
         self.counters.inc("recovery_scans")
         log.info("partition %s: recovery scan read %s records in %.2fs, %s sources already out",
                  p, landed.scanned, time.monotonic() - t, len(landed.done))
+        return landed
 
     # -- events --------------------------------------------------------------------------------
     async def handle(self, event) -> None:
@@ -72,65 +69,134 @@ class Ingest:
         if msg.topic in self.watched:
             self.guard.delivered(msg.tp, msg.offset)
         headers = dict(msg.headers or [])
-        if headers.get(H_KIND) == b"tick":
-            await self.ack(event)
-            if p in self.books:
+        kind = headers.get(H_KIND)
+        if kind == b"tick":
+            if p in self.landed:
                 await self.tick(p)
-            return
-        if p not in self.books:
-            await self._recover(p, int((msg.timestamp or time.time()) * 1000))
-        book = self.books[p]
-        from_raw = msg.topic == self.raw_topic
-        src = f"{msg.topic}/{p}/{msg.offset}" if from_raw else headers[H_SRC].decode()
-        if src in book.done:
+        else:
+            landed = self.landed.get(p) or await self._recover(p, int((msg.timestamp or time.time()) * 1000))
+            if msg.topic == self.raw_topic:
+                src = f"{msg.topic}/{p}/{msg.offset}"
+                t0 = headers.get(H_T0) or (str(int(msg.timestamp * 1000)).encode() if msg.timestamp else None)
+                await self.on_raw(p, src, msg.value, msg.key, t0, landed)
+            elif kind == b"grade":
+                h = self.live.grade(msg.key, int(headers[H_SAMPLE]), msg.value)
+                if h is not None:
+                    await self._release(p, h, landed)
+        await self.stream.ack(event)
+
+    async def on_raw(self, p: int, src: str, data: bytes | None, key: bytes | None, t0: bytes | None,
+                     landed: Landed) -> None:
+        self.counters.inc("raw_in")
+        if src in landed.done:
             self.counters.inc("replays_skipped")
-            await self.ack(event)
             return
-        data = msg.value
-        if from_raw:
-            self.counters.inc("raw_in")
-        v = decode_experience(data, self.read, self.sc.max_message_bytes)
-        if v.ok:
-            e = v.experience
-            latest = self.follower.latest
-            if e.model_version > latest:
-                latest = await self.follower.wait_for(e.model_version, self.sc.version_wait_s)
-            v = check_version(e, latest)
+        v = read_group(data, self.read, self.sc.max_message_bytes)
         if not v.ok:
-            await self._reject_one(v.reason, v.detail, "verify", src, data, msg.key, p, v.experience, book)
-            await self.ack(event)
+            await self._reject_whole(v, src, data, key, p, landed)
             return
-        e = v.experience
-        if from_raw:
-            self.counters.inc("verified")
-            if e.source is Source.live and e.reward is None:
-                self.counters.inc("held_for_feedback")
-                t0 = headers.get(H_T0) or str(msg.timestamp and int(msg.timestamp * 1000)).encode()
-                await self.emit.topics["join"].send(key=e.experience_id.encode(), value=data, headers=[
-                    (H_KIND, b"exp"), (H_SRC, src.encode()), (H_T0, t0)])
-                await self.ack(event)
+        g = v.group
+        assert g is not None
+        if g.group_id in landed.groups and src not in landed.partial:
+            await self._reject_whole(Verdict(g, "duplicate", f"group {g.group_id} already arrived in an earlier "
+                                             "record"), src, data, key, p, landed)
+            return
+        landed.groups.add(g.group_id)
+        c = self.counters
+        if needs_feedback(g):
+            if not await self.live.hold(g, src, p, t0):
+                c.inc("replays_skipped")
                 return
-        if e.reward is None:
-            await self._reject_one("no_feedback", "reward still null after the join", "join", src, data,
-                                   msg.key, p, e, book)
-            await self.ack(event)
-            return
-        lim = check_limits(e, self.sc.max_tokens, self.sc.reward_min, self.sc.reward_max)
-        sample = Sample(e, data, msg.key, src, event, None if lim.ok else (lim.reason, lim.detail))
-        result, group = book.add(sample)
-        if result == AddResult.REPLAY:
+            c.inc("held")
+            c.inc("waiting", g.size)
+        else:
+            c.inc("decided_from_raw")
+        c.inc("verified")
+        c.inc("experiences_in", g.size)
+        if not needs_feedback(g):
+            await self.curate(p, src, g, t0, landed)
+
+    async def _release(self, p: int, h, landed: Landed) -> None:
+        data = self.live.release(h)
+        g = self.read(data)
+        assert isinstance(g, GroupView)
+        self.counters.inc("waiting", -g.size)
+        if h.src in landed.done:
             self.counters.inc("replays_skipped")
-            await self.ack(event)
-        elif result in (AddResult.DUPLICATE, AddResult.CLOSED):
-            why = book.closed.get(e.group_id, ("", 0))[0] if result == AddResult.CLOSED else ""
-            reason = "incomplete_group" if why == "incomplete_group" else "duplicate"
-            detail = (f"group {e.group_id} was closed ({why or 'emitted'}) before this sample arrived"
-                      if result == AddResult.CLOSED else
-                      f"group {e.group_id} already holds sample {e.sample_index} / experience {e.experience_id}")
-            await self._reject_one(reason, detail, "filter", src, data, msg.key, p, e, book)
-            await self.ack(event)
-        elif result == AddResult.COMPLETE:
-            await self._close(p, book, group, complete=True)
+            return
+        await self.curate(p, h.src, g, h.t0 or None, landed)
+
+    async def curate(self, p: int, src: str, g: GroupView, t0: bytes | None, landed: Landed) -> None:
+        latest = landed.latest_for(src)
+        if latest is None:
+            latest = self.follower.version
+            newest = max(s.model_version for s in g.samples)
+            if newest > latest:  # usually a race with the trainer's publish, not an unknown version
+                latest = await self.follower.wait_for(newest, self.sc.version_wait_s)
+        drops = sample_drops(g, latest, self.sc)
+        d = decide(g, drops, latest=latest, max_staleness=self.cfg.rl.max_staleness, cfg=self.sc,
+                   pass_rates=self.pass_rates)
+        outs = self._outputs(g, d, src)
+        await self.emit.outputs(outs, src=src, p=p, latest=latest, t0=t0, landed=landed.indices(src))
+        landed.finished(src)
+        for drop in d.drops.values():
+            self.counters.reject(drop.reason, drop.stage)
+        self.counters.inc("rejected_experiences", len(d.drops))
+        self.counters.inc("groups_decided")
+        if d.survivors:
+            self.counters.inc("curated", len(d.survivors))
+            self.counters.inc("curated_groups")
+            if d.priority_lane:
+                self.counters.inc("curated_priority", len(d.survivors))
+        if d.promoted is not None:
+            self.counters.inc("expert_promoted")
+
+    def _outputs(self, g: GroupView, d: Decision, src: str) -> list[Output]:
+        """Rejections (one per reason, naming its samples), the promoted copy, then the curated group."""
+        key = g.group_id.encode()
+        outs = []
+        by_reason: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for i, drop in sorted(d.drops.items()):
+            by_reason[(drop.reason, drop.stage)].append(i)
+        for (reason, stage), idx in by_reason.items():
+            details = sorted({d.drops[i].detail for i in idx})
+            detail = details[0] if len(details) == 1 else "; ".join(f"#{i}: {d.drops[i].detail}" for i in idx)
+            evidence = g.data if stage == "verify" else None  # a sample that is wrong, not just unwanted
+            outs.append(Output("rejected", key, self.emit.rejection(
+                reason=reason, detail=detail, stage=stage, src=src, original=evidence, group_id=g.group_id,
+                experience_ids=g.ids(idx))))
+        if not d.survivors:
+            return outs
+        if d.promoted is not None:
+            # A promoted copy is a new record (its own stable ids): the trainer may learn from the original
+            # as an RL sample and from the copy as a demonstration, each exactly once.
+            s = g.samples[d.promoted]
+            outs.append(Output("expert", f"{g.group_id}:expert".encode(), self.read.single(
+                g, d.promoted, {"group_id": f"{g.group_id}:expert", "survivors": [], "priority": 0.0,
+                                "metadata": {**g.metadata, "promoted": "1", "promoted_from": s.experience_id}},
+                {"experience_id": f"{s.experience_id}:expert", "advantage": None})))
+        lane = "priority" if d.priority_lane else "normal"
+        curated = self.read.write(g, {"survivors": d.survivors, "priority": d.priority,
+                                      "metadata": {**g.metadata, "lane": lane}},
+                                  {i: {"advantage": a} for i, a in d.advantages.items()})
+        outs.append(Output("curated_priority" if d.priority_lane else "curated", key, curated))
+        return outs
+
+    async def _reject_whole(self, v: Verdict, src: str, data: bytes | None, key: bytes | None, p: int,
+                            landed: Landed) -> None:
+        g = v.group
+        value = self.emit.rejection(reason=v.reason or "malformed", detail=v.detail, stage="verify", src=src,
+                                    original=data, group_id=g.group_id if g else None,
+                                    experience_ids=g.ids() if g else ())
+        await self.emit.outputs([Output("rejected", key, value)], src=src, p=p, latest=self.follower.version,
+                                landed=landed.indices(src))
+        landed.finished(src)
+        c = self.counters
+        c.inc("records_rejected")
+        c.reject(v.reason or "malformed", "verify", max(1, g.size) if g else 1)
+        if g is not None:
+            c.inc("experiences_in", g.size)
+            c.inc("rejected_experiences", g.size)
 
     async def on_error(self, event, exc: BaseException) -> None:
         """A bug or an unexpected record: report it, reject the record, keep the worker going."""
@@ -138,90 +204,16 @@ class Ingest:
         log.exception("ingest: %s at %s[%s]@%s", type(exc).__name__, msg.topic, msg.partition, msg.offset,
                       exc_info=exc)
         self.counters.inc("errors")
-        book = self.books.setdefault(msg.partition, GroupBook(self.sc.dedupe_window_s))
         src = f"{msg.topic}/{msg.partition}/{msg.offset}"
-        await self._reject_one("processing_error", f"{type(exc).__name__}: {exc}", "streams", src, msg.value,
-                               msg.key, msg.partition, None, book)
-        await self.ack(event)
-
-    async def ack(self, event) -> None:
+        if msg.topic == self.raw_topic:
+            await self.emit.reject(reason="processing_error", detail=f"{type(exc).__name__}: {exc}", stage="streams",
+                                   src=src, original=msg.value, key=msg.key, p=msg.partition)
+            self.counters.inc("records_rejected")
+            self.counters.reject("processing_error", "streams")
         await self.stream.ack(event)
 
-    async def _reject_one(self, reason, detail, stage, src, data, key, p, e, book: GroupBook) -> None:
-        self.counters.reject(reason, stage)
-        await self.emit.reject(reason=reason, detail=detail, stage=stage, src=src, original=data, key=key, p=p,
-                               experience_id=e.experience_id if e is not None else None)
-        book.mark_done(src)
-
     async def tick(self, p: int) -> None:
-        book = self.books[p]
-        for g in book.expired(self.sc.group_timeout_s):
-            await self._close(p, book, g, complete=False)
-        book.prune()
+        landed = self.landed[p]
+        for h in self.live.expired(p):
+            await self._release(p, h, landed)
 
-    async def _close(self, p: int, book: GroupBook, g: OpenGroup, complete: bool) -> None:
-        samples = list(g.samples.values())
-        if not complete and self.sc.incomplete_policy == "reject":
-            outcome = None
-        else:
-            outcome = curate(samples, latest=self.follower.latest, max_staleness=self.cfg.rl.max_staleness,
-                             cfg=self.sc, pass_rates=self.pass_rates, complete=complete)
-            if not complete and len(outcome.curated) < 2:
-                outcome = None  # nothing worth completing: reject the whole group as incomplete
-        landed = self.landed.get(p)
-        skip = landed.partial.get(g.group_id, set()) if landed else set()
-        expert_done = landed.expert if landed else set()
-        n = len(samples)
-        group = (g.group_id, n)
-        if outcome is None:
-            for s in samples:
-                if s.src not in skip:
-                    self.counters.reject("incomplete_group", "filter")
-                    await self.emit.reject(reason="incomplete_group", stage="filter", src=s.src, original=s.data,
-                                           detail=f"{len(samples)} of {g.group_size} samples after "
-                                                  f"{self.sc.group_timeout_s:g} s", key=s.key, p=p,
-                                           experience_id=s.exp.experience_id, group=group)
-            why = "incomplete_group"
-        else:
-            if outcome.promoted is not None and outcome.promoted.src not in expert_done:
-                e = outcome.promoted.exp
-                # A promoted copy is a new record (its own stable id): the trainer may learn from the
-                # original as an RL sample and from the copy as a demonstration, each exactly once.
-                promoted = e.copy(experience_id=f"{e.experience_id}:expert",
-                                  metadata={**e.metadata, "promoted": "1", "promoted_from": e.experience_id})
-                await self.emit.experience("expert", promoted, src=outcome.promoted.src, p=p, group=None)
-                self.counters.inc("expert_promoted")
-            for r in outcome.rejects:
-                if r.sample.src not in skip:
-                    self.counters.reject(r.reason, r.stage)
-                    await self.emit.reject(reason=r.reason, detail=r.detail, stage=r.stage, src=r.sample.src,
-                                           original=r.sample.data, key=r.sample.key, p=p,
-                                           experience_id=r.sample.exp.experience_id, group=group)
-            role = "curated_priority" if outcome.priority_lane else "curated"
-            for s in outcome.curated:
-                if s.src not in skip:
-                    await self.emit.experience(role, s.exp, src=s.src, p=p, group=group,
-                                               t0=_t0(s))
-                    self.counters.inc("curated")
-                    if outcome.priority_lane:
-                        self.counters.inc("curated_priority")
-            why = "emitted"
-        book.close(g, why)
-        self.counters.inc("groups_closed")
-        for s in samples:
-            await self.ack(s.event)
-
-    def open_samples(self) -> int:
-        return sum(len(g.samples) for b in self.books.values() for g in b.open.values())
-
-
-def _t0(s: Sample) -> bytes | None:
-    """The raw record's timestamp, carried to the output for raw -> curated latency measurements."""
-    ev = s.event
-    if ev is None:
-        return None
-    h = dict(ev.message.headers or [])
-    if H_T0 in h:
-        return h[H_T0]
-    ts = ev.message.timestamp
-    return str(int(ts * 1000)).encode() if ts else None

@@ -1,70 +1,61 @@
-"""Join feedback: live experiences without a reward wait in a table until their Feedback arrives.
+"""Join feedback to live experiences by experience id: the first hop of the feedback join.
 
-Co-partitioning: raw is keyed by group_id and written by librdkafka's partitioner, rft.feedback is keyed
-by experience_id. Both are repartitioned by the workers into one internal topic `<app_id>-join` keyed
-by experience_id (kind header exp | fb), so an experience and its feedback meet in one partition and
-one table (`pending`, changelogged, keyed by experience_id) no matter which arrives first. The joined
-experience goes on to `<app_id>-joined`, into the same partition number its raw record had, so it
-meets the rest of its group in the ingest agent (a preference pair goes to partition crc32(pair) mod n).
+Feedback is keyed by experience_id, a live group by group_id, so they cannot meet by key. When the
+ingest agent holds a live group (live.py), it sends one small index record per sample still waiting
+for its reward to the internal topic `<app_id>-join`, keyed by experience_id (kind `exp`: group id,
+raw partition, sample index). The feedback fan-out sends every Feedback there too, once per experience
+it grades (kind `fb`). Both meet in one partition and one changelogged table (`pending`, keyed by
+experience_id) whatever the arrival order. When they do, the grade goes to `<app_id>-joined` into the
+partition number the group's raw record had, where the ingest agent holds the group (kind `grade`).
 """
 
 from __future__ import annotations
 
 import struct
 import time
-import zlib
-from dataclasses import dataclass
 
-from rftbus.schemas import DecodeError, Experience, Feedback
-from rftbus.streams.feedback import BadFeedback, apply_grade, grades
-from rftbus.streams.outputs import H_KIND, H_SRC, H_T0, split_src
+from rftbus.schemas import DecodeError, Feedback
+from rftbus.streams.feedback import BadFeedback, grades
+from rftbus.streams.outputs import H_EXP, H_KIND, H_SAMPLE, H_SRC
 
 EXP, FB, DONE = 1, 2, 3
 _HEAD = struct.Struct(">Bqi")
-
-
-@dataclass(slots=True)
-class Held:
-    kind: int
-    arrived_ms: int
-    partition: int
-    src: str = ""  # the record it came from (raw record for EXP, feedback record for FB)
-    extra: bytes = b""  # EXP: the raw record's timestamp header (latency accounting)
-    data: bytes = b""
-
-
-def pack(h: Held) -> bytes:
-    src = h.src.encode()
-    return (_HEAD.pack(h.kind, h.arrived_ms, h.partition) + struct.pack(">HH", len(src), len(h.extra))
-            + src + h.extra + h.data)
-
-
-def unpack(b: bytes) -> Held:
-    kind, ms, part = _HEAD.unpack_from(b)
-    ls, lk = struct.unpack_from(">HH", b, _HEAD.size)
-    o = _HEAD.size + 4
-    return Held(kind, ms, part, b[o:o + ls].decode(), b[o + ls:o + ls + lk], b[o + ls + lk:])
-
-
-def current_partition() -> int:
-    from faust.streams import current_event
-
-    return current_event().message.partition
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def pack(kind: int, arrived_ms: int, partition: int, src: str = "", data: bytes = b"") -> bytes:
+    s = src.encode()
+    return _HEAD.pack(kind, arrived_ms, partition) + struct.pack(">H", len(s)) + s + data
+
+
+def unpack(b: bytes) -> tuple[int, int, int, str, bytes]:
+    """(kind, arrived_ms, join partition, src, data)."""
+    kind, ms, part = _HEAD.unpack_from(b)
+    (ls,) = struct.unpack_from(">H", b, _HEAD.size)
+    o = _HEAD.size + 2
+    return kind, ms, part, b[o:o + ls].decode(), b[o + ls:]
+
+
+def index_value(group_id: str, raw_partition: int, sample: int) -> bytes:
+    """What an `exp` index record carries: where its group is held."""
+    return f"{group_id}\x00{raw_partition}\x00{sample}".encode()
+
+
+def parse_index(b: bytes) -> tuple[str, int, int]:
+    gid, part, sample = b.decode().split("\x00")
+    return gid, int(part), int(sample)
+
+
 class Join:
     """Handlers for the join agent; `emit` is the Emitter, `table` the Faust table `pending`."""
 
-    def __init__(self, cfg, table, emit, codec, counters, joined_partitions: int):
+    def __init__(self, cfg, table, emit, counters, joined_partitions: int):
         self.cfg = cfg
         self.table = table
         self.emit = emit
-        self.encode = codec.encode
-        self.decode = codec.decode
         self.counters = counters
         self.joined_partitions = joined_partitions
 
@@ -76,64 +67,54 @@ class Join:
             await self.expire(msg.partition)
             return
         key = msg.key  # table keys are bytes (what the raw serializer gives back on recovery)
-        exp_id = key.decode()
         raw = self.table.get(key)
         held = unpack(raw) if raw is not None else None
         src = headers[H_SRC].decode()
         if kind == b"exp":
-            arrived = Held(EXP, now_ms(), msg.partition, src, headers.get(H_T0, b""), msg.value)
-            if held is not None and held.kind == FB:
-                await self._apply(exp_id, arrived, held.data)
-            elif held is None or held.kind == EXP:  # (a replay of the same record overwrites it)
-                self.table[key] = pack(arrived)
+            if held is not None and held[0] == FB:
+                await self._grade(key, msg.value, held[4], held[3])
+            elif held is None or held[0] == EXP:  # (a replay of the same record overwrites it)
+                self.table[key] = pack(EXP, now_ms(), msg.partition, src, msg.value)
         elif kind == b"fb":
             self.counters.inc("feedback_routed")
-            if held is not None and held.kind == EXP:
-                await self._apply(exp_id, held, msg.value)
-            elif held is not None and held.kind == DONE:
+            if held is not None and held[0] == EXP:
+                await self._grade(key, held[4], msg.value, src)
+            elif held is not None and held[0] == DONE:
                 self.counters.inc("feedback_late")
             else:
-                self.table[key] = pack(Held(FB, now_ms(), msg.partition, src, b"", msg.value))
+                self.table[key] = pack(FB, now_ms(), msg.partition, src, msg.value)
 
-    async def _apply(self, exp_id: str, exp_held: Held, fb_bytes: bytes) -> None:
-        e: Experience = self.decode(exp_held.data)
-        fb: Feedback = self.decode(fb_bytes)
-        grade = next(g for g in grades(fb, tuple(self.cfg.streams.rating_scale)) if g.experience_id == exp_id)
-        e = apply_grade(e, grade)
-        if grade.pair_id is not None:
-            part = zlib.crc32(grade.pair_id.encode()) % self.joined_partitions
-        else:
-            part = split_src(exp_held.src)[1] % self.joined_partitions
-        headers = [(H_SRC, exp_held.src.encode())]
-        if exp_held.extra:
-            headers.append((H_T0, exp_held.extra))
-        await self.emit.topics["joined"].send(key=e.group_id.encode(), value=self.encode(e), partition=part,
-                                              headers=headers)
-        self.table[exp_id.encode()] = pack(Held(DONE, now_ms(), current_partition()))
+    async def _grade(self, key: bytes, index: bytes, feedback: bytes, fb_src: str) -> None:
+        gid, raw_partition, sample = parse_index(index)
+        await self.emit.topics["joined"].send(
+            key=gid.encode(), value=feedback, partition=raw_partition % self.joined_partitions,
+            headers=[(H_KIND, b"grade"), (H_EXP, key), (H_SAMPLE, str(sample).encode()), (H_SRC, fb_src.encode())])
+        self.table[key] = pack(DONE, now_ms(), _current_partition())
         self.counters.inc("joined")
 
     async def expire(self, partition: int) -> None:
+        """Index entries past the feedback TTL are dropped (the ingest side rejects their samples);
+        feedback that never found its experience is rejected as orphan_feedback."""
         ttl_ms = self.cfg.streams.feedback_ttl_s * 1000
         cutoff = now_ms() - ttl_ms
         for key, raw in list(self.table.items()):
-            h = unpack(raw)
-            exp_id = key.decode()
-            if h.partition != partition or h.arrived_ms >= cutoff:
+            kind, arrived, part, src, data = unpack(raw)
+            if part != partition or arrived >= cutoff:
                 continue
-            if h.kind == EXP:
-                await self.emit.reject(reason="no_feedback", detail=f"no feedback within {self.cfg.streams.feedback_ttl_s:g} s",
-                                       stage="join", src=h.src, original=h.data, key=None, p=partition,
-                                       experience_id=exp_id)
-                self.counters.reject("no_feedback", "join")
-            elif h.kind == FB:
+            if kind == FB:
                 await self.emit.reject(reason="orphan_feedback", detail="feedback for an experience that never "
-                                       "arrived", stage="feedback", src=h.src, original=h.data, key=None, p=partition,
-                                       experience_id=exp_id)
+                                       "arrived", stage="feedback", src=src, original=data, key=None, p=partition)
                 self.counters.reject("orphan_feedback", "feedback")
             del self.table[key]
 
     def pending(self) -> int:
         return sum(1 for raw in self.table.values() if raw[0] == EXP)
+
+
+def _current_partition() -> int:
+    from faust.streams import current_event
+
+    return current_event().message.partition
 
 
 class FeedbackFanout:

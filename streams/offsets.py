@@ -1,16 +1,18 @@
-"""A corrected commit-offset rule for the ingest partitions, whose events are acked out of order.
+"""The commit-offset rule for the ingest partitions: never commit past an offset that was not acked.
 
 faust-streaming 0.15.3 (`Consumer._new_offset`) treats its last committed offset as the last
-*processed* offset, so when exactly one record right after it is still unacked (a sample held by an
-open group) and later ones are acked, it commits past the held record: after a crash that record is
-lost (measured: 112 of 2,000 in the two-worker kill test). This rule commits only a run of acked
-offsets that starts at the next offset to read: the last commit, or (before any commit) the first
-offset this worker saw in the partition since it was assigned.
+*processed* offset, so when exactly one record right after it is unacked and later ones are acked, it
+commits past that record (faust-streaming issue #606; the fix proposed in PR #707 is not released).
+The ingest agent acks in offset order, so a record is unacked there only when Faust never delivered
+it: around a rebalance it drops fetched records on several paths (redelivery.py). The delivery guard
+fetches such a hole again; this rule keeps the committed offset from passing it meanwhile, so a crash
+before the re-read loses nothing. It commits only a run of acked offsets that starts at the next
+offset to read: the last commit, or (before any commit) the first offset this worker saw in the
+partition since it was assigned. tests/test_offsets.py fails on Faust's own rule.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from faust.transport.consumer import Consumer
@@ -49,30 +51,9 @@ def _new_offset(self: Consumer, tp: Any) -> int | None:
     return batch[-1] + 1
 
 
-class _ReadOffsets(defaultdict):
-    """Faust drops a fetched record whose offset is below the last one it delivered. After a rebalance
-    the partition is re-read from the commit, which for held groups lies far behind; records still
-    buffered from before the seek raise that mark first and the re-read records are dropped (measured:
-    84 of 2,000 lost). For the ingest topics nothing is dropped: replays are deduplicated downstream."""
-
-    def __getitem__(self, tp: Any) -> Any:
-        if tp.topic in GUARDED:
-            return None
-        return super().__getitem__(tp)
-
-
-_original_init = Consumer.__init__
-
-
-def _init(self: Consumer, *args: Any, **kwargs: Any) -> None:
-    _original_init(self, *args, **kwargs)
-    self._read_offset = _ReadOffsets(lambda: None, self._read_offset)
-
-
 def install(topics: set[str]) -> None:
     GUARDED.update(topics)
     Consumer._new_offset = _new_offset
-    Consumer.__init__ = _init
 
 
 def seen(tp: Any, offset: int) -> None:

@@ -1,25 +1,32 @@
 """Producing the stream outputs (curated lanes, expert, rejected, internal topics) with their headers.
 
-Every output carries `rftbus-src` (the raw record it derives from) and `rftbus-in` (the input
-partition that produced it): after a crash or rebalance the new owner of a partition scans these
-headers to see what already went out (recovery.py) instead of trusting its own memory.
+Every output of an input record carries `rftbus-src` (that record), `rftbus-in` (its partition),
+`rftbus-n` / `rftbus-k` (how many outputs it has, and which this is) and `rftbus-latest` (the weight
+version its decision used). After a crash or rebalance the new owner of a partition reads these headers
+back (recovery.py) instead of trusting its memory: a record whose outputs all landed is skipped, one
+partly written gets the missing outputs only, decided again with the same version.
 Outputs of input partition p go to partition p mod N of each output topic, so that scan reads one
 partition per topic. Keys stay group_id (the contract); only the partition is chosen explicitly.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rftbus.schemas import Rejection
-from rftbus.streams.verify import ExperienceView
 
 H_KIND = "rftbus-kind"
 H_SRC = "rftbus-src"
 H_IN = "rftbus-in"
-H_GROUP = "rftbus-group"
 H_N = "rftbus-n"
+H_K = "rftbus-k"
+H_LATEST = "rftbus-latest"
 H_T0 = "rftbus-t0"  # ms timestamp of the raw record (latency accounting)
+H_EXP = "rftbus-exp"  # internal join records: the experience a record is about
+H_SAMPLE = "rftbus-sample"  # internal join records: that experience's index in its group
 
 
 def header(headers: Any, name: str) -> bytes | None:
@@ -37,48 +44,79 @@ def split_src(src: str) -> tuple[str, int, int]:
     return topic, int(part), int(off)
 
 
-class Emitter:
-    """Thin layer over Faust topics: one method per kind of output."""
+def rejection_id(stage: str, src: str, reason: str) -> str:
+    """Derived from where the record was read: a rejection written again after a crash is the same one."""
+    return hashlib.sha1(f"{stage}\x00{src}\x00{reason}".encode()).hexdigest()[:32]
 
-    def __init__(self, app: Any, encode, names: dict[str, str], partitions: dict[str, int]):
+
+@dataclass(slots=True)
+class Output:
+    role: str  # curated | curated_priority | expert | rejected
+    key: bytes | None
+    value: bytes
+
+
+class Emitter:
+    """Thin layer over Faust topics: outputs of one input record, and rejections."""
+
+    def __init__(self, app: Any, encode, names: dict[str, str], partitions: dict[str, int],
+                 original_max_bytes: int):
         self.app = app
         self.encode = encode
         self.names = names
         self.partitions = partitions
+        self.original_max_bytes = original_max_bytes
         self.topics = {role: app.topic(name) for role, name in names.items()}
         self._producer: Any = None
 
-    def _part(self, role: str, p: int) -> int:
+    def part(self, role: str, p: int) -> int:
         return p % self.partitions[role]
 
     async def send(self, role: str, key: bytes | None, value: bytes, p: int, headers: list) -> None:
-        """Straight to the producer Faust's ``topic.send`` would use (the transaction manager under
-        exactly_once): with the partition and bytes already known, its per-message wrapping (future
-        message, serializers, sensors) is pure overhead. Not awaited for delivery, as topic.send; Faust
-        flushes this producer before it commits offsets."""
+        """Straight to the producer Faust's ``topic.send`` would use: with the partition and bytes
+        already known, its per-message wrapping (future message, serializers, sensors) is pure overhead.
+        Not awaited for delivery, as topic.send; Faust flushes this producer before it commits offsets."""
         producer = self._producer
         if producer is None:
             producer = await self.app.maybe_start_producer()
             if not self.app.in_transaction:  # under exactly_once it is looked up per send, as Faust does
                 self._producer = producer
-        await producer.send(self.names[role], key, value, self._part(role, p), None, headers)
+        await producer.send(self.names[role], key, value, self.part(role, p), None, headers)
+
+    def rejection(self, *, reason: str, detail: str, stage: str, src: str, original: bytes | None,
+                  group_id: str | None = None, experience_ids: Sequence[str] = ()) -> bytes:
+        """A Rejection's bytes. The original is copied only when it fits under `original_max_bytes`;
+        otherwise the rejection points at it (source topic, partition, offset) and says so."""
+        topic, part, off = split_src(src)
+        if original is not None and len(original) > self.original_max_bytes:
+            detail = (f"{detail} (original of {len(original)} bytes not copied: over "
+                      f"streams.rejection_original_max_bytes={self.original_max_bytes})")
+            original = None
+        ids = list(experience_ids)
+        rec = Rejection(rejection_id=rejection_id(stage, src, reason), experience_id=ids[0] if len(ids) == 1 else None,
+                        group_id=group_id, experience_ids=ids, reason=reason, detail=detail[:2000], stage=stage,
+                        source_topic=topic, partition=part, offset=off, original=original)
+        return self.encode(rec)
+
+    async def outputs(self, outs: list[Output], *, src: str, p: int, latest: int, t0: bytes | None = None,
+                      landed: frozenset[int] = frozenset()) -> int:
+        """Write the outputs of input record `src` (partition p) except those already in the log."""
+        base = [(H_SRC, src.encode()), (H_IN, str(p).encode()), (H_N, str(len(outs)).encode()),
+                (H_LATEST, str(latest).encode())]
+        if t0 is not None:
+            base.append((H_T0, t0))
+        sent = 0
+        for k, o in enumerate(outs):
+            if k in landed:
+                continue
+            await self.send(o.role, o.key, o.value, p, [*base, (H_K, str(k).encode())])
+            sent += 1
+        return sent
 
     async def reject(self, *, reason: str, detail: str, stage: str, src: str, original: bytes | None,
-                     key: bytes | None, p: int, experience_id: str | None = None,
-                     group: tuple[str, int] | None = None) -> None:
-        topic, part, off = split_src(src)
-        rec = Rejection(experience_id=experience_id, reason=reason, detail=detail, stage=stage,
-                        source_topic=topic, partition=part, offset=off, original=original)
-        headers = [(H_SRC, src.encode()), (H_IN, str(p).encode())]
-        if group is not None:
-            headers += [(H_GROUP, group[0].encode()), (H_N, str(group[1]).encode())]
-        await self.send("rejected", key, self.encode(rec), p, headers)
-
-    async def experience(self, role: str, e: ExperienceView, *, src: str, p: int, group: tuple[str, int] | None,
-                         t0: bytes | None = None) -> None:
-        headers = [(H_SRC, src.encode()), (H_IN, str(p).encode())]
-        if group is not None:
-            headers += [(H_GROUP, group[0].encode()), (H_N, str(group[1]).encode())]
-        if t0 is not None:
-            headers.append((H_T0, t0))
-        await self.send(role, e.group_id.encode(), e.to_bytes(), p, headers)
+                     key: bytes | None, p: int, group_id: str | None = None,
+                     experience_ids: Sequence[str] = ()) -> None:
+        """A rejection that is its input's only output (feedback and join stages)."""
+        value = self.rejection(reason=reason, detail=detail, stage=stage, src=src, original=original,
+                               group_id=group_id, experience_ids=experience_ids)
+        await self.outputs([Output("rejected", key, value)], src=src, p=p, latest=-1)

@@ -2,83 +2,96 @@
 
 At-least-once replays everything after the last committed offset, and some of it already produced
 output before the crash (or before the partition moved to this worker). The outputs themselves are
-the evidence: every one names its source record and input partition. A group counts as done when
-all of its outputs (rftbus-n of them) are in the log; a partly written group keeps the sources that
-did land, so only the rest is produced again.
+the evidence: every one names its source record, its input partition, how many outputs that record
+has, which one it is, and the weight version its decision used (outputs.py). A record whose outputs
+all landed is done; one partly written keeps the indices that did land and the version, so only the
+rest is written again, decided the same way.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import time
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
-
-from confluent_kafka import KafkaError, TopicPartition
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
-from rftbus.streams.outputs import H_GROUP, H_IN, H_N, H_SRC
+from rftbus.kafka.read import read_to_end
+from rftbus.streams.outputs import H_IN, H_K, H_LATEST, H_N, H_SRC
+
+
+class Recent:
+    """A set that forgets what was added more than `window_s` ago (checked as it grows)."""
+
+    def __init__(self, window_s: float, items=()):
+        self.window_s = window_s
+        self._d: OrderedDict[str, float] = OrderedDict((k, time.monotonic()) for k in items)
+
+    def add(self, key: str) -> None:
+        now = time.monotonic()
+        self._d[key] = now
+        self._d.move_to_end(key)
+        cutoff = now - self.window_s
+        while self._d and next(iter(self._d.values())) < cutoff:
+            self._d.popitem(last=False)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._d
+
+    def __len__(self) -> int:
+        return len(self._d)
 
 
 @dataclass
 class Landed:
-    done: set[str] = field(default_factory=set)  # sources whose whole output is in the log
-    partial: dict[str, set[str]] = field(default_factory=dict)  # group -> sources already written
-    expert: set[str] = field(default_factory=set)  # sources whose expert copy is in the log
+    """What one input partition already produced: from the scan, then from this worker's own work."""
+
+    done: Recent  # sources whose every output is in the log (or was handed to the producer here)
+    groups: Recent  # group ids that already produced output (a second record of one is a duplicate)
+    partial: dict[str, tuple[frozenset[int], int]] = field(default_factory=dict)  # src -> (indices, latest)
     scanned: int = 0
 
+    def latest_for(self, src: str) -> int | None:
+        found = self.partial.get(src)
+        return found[1] if found else None
 
-def scan(cfg: Config, outputs: dict[str, tuple[str, int]], ingest_partition: int, since_ms: int,
+    def indices(self, src: str) -> frozenset[int]:
+        found = self.partial.get(src)
+        return found[0] if found else frozenset()
+
+    def finished(self, src: str) -> None:
+        self.done.add(src)
+        self.partial.pop(src, None)
+
+
+def scan(cfg: Config, outputs: list[tuple[str, int]], ingest_partition: int, since_ms: int,
          timeout_s: float = 30.0) -> Landed:
-    """outputs: role -> (topic, partition). Blocking; run it in an executor."""
-    consumer = make_consumer(cfg, f"{cfg.streams.app_id}-recovery", **{"enable.partition.eof": True})
-    landed = Landed()
-    groups: dict[str, set[str]] = defaultdict(set)
-    sizes: dict[str, int] = {}
+    """outputs: (topic, partition) to read. Blocking; run it in an executor."""
+    window = cfg.streams.dedupe_window_s
+    landed = Landed(Recent(window), Recent(window))
+    seen: dict[str, set[int]] = defaultdict(set)
+    sizes: dict[str, tuple[int, int]] = {}
     mine = str(ingest_partition).encode()
+    consumer = make_consumer(cfg, f"{cfg.streams.app_id}-recovery", **{"enable.partition.eof": True})
     try:
-        starts = consumer.offsets_for_times(
-            [TopicPartition(t, p, max(0, since_ms)) for t, p in outputs.values()], timeout=timeout_s)
-        role_of = {t: r for r, (t, _) in outputs.items()}
-        todo = {}
-        for tp in starts:
-            lo, hi = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=timeout_s)
-            start = tp.offset if tp.offset >= 0 else hi
-            if start < hi:
-                todo[(tp.topic, tp.partition)] = (start, hi)
-        if not todo:
-            return landed
-        consumer.assign([TopicPartition(t, p, s) for (t, p), (s, _) in todo.items()])
-        remaining = set(todo)
-        while remaining:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            tp = (msg.topic(), msg.partition())
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    remaining.discard(tp)
+        for topic, part in outputs:
+            for msg in read_to_end(cfg, topic, partitions=[part], since_ms=since_ms, timeout_s=timeout_s,
+                                   consumer=consumer):
+                landed.scanned += 1
+                h = dict(msg.headers() or [])
+                if h.get(H_IN) != mine or H_SRC not in h or H_K not in h:
                     continue
-                raise RuntimeError(f"recovery scan of {tp}: {msg.error().str()}")
-            if msg.offset() >= todo[tp][1] - 1:
-                remaining.discard(tp)
-            landed.scanned += 1
-            h = dict(msg.headers() or [])
-            if h.get(H_IN) != mine or H_SRC not in h:
-                continue
-            src = h[H_SRC].decode()
-            if role_of[msg.topic()] == "expert":
-                landed.expert.add(src)
-            elif H_GROUP in h:
-                gid = h[H_GROUP].decode()
-                groups[gid].add(src)
-                sizes[gid] = int(h[H_N])
-            else:
-                landed.done.add(src)
+                src = h[H_SRC].decode()
+                seen[src].add(int(h[H_K]))
+                if msg.key() is not None:
+                    landed.groups.add(msg.key().decode(errors="replace"))
+                sizes[src] = (int(h[H_N]), int(h.get(H_LATEST, b"-1")))
     finally:
         consumer.close()
-    for gid, srcs in groups.items():
-        if len(srcs) >= sizes[gid]:
-            landed.done |= srcs
+    for src, ks in seen.items():
+        n, latest = sizes[src]
+        if len(ks) >= n:
+            landed.done.add(src)
         else:
-            landed.partial[gid] = srcs
+            landed.partial[src] = (frozenset(ks), latest)
     return landed

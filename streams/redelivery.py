@@ -58,8 +58,12 @@ class DeliveryGuard:
 
     @classmethod
     def for_faust(cls, consumer: Any, **kw: Any) -> "DeliveryGuard":
-        return cls(lambda tp: aiokafka_position(consumer, tp), lambda tp, off: consumer._thread.seek(tp, off),
-                   lambda tp: consumer._committed_offset.get(tp), **kw)
+        def seek(tp: Any, offset: int) -> None:
+            # What Faust's own Consumer.seek does: move aiokafka's position, and the read mark below
+            # which Faust drops records as already delivered (or the re-read records are dropped).
+            consumer._thread.seek(tp, offset)
+            consumer._read_offset[tp] = offset if offset else None
+        return cls(lambda tp: aiokafka_position(consumer, tp), seek, lambda tp: consumer._committed_offset.get(tp), **kw)
 
     def delivered(self, tp: Any, offset: int) -> None:
         self.last_at[tp] = self.clock()

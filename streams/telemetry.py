@@ -13,11 +13,13 @@ from rftbus.status import write_status
 
 
 class Counters:
-    """Monotonic counts per stage; `reconcile` explains where every raw record went."""
+    """Monotonic counts per stage. Records: every raw record is rejected whole, decided, held for
+    feedback or skipped as a replay. Experiences: every sample of a verified group is curated, rejected
+    (by reason) or waiting for feedback. `snapshot` states both balances (the tests and `rftbus run` check them)."""
 
     def __init__(self) -> None:
         self.c: Counter[str] = Counter()
-        self.rejected: Counter[str] = Counter()
+        self.rejected: Counter[str] = Counter()  # experiences (or whole undecodable records) by reason
         self.by_stage: Counter[str] = Counter()
         self.started = time.time()
 
@@ -29,20 +31,23 @@ class Counters:
         self.by_stage[stage] += n
         self.c["rejected"] += n
 
-    def snapshot(self, open_samples: int, pending_feedback: int) -> dict:
+    def snapshot(self, held_groups: int, pending_feedback: int) -> dict:
         c = self.c
+        waiting = c["waiting"]
         return {
-            "raw_in": c["raw_in"], "verified": c["verified"], "held_for_feedback": c["held_for_feedback"],
-            "joined": c["joined"], "feedback_in": c["feedback_in"], "curated": c["curated"],
+            "raw_in": c["raw_in"], "verified": c["verified"], "records_rejected": c["records_rejected"],
+            "groups_decided": c["groups_decided"], "held": c["held"], "held_groups": held_groups,
+            "replays_skipped": c["replays_skipped"],
+            "raw_accounted": c["records_rejected"] + c["decided_from_raw"] + c["held"] + c["replays_skipped"],
+            "experiences_in": c["experiences_in"], "curated": c["curated"], "curated_groups": c["curated_groups"],
             "curated_priority": c["curated_priority"], "curated_normal": c["curated"] - c["curated_priority"],
-            "expert_promoted": c["expert_promoted"], "groups_closed": c["groups_closed"],
+            "waiting_for_feedback": waiting,
+            "experiences_accounted": c["curated"] + c["rejected_experiences"] + waiting,
+            "expert_promoted": c["expert_promoted"], "joined": c["joined"], "joined_groups": c["joined_groups"],
+            "feedback_in": c["feedback_in"], "feedback_late": c["feedback_late"],
             "rejected": c["rejected"], "rejected_by_reason": dict(self.rejected),
             "rejected_by_stage": dict(self.by_stage), "errors": c["errors"],
-            # every raw record is in exactly one of these (the test and `rftbus run` check it)
-            "raw_accounted": c["curated"] + sum(self.by_stage[s] for s in ("verify", "filter", "join", "streams"))
-            + open_samples + pending_feedback,
-            "replays_skipped": c["replays_skipped"], "recovery_scans": c["recovery_scans"], "open_samples": open_samples,
-            "pending_feedback": pending_feedback,
+            "recovery_scans": c["recovery_scans"], "pending_feedback": pending_feedback,
         }
 
 

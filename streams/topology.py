@@ -1,8 +1,8 @@
 """The topics the streams app reads and writes, checked (and the internal ones created) before start.
 
-Internal topics: `<app_id>-join` (repartition by experience_id), `<app_id>-joined` (joined
-experiences, same partition count as raw: co-partitioned with it in the ingest agent) and the
-changelog of the `pending` table. rftbus declares them itself (Faust's topic_allow_declare is off)
+Internal topics: `<app_id>-join` (feedback and index records, keyed by experience_id), `<app_id>-joined`
+(grades, same partition count as raw: co-partitioned with it in the ingest agent) and the changelogs of
+the `pending` (join) and `live` (held live groups) tables. rftbus declares them itself (Faust's topic_allow_declare is off)
 so partitions and retention are what this module says.
 """
 
@@ -28,6 +28,7 @@ class Topology:
     join: str
     joined: str
     changelog: str
+    live_changelog: str
     raw_partitions: int
     names: dict[str, str]  # role -> topic name for everything the Emitter writes
     partitions: dict[str, int]
@@ -35,6 +36,10 @@ class Topology:
 
 def pending_table_changelog(cfg: Config) -> str:
     return f"{cfg.streams.app_id}-pending-changelog"
+
+
+def live_table_changelog(cfg: Config) -> str:
+    return f"{cfg.streams.app_id}-live-changelog"
 
 
 def prepare(cfg: Config) -> Topology:
@@ -56,7 +61,8 @@ def prepare(cfg: Config) -> Topology:
         raise RftbusError(f"streams.partitions={n} must equal topics.raw partitions ({r}): "
                           "the joined topic is co-partitioned with raw")
     internal = {f"{app_id}-join": {"cleanup.policy": "delete"}, f"{app_id}-joined": {"cleanup.policy": "delete"},
-                pending_table_changelog(cfg): {"cleanup.policy": "compact"}}
+                pending_table_changelog(cfg): {"cleanup.policy": "compact"},
+                live_table_changelog(cfg): {"cleanup.policy": "compact"}}
     missing = []
     for name, conf in internal.items():
         if name in md.topics:
@@ -86,4 +92,5 @@ def prepare(cfg: Config) -> Topology:
     names.update(join=f"{app_id}-join", joined=f"{app_id}-joined")
     partitions = {role: parts(name) for role, name in names.items()}
     return Topology(raw=t.raw.name, feedback=t.feedback.name, join=names["join"], joined=names["joined"],
-                    changelog=pending_table_changelog(cfg), raw_partitions=r, names=names, partitions=partitions)
+                    changelog=pending_table_changelog(cfg), live_changelog=live_table_changelog(cfg), raw_partitions=r,
+                    names=names, partitions=partitions)

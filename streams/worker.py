@@ -22,7 +22,9 @@ def run(cfg: Config, wid: str | None = None, on_ready=None) -> int:
     from faust import Worker
 
     from rftbus.streams.app import build
+    from rftbus.streams.fastpath import require_faust
 
+    require_faust()
     wid = wid or worker_id(cfg)
     topo = prepare(cfg)
     sa = build(cfg, topo, wid)

@@ -1,7 +1,7 @@
 """No loss, no duplicate in the curated lanes across kill -9 of a worker and across two workers.
 
 Delivery here is at-least-once + output dedupe (streams/recovery.py): the assertions are on the
-topics themselves, read back in full after the run.
+topics themselves, read back in full after the run. Each raw record is one group of N.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _config(broker, tmp_path):
     tag = uuid.uuid4().hex[:6]
     cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"rc{tag}.{k}" for k in TOPIC_KEYS},
                       **{"streams.app_id": f"rc{tag}", "streams.commit_interval_s": 0.2,
-                         "streams.group_timeout_s": 60.0, "streams.tick_interval_s": 0.5,
+                         "streams.tick_interval_s": 0.5,
                          "streams.session_timeout_s": 6.0})
     create_topics(cfg, make_admin(cfg))
     return cfg
@@ -41,8 +41,7 @@ def _produce_slowly(cfg, groups, seconds: float) -> threading.Thread:
         p = make_producer(cfg)
         pause = seconds / len(groups)
         for g in groups:
-            for e in g:
-                p.produce(cfg.topics.raw.name, key=e.group_id.encode(), value=CODEC.encode(e))
+            p.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=CODEC.encode(g))
             p.poll(0)
             time.sleep(pause)
         p.flush(30)
@@ -56,18 +55,20 @@ def _groups():
 
 
 def _wait_curated(cfg, expected: int, timeout: float) -> list:
+    """Experience ids on the curated lanes (survivors), once there are `expected` of them."""
     deadline = time.monotonic() + timeout
     while True:
-        out = [m for role in ("curated", "curated_priority")
-               for m in read_all(cfg, getattr(cfg.topics, role).name, decode=CODEC.deserializer(), idle_s=0.3)]
+        out = [e.experience_id for role in ("curated", "curated_priority")
+               for g in read_all(cfg, getattr(cfg.topics, role).name, decode=CODEC.deserializer(), idle_s=0.3)
+               for e in g.kept()]
         if len(out) >= expected or time.monotonic() > deadline:
             return out
         time.sleep(1.0)
 
 
 def _assert_exactly_once(cfg, groups, curated):
-    want = Counter(e.experience_id for g in groups for e in g)
-    got = Counter(e.experience_id for e in curated)
+    want = Counter(e.experience_id for g in groups for e in g.samples)
+    got = Counter(curated)
     dupes = {k: v for k, v in got.items() if v > 1}
     assert not dupes, f"{len(dupes)} experiences more than once in curated"
     assert set(got) == set(want), f"missing {len(set(want) - set(got))}"

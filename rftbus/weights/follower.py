@@ -1,0 +1,173 @@
+"""Following the compacted weights topic: every process's view of published weight versions.
+
+The one follower of `topics.weights` (explorers, serve, the streams, the run's evaluator all use it).
+A background thread reads the topic from the beginning (no consumer group: every reader needs every
+version record, and nothing is committed), keeps the newest WeightVersion for `model.name`, and with
+`prefetch` loads it with `load_weights` (sha256 verified) so an engine only has to swap tensors
+between generations. A missing or corrupt checkpoint is reported and remembered as refused; the
+reader keeps the version it has. `published` reads the topic once to its end, for one-off questions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+
+from rftbus.config import Config
+from rftbus.kafka.clients import make_consumer
+from rftbus.kafka.read import consume_ready, read_to_end
+from rftbus.schemas import DecodeError, WeightVersion, make_codec
+from rftbus.weights.store import WeightsError, load_weights
+
+log = logging.getLogger("rftbus.weights")
+
+
+class WeightFollower:
+    def __init__(self, cfg: Config, report: Callable[[str], None] | None = None, prefetch: bool = True):
+        self.cfg, self.model = cfg, cfg.model.name
+        self.topic = cfg.topics.weights.name
+        self.report = report or log.warning
+        self.prefetch = prefetch
+        self.decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(WeightVersion)
+        self.latest: WeightVersion | None = None  # newest published record seen (even if refused)
+        self.refused: dict[int, str] = {}
+        self._ready: tuple[WeightVersion, dict] | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.caught_up = threading.Event()  # set once the topic has been read to its end
+        self._thread = threading.Thread(target=self._run, name="weight-follower", daemon=True)
+        self._fetched = -1
+
+    def start(self) -> WeightFollower:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def latest_version(self) -> int | None:
+        with self._lock:
+            return self.latest.version if self.latest else None
+
+    @property
+    def version(self) -> int:
+        """The latest published version, 0 before any (v0 is built from the seed in every process)."""
+        v = self.latest_version()
+        return 0 if v is None else v
+
+    async def wait_for(self, version: int, timeout_s: float) -> int:
+        """The latest version once it reaches `version` or `timeout_s` passed (a newer experience than
+        the follower has seen is usually a race with the trainer's publish, not an unknown version)."""
+        deadline = time.monotonic() + timeout_s
+        while self.version < version and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return self.version
+
+    def take_ready(self, newer_than: int) -> tuple[WeightVersion, dict] | None:
+        """The prefetched newest version if it is newer than `newer_than` (handed over once)."""
+        with self._lock:
+            ready, self._ready = self._ready, None
+        if ready and ready[0].version > newer_than:
+            return ready
+        return None
+
+    def refuse(self, record: WeightVersion, reason: str) -> None:
+        with self._lock:
+            self.refused[record.version] = reason
+        self.report(f"weights v{record.version} refused: {reason}; keeping the current version")
+
+    def _run(self) -> None:
+        consumer = make_consumer(self.cfg, f"rftbus-weight-follower-{uuid.uuid4().hex[:8]}",
+                                 **{"enable.partition.eof": True})
+        try:
+            md = self._metadata(consumer)
+            while md is None or md.error is not None or not md.partitions:
+                if self._stop.wait(1.0):
+                    return
+                md = self._metadata(consumer)
+            parts = list(md.partitions)
+            consumer.assign([TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in parts])
+            at_end: set[int] = set()
+            while not self._stop.is_set():
+                for msg in consume_ready(consumer, 101, 0.2):
+                    self._on_message(msg, at_end, len(parts))
+                self._maybe_fetch()
+        finally:
+            consumer.close()
+
+    def _metadata(self, consumer):
+        """The weights topic's metadata, or None while Kafka is unreachable (retried, not fatal)."""
+        try:
+            return consumer.list_topics(self.topic, timeout=10).topics.get(self.topic)
+        except KafkaException as e:
+            self.report(f"weights topic {self.topic} unreadable ({e.args[0].str() if e.args else e}); retrying")
+            return None
+
+    def _on_message(self, msg, at_end: set[int], n_parts: int) -> None:
+        if msg.error():
+            if msg.error().code() == KafkaError._PARTITION_EOF:
+                at_end.add(msg.partition())
+                if len(at_end) >= n_parts:
+                    self._maybe_fetch()
+                    self.caught_up.set()
+                return
+            self.report(f"reading {self.topic}: {msg.error().str()}")
+            return
+        at_end.discard(msg.partition())
+        try:
+            rec = self.decode(msg.value(), None)
+        except DecodeError as e:
+            self.report(f"{self.topic}[{msg.partition()}]@{msg.offset()} does not decode ({e}); skipped")
+            return
+        if rec is None or rec.model != self.model:  # None: a tombstone (compaction's delete marker)
+            return
+        with self._lock:
+            if self.latest is None or rec.version > self.latest.version:
+                self.latest = rec
+
+    def _maybe_fetch(self) -> None:
+        with self._lock:
+            rec = self.latest
+        if not self.prefetch or rec is None or rec.version <= self._fetched or rec.version in self.refused:
+            return
+        self._fetched = rec.version
+        t0 = time.monotonic()
+        try:
+            state = load_weights(rec.uri, rec.sha256)
+        except WeightsError as e:
+            self.refuse(rec, str(e))
+            return
+        log.info("fetched weights v%d in %.2fs", rec.version, time.monotonic() - t0)
+        with self._lock:
+            if self._ready is None or self._ready[0].version < rec.version:
+                self._ready = (rec, state)
+
+
+def published(cfg: Config, model: str | None = None, timeout_s: float = 60.0) -> dict[int, WeightVersion]:
+    """Every WeightVersion of `model` (default cfg.model.name) on the weights topic now, by version."""
+    model = model or cfg.model.name
+    decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(WeightVersion)
+    found: dict[int, WeightVersion] = {}
+    for msg in read_to_end(cfg, cfg.topics.weights.name, timeout_s=timeout_s):
+        if msg.key() != model.encode():
+            continue
+        try:
+            rec = decode(msg.value(), None)
+        except DecodeError:  # a foreign or corrupt record under our key: not a version we published
+            continue
+        if isinstance(rec, WeightVersion):
+            found[rec.version] = rec
+    return found
+
+
+def latest_published(cfg: Config, model: str | None = None) -> WeightVersion | None:
+    """The newest WeightVersion of `model` on the weights topic, or None before the first."""
+    versions = published(cfg, model)
+    return versions[max(versions)] if versions else None

@@ -1,0 +1,20 @@
+"""The staleness rule, in one place: an experience made with weights v may train the step that will
+publish s+1 only if s - v <= η (s = the latest published version, η = rl.max_staleness).
+
+The streams apply it when they curate a group (with the version they have seen published), the trainer
+when it takes a batch (with the version it is training), admission in the explorers by construction."""
+
+from __future__ import annotations
+
+
+def staleness(latest: int, version: int) -> int:
+    """How many versions behind ``latest`` an experience made with ``version`` is."""
+    return latest - version
+
+
+def is_stale(version: int, latest: int, max_staleness: int) -> bool:
+    return staleness(latest, version) > max_staleness
+
+
+def stale_detail(version: int, latest: int, max_staleness: int) -> str:
+    return f"model_version {version}, latest published {latest}, max_staleness {max_staleness}"

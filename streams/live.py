@@ -1,0 +1,140 @@
+"""Live groups waiting for feedback: the second hop of the feedback join, in the ingest agent.
+
+A live group (source=live, a reward still null) is held in the changelogged table `live`, keyed by
+group_id, in the partition its raw record came from; one index record per waiting sample goes to the
+join (join.py). Grades come back on `<app_id>-joined` into that same partition (raw and joined are
+co-partitioned in the ingest agent). When every waiting sample is graded, or the feedback TTL passes,
+the group is released with the rewards it has (ungraded samples are then dropped as `no_feedback`) and
+goes on like any raw group. A released group stays as a small DONE marker for the TTL, so a replay of
+its raw record or a late grade does nothing.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from rftbus.schemas import ExperienceGroup, Feedback
+from rftbus.streams.feedback import apply_grade, grades
+from rftbus.streams.join import index_value, now_ms
+from rftbus.streams.outputs import H_KIND, H_SRC
+from rftbus.streams.view import GroupView
+
+WAITING, DONE = 1, 2
+
+
+@dataclass(slots=True)
+class Held:
+    state: int
+    arrived_ms: int
+    partition: int
+    src: str = ""  # the raw record
+    t0: bytes = b""  # its timestamp header (latency accounting)
+    data: bytes = b""  # the group as read
+    grades: dict[int, bytes] = field(default_factory=dict)  # sample index -> Feedback bytes
+
+
+def _parts(*items: bytes) -> bytes:
+    return b"".join(struct.pack(">I", len(x)) + x for x in items)
+
+
+def _unparts(b: bytes, pos: int) -> list[bytes]:
+    out = []
+    while pos < len(b):
+        (n,) = struct.unpack_from(">I", b, pos)
+        out.append(b[pos + 4:pos + 4 + n])
+        pos += 4 + n
+    return out
+
+
+def pack(h: Held) -> bytes:
+    grades_ = [x for i, fb in sorted(h.grades.items()) for x in (str(i).encode(), fb)]
+    return struct.pack(">Bqi", h.state, h.arrived_ms, h.partition) + _parts(h.src.encode(), h.t0, h.data, *grades_)
+
+
+def unpack(b: bytes) -> Held:
+    state, ms, part = struct.unpack_from(">Bqi", b)
+    src, t0, data, *rest = _unparts(b, 13)
+    return Held(state, ms, part, src.decode(), t0, data, {int(rest[k]): rest[k + 1] for k in range(0, len(rest), 2)})
+
+
+class LiveGroups:
+    """`table` is the Faust table `live`; `emit` the Emitter; `codec` decodes Feedback and groups."""
+
+    def __init__(self, cfg, table, emit, codec, counters):
+        self.cfg = cfg
+        self.table = table
+        self.emit = emit
+        self.codec = codec
+        self.counters = counters
+
+    async def hold(self, g: GroupView, src: str, p: int, t0: bytes | None) -> bool:
+        """Hold a group for its feedback; False when it is already held or released (a replay)."""
+        key = g.group_id.encode()
+        if self.table.get(key) is not None:
+            return False
+        self.table[key] = pack(Held(WAITING, now_ms(), p, src, t0 or b"", g.data))
+        for i, s in enumerate(g.samples):
+            if s.reward is None:
+                await self.emit.topics["join"].send(key=s.experience_id.encode(), value=index_value(g.group_id, p, i),
+                                                    headers=[(H_KIND, b"exp"), (H_SRC, src.encode())])
+        return True
+
+    def grade(self, group_id: bytes, sample: int, feedback: bytes) -> Held | None:
+        """Record one grade; the held group when it is now complete (to be released), else None."""
+        raw = self.table.get(group_id)
+        if raw is None or raw[0] == DONE:
+            self.counters.inc("feedback_late")
+            return None
+        h = unpack(raw)
+        h.grades.setdefault(sample, feedback)
+        if len(h.grades) < self._waiting(h):
+            self.table[group_id] = pack(h)
+            return None
+        return h
+
+    def _waiting(self, h: Held) -> int:
+        g = self.codec.decode(h.data)
+        return sum(1 for s in g.samples if s.reward is None)
+
+    def release(self, h: Held) -> bytes:
+        """The group with its grades applied, encoded; the table keeps a DONE marker for it."""
+        g = self.codec.decode(h.data)
+        assert isinstance(g, ExperienceGroup)
+        pairs: dict[str, int] = {}
+        for i, fb_bytes in h.grades.items():
+            fb = self.codec.decode(fb_bytes)
+            if not isinstance(fb, Feedback) or not 0 <= i < len(g.samples):
+                continue
+            e = g.samples[i]
+            grade = next((x for x in grades(fb, tuple(self.cfg.streams.rating_scale))
+                          if x.experience_id == e.experience_id), None)
+            if grade is None:
+                continue
+            apply_grade(e, grade)
+            if grade.pair_id is not None:
+                pairs[grade.pair_id] = pairs.get(grade.pair_id, 0) + 1
+        both = [pair for pair, n in pairs.items() if n == 2]
+        if both:
+            g.metadata = {**g.metadata, "preference_pair": both[0]}
+        self.table[g.group_id.encode()] = pack(Held(DONE, now_ms(), h.partition))
+        self.counters.inc("joined_groups")
+        return self.codec.encode(g)
+
+    def expired(self, partition: int) -> list[Held]:
+        """Waiting groups of this partition past the feedback TTL (to be released with what they have);
+        DONE markers past it are forgotten."""
+        cutoff = now_ms() - self.cfg.streams.feedback_ttl_s * 1000
+        out = []
+        for key, raw in list(self.table.items()):
+            h = unpack(raw)
+            if h.partition != partition or h.arrived_ms >= cutoff:
+                continue
+            if h.state == WAITING:
+                out.append(h)
+            else:
+                del self.table[key]
+        return out
+
+    def waiting(self) -> int:
+        return sum(1 for raw in self.table.values() if raw[0] == WAITING)
