@@ -1,139 +1,70 @@
 """The trainer's batch consumer: whole groups from the curated lanes (priority first) and expert.
 
-Offsets are never trusted to Kafka alone. Each partition's position is tracked as (offset, skip):
-`offset` is the lowest offset not yet trained or rejected, `skip` the offsets above it that already
-were (groups interleave inside a partition, so "done" is not a prefix). The trainer saves these
-positions inside each checkpoint and seeks to them on restart, which is what makes training
-exactly-once in the model's lineage; Kafka's committed offset (`offset`) is for lag and admission.
+Every record is one group, so a partition is consumed strictly in offset order: the trainer takes,
+trains or rejects the records at the head of each lane, never one behind a record still waiting. A
+partition's position is therefore one plain offset, the first record not yet done. The trainer saves
+these positions inside each checkpoint and seeks to them on restart, which is what makes training
+exactly-once in the model's lineage; Kafka's committed offset is the same number (for lag and admission).
 
-A unit is what a batch counts: a GRPO group (complete when metadata["group_survivors"] of its
-experiences have arrived), a DPO pair (2 experiences sharing metadata["preference_pair"]), or one
-expert experience. Undecodable records are handed to `reject` and never stop the consumer.
+A record that does not decode is not dropped where it is read: it waits in its lane like any other
+and is rejected (`reject`) when it reaches the head, so the positions stay plain offsets.
 """
 
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from rftbus.errors import RftbusError
 from rftbus.kafka.read import consume_ready
-from rftbus.schemas import DecodeError, Experience
+from rftbus.schemas import DecodeError, ExperienceGroup
 
 LANES = ("priority", "curated", "expert")
 
 
 @dataclass
 class Polled:
-    """One decoded experience and where it was read."""
+    """One record read from a lane: the group, or why it cannot be trained (`problem`)."""
 
-    exp: Experience
+    group: ExperienceGroup | None
     lane: str
     topic: str
     partition: int
     offset: int
     raw: bytes = b""
     key: bytes | None = None
+    problem: tuple[str, str] | None = None  # (reason, detail) when the record is rejected at the head
 
 
-@dataclass
-class Unit:
-    key: str
-    lane: str
-    expected: int
-    records: list[Polled] = field(default_factory=list)
-
-    @property
-    def complete(self) -> bool:
-        return len(self.records) >= self.expected
-
-
-@dataclass
-class Position:
-    offset: int
-    skip: set[int] = field(default_factory=set)
-
-    def to_json(self) -> dict:
-        return {"offset": self.offset, "skip": sorted(self.skip)}
-
-    @classmethod
-    def from_json(cls, d: dict) -> Position:
-        return cls(int(d["offset"]), set(int(x) for x in d.get("skip", [])))
-
-
-class _Partition:
-    """Read position, offsets read but not yet done, and done offsets above the lowest pending one."""
-
-    def __init__(self, start: Position):
-        self.read_pos = start.offset
-        self.skip = set(start.skip)
-        self.pending: set[int] = set()
-        self.done: set[int] = set()
-
-    def position(self) -> Position:
-        low = min(self.pending) if self.pending else self.read_pos
-        skip = {o for o in self.done | self.skip if o >= low}
-        return Position(low, skip)
-
-
-class InvalidExperience(RftbusError):
-    pass
-
-
-def validate(exp: Experience) -> None:
-    """The few checks the trainer cannot do without (streams verify the rest)."""
-    n = len(exp.response_ids)
-    if len(exp.logprobs) != n or len(exp.loss_mask) != n:
-        raise InvalidExperience(f"length_mismatch: {n} response tokens, {len(exp.logprobs)} logprobs, "
-                                f"{len(exp.loss_mask)} mask entries")
-    if not exp.prompt_ids:
-        raise InvalidExperience("length_mismatch: empty prompt")
-
-
-def unit_of(exp: Experience, lane: str, pairs: bool) -> tuple[str, int]:
-    """(unit key, experiences that make it whole)."""
-    if lane == "expert":
-        return f"x:{exp.experience_id}", 1
-    if pairs and "preference_pair" in exp.metadata:
-        return f"p:{exp.metadata['preference_pair']}", 2
-    try:
-        survivors = int(exp.metadata.get("group_survivors", "1"))
-    except ValueError:
-        survivors = 1
-    return f"g:{exp.group_id}", max(survivors, 1)
-
-
-# reject(topic, partition, offset, key, original bytes, reason, detail, experience_id)
-RejectFn = Callable[[str, int, int, "bytes | None", bytes, str, str, "str | None"], None]
+# reject(record, reason, detail, experience ids it covers)
+RejectFn = Callable[[Polled, str, str, "list[str]"], None]
 
 
 class BatchConsumer:
     """Assigned partitions (p % world == rank) of each lane's topic, read from saved positions."""
 
-    def __init__(self, consumer: Consumer, topics: dict[str, str], deserializer, reject: RejectFn,
-                 positions: dict[tuple[str, int], Position], pairs: bool = False, max_pending: int = 64):
+    def __init__(self, consumer: Consumer, topics: dict[str, str], deserializer, positions: dict[tuple[str, int], int],
+                 max_pending: int = 64):
         self.c = consumer
         self.topics = topics  # lane -> topic name
         self.lane_of = {t: lane for lane, t in topics.items()}
         self.deserialize = deserializer
-        self.reject = reject
-        self.pairs = pairs
         self.max_pending = max_pending
-        self.parts: dict[tuple[str, int], _Partition] = {tp: _Partition(p) for tp, p in positions.items()}
-        self.units: dict[str, OrderedDict[str, Unit]] = {lane: OrderedDict() for lane in topics}
+        self.read_pos: dict[tuple[str, int], int] = dict(positions)
+        self.pending: dict[tuple[str, int], deque[int]] = {tp: deque() for tp in positions}  # read, not done
+        self.lanes: dict[str, deque[Polled]] = {lane: deque() for lane in topics}
         self.paused: set[str] = set()
-        self.c.assign([TopicPartition(t, p, pos.offset) for (t, p), pos in positions.items()])
+        self.c.assign([TopicPartition(t, p, off) for (t, p), off in positions.items()])
 
     # -- reading -------------------------------------------------------------------------------
     def poll(self, timeout: float, max_messages: int = 500) -> int:
         """Read what is there (up to `timeout` for the first message); returns records taken in."""
-        msgs = consume_ready(self.c, max_messages, timeout)
         taken = 0
-        for msg in msgs:
+        for msg in consume_ready(self.c, max_messages, timeout):
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
@@ -147,49 +78,30 @@ class BatchConsumer:
 
     def _take(self, msg) -> int:
         tp = (msg.topic(), msg.partition())
-        part = self.parts.get(tp)
-        if part is None:
-            return 0
-        offset = msg.offset()
-        part.read_pos = max(part.read_pos, offset + 1)
-        if offset in part.skip:  # trained or rejected before the restart
-            part.skip.discard(offset)
-            part.done.add(offset)
-            return 0
+        if tp not in self.read_pos or msg.offset() < self.read_pos[tp]:
+            return 0  # not ours, or re-delivered after a seek
+        self.read_pos[tp] = msg.offset() + 1
         lane = self.lane_of[msg.topic()]
         raw = msg.value() or b""
-        key = msg.key()
+        rec = Polled(None, lane, msg.topic(), msg.partition(), msg.offset(), raw, msg.key())
         try:
-            exp = self.deserialize(raw, None)
-            if not isinstance(exp, Experience):
-                raise DecodeError("schema", f"expected rftbus.Experience, got {getattr(exp, 'SCHEMA_NAME', type(exp).__name__)}")
-            validate(exp)
+            group = self.deserialize(raw, None)
+            if not isinstance(group, ExperienceGroup):
+                got = getattr(group, "SCHEMA_NAME", type(group).__name__)
+                raise DecodeError("wrong_record_type", f"expected {ExperienceGroup.SCHEMA_NAME}, got {got}")
+            rec.group = group
         except DecodeError as e:
-            schema = e.reason in ("schema", "wrong_record_type", "unknown_schema")
-            self._reject_raw(tp, offset, raw, key, "schema" if schema else "malformed", str(e))
-            return 0
-        except InvalidExperience as e:
-            reason, _, detail = str(e).partition(": ")
-            self._reject_raw(tp, offset, raw, key, reason, detail, exp.experience_id)
-            return 0
-        part.pending.add(offset)
-        ukey, expected = unit_of(exp, lane, self.pairs)
-        lane_units = self.units[lane]
-        unit = lane_units.get(ukey)
-        if unit is None:
-            unit = lane_units[ukey] = Unit(ukey, lane, expected)
-        unit.records.append(Polled(exp, lane, msg.topic(), msg.partition(), offset, raw, key))
+            schema = e.reason in ("wrong_record_type", "unknown_schema", "no_registry")
+            rec.problem = ("schema" if schema else "malformed", str(e))
+        self.pending[tp].append(msg.offset())
+        self.lanes[lane].append(rec)
         return 1
 
-    def _reject_raw(self, tp, offset, raw, key, reason, detail, experience_id=None) -> None:
-        self.reject(tp[0], tp[1], offset, key, raw, reason, detail, experience_id)
-        self.parts[tp].done.add(offset)
-
     def _flow_control(self) -> None:
-        """Pause a lane whose buffered units reach the cap; resume it when the trainer catches up."""
-        for lane, units in self.units.items():
-            full = len(units) >= self.max_pending
-            tps = [TopicPartition(t, p) for (t, p) in self.parts if t == self.topics[lane]]
+        """Pause a lane whose buffer reaches the cap; resume it when the trainer catches up."""
+        for lane, buf in self.lanes.items():
+            full = len(buf) >= self.max_pending
+            tps = [TopicPartition(t, p) for (t, p) in self.read_pos if t == self.topics[lane]]
             if full and lane not in self.paused:
                 self.c.pause(tps)
                 self.paused.add(lane)
@@ -198,59 +110,56 @@ class BatchConsumer:
                 self.paused.discard(lane)
 
     # -- batching ------------------------------------------------------------------------------
-    def complete_units(self, lanes: Iterable[str]) -> list[Unit]:
-        """Whole units in lane order (priority before curated), oldest first within a lane."""
-        return [u for lane in lanes if lane in self.units for u in self.units[lane].values() if u.complete]
+    def head(self, lane: str, n: int) -> list[Polled]:
+        """Up to n records at the head of `lane`, oldest first (not removed)."""
+        buf = self.lanes.get(lane)
+        return [] if not buf else [buf[i] for i in range(min(n, len(buf)))]
 
-    def finish(self, polled: Iterable[Polled]) -> None:
-        """Mark experiences trained or rejected: they leave the buffer and count as done."""
-        for p in polled:
-            part = self.parts[(p.topic, p.partition)]
-            part.pending.discard(p.offset)
-            part.done.add(p.offset)
-            unit_key, _ = unit_of(p.exp, p.lane, self.pairs)
-            unit = self.units[p.lane].get(unit_key)
-            if unit is not None:
-                unit.records = [r for r in unit.records if r.offset != p.offset or r.topic != p.topic]
-                if not unit.records:
-                    del self.units[p.lane][unit_key]
+    def waiting(self, lane: str) -> int:
+        return len(self.lanes.get(lane, ()))
+
+    def finish(self, records: Iterable[Polled]) -> None:
+        """Records trained or rejected: they leave their lane, and their partitions' positions move on.
+        Only the head of a lane can finish (that is what keeps positions plain offsets)."""
+        for r in records:
+            buf = self.lanes[r.lane]
+            if not buf or buf[0] is not r:
+                raise RuntimeError(f"{r.topic}[{r.partition}]@{r.offset} finished out of order")
+            buf.popleft()
+            queue = self.pending[(r.topic, r.partition)]
+            if not queue or queue[0] != r.offset:
+                raise RuntimeError(f"{r.topic}[{r.partition}]@{r.offset} is not its partition's first pending record")
+            queue.popleft()
         self._flow_control()
 
-    def drop_unit(self, unit: Unit) -> None:
-        self.units[unit.lane].pop(unit.key, None)
-
     # -- positions -----------------------------------------------------------------------------
-    def positions(self) -> dict[tuple[str, int], Position]:
-        out = {}
-        for tp, part in self.parts.items():
-            pos = part.position()
-            part.done = {o for o in part.done if o >= pos.offset}
-            out[tp] = pos
-        return out
+    def positions(self) -> dict[tuple[str, int], int]:
+        """Per partition, the first offset not yet trained or rejected."""
+        return {tp: (q[0] if q else self.read_pos[tp]) for tp, q in self.pending.items()}
 
     def lane_drained(self, lane: str) -> bool:
         """Read to the last known end of every partition of `lane` (cached watermarks, no request)."""
         topic = self.topics.get(lane)
-        for (t, p), part in self.parts.items():
+        for (t, p), pos in self.read_pos.items():
             if t != topic:
                 continue
             _, high = self.c.get_watermark_offsets(TopicPartition(t, p), cached=True)
             if high is None or high < 0:  # not fetched yet: ask the broker once
                 _, high = self.c.get_watermark_offsets(TopicPartition(t, p), timeout=5, cached=False)
-            if part.read_pos < high:
+            if pos < high:
                 return False
         return True
 
     def caught_up(self) -> bool:
         """Every partition read to its current end (for replay's --until-end)."""
-        for (t, p), part in self.parts.items():
+        for (t, p), pos in self.read_pos.items():
             _, high = self.c.get_watermark_offsets(TopicPartition(t, p), timeout=10, cached=False)
-            if part.read_pos < high:
+            if pos < high:
                 return False
         return True
 
-    def commit(self, positions: dict[tuple[str, int], Position]) -> None:
-        offs = [TopicPartition(t, p, pos.offset) for (t, p), pos in positions.items() if pos.offset >= 0]
+    def commit(self, positions: dict[tuple[str, int], int]) -> None:
+        offs = [TopicPartition(t, p, off) for (t, p), off in positions.items() if off >= 0]
         if offs:
             retry_kafka(lambda: self.c.commit(offsets=offs, asynchronous=False), "committing trainer offsets")
 
@@ -275,25 +184,25 @@ def retry_kafka(fn, what: str, timeout_s: float = 60.0):
 
 
 def start_positions(consumer: Consumer, tps: list[tuple[str, int]], overrides: dict[tuple[str, int], int] | None = None,
-                    timestamp_ms: int | None = None) -> dict[tuple[str, int], Position]:
+                    timestamp_ms: int | None = None) -> dict[tuple[str, int], int]:
     """Positions without a checkpoint: explicit offsets, else a timestamp, else committed, else the start."""
-    out: dict[tuple[str, int], Position] = {}
+    out: dict[tuple[str, int], int] = {}
     if timestamp_ms is not None:
         found = consumer.offsets_for_times([TopicPartition(t, p, timestamp_ms) for t, p in tps], timeout=15)
         for tp in found:
             if tp.offset < 0:  # nothing at or after the timestamp: start at the end
                 tp.offset = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[1]
-            out[(tp.topic, tp.partition)] = Position(tp.offset)
+            out[(tp.topic, tp.partition)] = tp.offset
     else:
         committed = retry_kafka(lambda: consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=15),
                                 "reading the trainer group's committed offsets")
         for tp in committed:
             low = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[0]
-            out[(tp.topic, tp.partition)] = Position(tp.offset if tp.offset >= 0 else max(low, 0))
+            out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else max(low, 0)
     for tp, off in (overrides or {}).items():
         if tp in out:
-            out[tp] = Position(off)
+            out[tp] = off
     return out
 
 
-__all__ = ["BatchConsumer", "LANES", "Polled", "Position", "Unit", "retry_kafka", "start_positions"]
+__all__ = ["BatchConsumer", "LANES", "Polled", "retry_kafka", "start_positions"]

@@ -26,10 +26,10 @@ from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.experience import demonstration
 from rftbus.producers.workflows.base import encode_prompt
-from rftbus.schemas import Experience
+from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.streams.advantages import make_estimator
 from rftbus.tasksets import get_taskset
-from rftbus.trainer.batch import collate
+from rftbus.trainer.batch import collate, rows_of
 from rftbus.trainer.config import TrainerConfig
 from rftbus.trainer.evaluate import evaluate
 from rftbus.trainer.losses import make_loss
@@ -173,11 +173,11 @@ def main() -> None:
     if a.sft_steps:
         eng, sft = TorchEngine(policy, 2e-3), make_loss(TrainerConfig(loss="sft"), 0)
         for k in range(1, a.sft_steps + 1):
-            demos = [demonstration(prompt_ids=encode_prompt(tok, t.prompt), prompt_text=t.prompt, text=t.answer,
-                                   tokenizer=tok, task_id=t.task_id, group_id=f"{t.task_id}:expert",
-                                   producer_id="sweep", metadata={})
-                     for t in (rng.choice(train) for _ in range(64))]
-            train_step(eng, sft, collate(demos, [True] * len(demos), tok.pad_token_id, 64))
+            demos = [row for t in (rng.choice(train) for _ in range(64))
+                     for row in rows_of(demonstration(prompt_ids=encode_prompt(tok, t.prompt), prompt_text=t.prompt,
+                                                      text=t.answer, tokenizer=tok, task_id=t.task_id,
+                                                      producer_id="sweep", metadata={}), expert=True)]
+            train_step(eng, sft, collate(demos, tok.pad_token_id, 64))
             if k % a.eval_every == 0:
                 ev(k, "sft")
                 torch.save(lm.state_dict(), a.out / f"sft-{a.tag}-{k}.pt")
@@ -201,16 +201,15 @@ def main() -> None:
             kept += 1
             if a.adv != "grpo":
                 tok_adv += token_advantages([step_rewards(tok, c.response_ids, t.answer) for c in comps], a.adv)
-            for i, (c, r, adv) in enumerate(zip(comps, rewards, est.advantages(rewards))):
-                exps.append(Experience(group_id=t.task_id, task_id=t.task_id, sample_index=i, group_size=a.n,
-                                       prompt_ids=p, response_ids=c.response_ids, logprobs=c.logprobs,
-                                       loss_mask=[True] * len(c.response_ids), model_version=0, explorer_id="sweep",
-                                       reward=r, advantage=adv, metadata=dict(c.metadata)))
+            group = ExperienceGroup(task_id=t.task_id, explorer_id="sweep", prompt_ids=p, samples=[
+                Experience(response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
+                           model_version=0, reward=r, advantage=adv, metadata=dict(c.metadata))
+                for c, r, adv in zip(comps, rewards, est.advantages(rewards))])
+            exps += rows_of(group)
         lm.train()
         if exps:
             loss = grpo if a.adv == "grpo" else TokenGRPO(tok_adv, 0.2, a.entropy)
-            train_step(eng, loss, collate(exps, [False] * len(exps), tok.pad_token_id, 64),
-                       update_epochs=a.epochs)
+            train_step(eng, loss, collate(exps, tok.pad_token_id, 64), update_epochs=a.epochs)
         if step % a.eval_every == 0 or step == a.steps:
             ev(step, "grpo")
             print(f"  {time.time() - t0:.0f}s, zero-variance groups {zero / max(groups, 1):.2f}", flush=True)

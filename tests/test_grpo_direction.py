@@ -19,9 +19,9 @@ from rftbus.config import Config
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.workflows.base import encode_prompt
-from rftbus.schemas import Experience
+from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.streams.advantages.grpo import GRPO
-from rftbus.trainer.batch import collate
+from rftbus.trainer.batch import collate, rows_of
 from rftbus.trainer.config import TrainerConfig
 from rftbus.trainer.losses import make_loss
 from rftbus.trainer.policy import PolicyWithValue, token_logp_entropy
@@ -72,10 +72,10 @@ def grpo_setup(eta: int, update_epochs: int = 1, lr: float = 2e-3):
     good, bad = sample_two_distinct(cfg, tok, lm, prompt_ids)
     advantages = GRPO().advantages([1.0, 0.0])  # streams' group normalisation: [+1, -1]
     assert advantages[0] > 0 > advantages[1]
-    exps = [Experience(group_id="g", task_id="t", sample_index=i, group_size=2, prompt_ids=prompt_ids,
-                       response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
-                       model_version=0, explorer_id="x", reward=r, advantage=a, metadata=dict(c.metadata))
-            for i, (c, r, a) in enumerate(zip((good, bad), (1.0, 0.0), advantages))]
+    samples = [Experience(response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
+                          model_version=0, reward=r, advantage=a, metadata=dict(c.metadata))
+               for c, r, a in zip((good, bad), (1.0, 0.0), advantages)]
+    group = ExperienceGroup(task_id="t", explorer_id="x", prompt_ids=prompt_ids, samples=samples, survivors=[0, 1])
 
     tc = TrainerConfig(loss="grpo", lr=lr, update_epochs=update_epochs)  # 2e-3: the toy config's
     torch.manual_seed(tc.seed)
@@ -84,7 +84,7 @@ def grpo_setup(eta: int, update_epochs: int = 1, lr: float = 2e-3):
     engine = build_engine(module, tc)
     loss = make_loss(tc, eta)
     assert loss.off_policy == ("decoupled" if eta else "none")
-    batch = collate(exps, [False, False], tok.pad_token_id, 64)
+    batch = collate(rows_of(group), tok.pad_token_id, 64)
     assert int(batch.mask.sum()) == len(good.response_ids) + len(bad.response_ids)
     return engine, loss, batch, (good, bad)
 

@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from rftbus.schemas import Experience
-from rftbus.trainer.batch import collate
+from rftbus.schemas import Experience, ExperienceGroup
+from rftbus.trainer.batch import Row, collate
 from rftbus.trainer.config import TrainerConfig
 from rftbus.trainer.losses import make_loss, resolve_off_policy
 from rftbus.trainer.losses.base import PolicyOut, TrainBatch
@@ -157,13 +157,16 @@ def test_ppo_total_by_hand():
     assert res.loss.item() == pytest.approx(pg + 0.5 * vf)
 
 
+def _group(prompt_ids, *samples, **kw) -> ExperienceGroup:
+    return ExperienceGroup(task_id="t", explorer_id="x", prompt_ids=prompt_ids, samples=list(samples), **kw)
+
+
 def test_collate_aligns_response_tokens():
-    e = Experience(group_id="g", task_id="t", sample_index=0, group_size=1, prompt_ids=[5, 6],
-                   response_ids=[7, 8, 9], logprobs=[-1.0, -2.0, -3.0], loss_mask=[True, False, True],
-                   model_version=0, explorer_id="x", advantage=0.5, metadata={"logprob_temperature": "0.7"})
-    short = Experience(group_id="g", task_id="t", sample_index=1, group_size=1, prompt_ids=[5],
-                       response_ids=[4], logprobs=[-0.5], loss_mask=[True], model_version=0, explorer_id="x")
-    b = collate([e, short], [False, True], pad_id=0, max_len=64)
+    e = Experience(response_ids=[7, 8, 9], logprobs=[-1.0, -2.0, -3.0], loss_mask=[True, False, True],
+                   model_version=0, advantage=0.5, metadata={"logprob_temperature": "0.7"})
+    short = Experience(response_ids=[4], logprobs=[-0.5], loss_mask=[True], model_version=0)
+    g, demo = _group([5, 6], e), _group([5], short)
+    b = collate([Row(g, e), Row(demo, short, expert=True)], pad_id=0, max_len=64)
     assert b.input_ids.tolist() == [[5, 6, 7, 8, 9], [5, 4, 0, 0, 0]]
     assert b.targets.tolist()[0] == [6, 7, 8, 9]
     assert b.mask.tolist() == [[False, True, False, True], [True, False, False, False]]
@@ -172,7 +175,7 @@ def test_collate_aligns_response_tokens():
     assert b.temperature.tolist() == pytest.approx([0.7, 1.0])
     assert b.is_expert.tolist() == [False, True] and b.advantages.tolist() == [0.5, 0.0]
     # too long for the context: the prompt stays, the response tail goes
-    cut = collate([e], [False], pad_id=0, max_len=4)
+    cut = collate([Row(g, e)], pad_id=0, max_len=4)
     assert cut.input_ids.tolist() == [[5, 6, 7, 8]] and cut.mask.tolist() == [[False, True, False]]
 
 
@@ -198,14 +201,14 @@ def test_recomputed_logprobs_match_generation_at_the_same_weights():
         ids = new[i].tolist()
         if tok.eos_token_id in ids:
             ids = ids[: ids.index(tok.eos_token_id) + 1]
-        exps.append(Experience(group_id="g", task_id="t", sample_index=i, group_size=2, prompt_ids=tok(p)["input_ids"],
-                               response_ids=ids, logprobs=lps[i, : len(ids)].tolist(), loss_mask=[True] * len(ids),
-                               model_version=0, explorer_id="x", metadata={"logprob_temperature": "0.7"}))
-    b = collate(exps, [False, False], tok.pad_token_id, 64)
+        e = Experience(response_ids=ids, logprobs=lps[i, : len(ids)].tolist(), loss_mask=[True] * len(ids),
+                       model_version=0, metadata={"logprob_temperature": "0.7"})
+        exps.append(Row(_group(tok(p)["input_ids"], e), e))
+    b = collate(exps, tok.pad_token_id, 64)
     with torch.no_grad():
         logits, _ = PolicyWithValue(model, value_head=False)(b.input_ids, b.attention_mask)
         logp, _ = token_logp_entropy(logits, b)
-    assert int(b.mask.sum()) == sum(len(e.response_ids) for e in exps)
+    assert int(b.mask.sum()) == sum(len(r.sample.response_ids) for r in exps)
     assert torch.allclose(logp[b.mask], b.behav_logp[b.mask], atol=1e-4), (logp[b.mask], b.behav_logp[b.mask])
 
 

@@ -27,7 +27,7 @@ from rftbus.kafka.read import read_to_end
 from rftbus.kafka.topics import create_topics
 from rftbus.models.loading import load_tokenizer
 from rftbus.models.config import ModelConfig
-from rftbus.schemas import Experience, Source, make_codec
+from rftbus.schemas import Experience, ExperienceGroup, Source, make_codec
 from rftbus.trainer.checkpoint import read_lineage
 from tests.conftest import JARS, make_config
 
@@ -56,27 +56,29 @@ def trainer_config(tmp_path: Path, broker, **overrides):
     return cfg, path
 
 
-def experience(group: str, i: int, n: int, version: int = 0, source: Source = Source.explorer, **meta) -> Experience:
-    a, b = zlib.crc32(group.encode()) % 50, i
-    prompt = TOK(f"{a}+{b}=")["input_ids"]
-    resp = TOK(str(a + b))["input_ids"] + [TOK.eos_token_id]
-    return Experience(group_id=group, task_id=group, sample_index=i, group_size=n, prompt_ids=prompt,
-                      response_ids=resp, logprobs=[-3.9] * len(resp), loss_mask=[True] * len(resp),
-                      reward=float(i % 2), advantage=1.0 if i % 2 else -1.0, model_version=version,
-                      source=source, explorer_id="test", metadata={"group_survivors": str(n), **meta})
+def curated_group(gid: str, n: int, version: int = 0, source: Source = Source.explorer, **meta) -> ExperienceGroup:
+    """A group as the streams put it on a curated lane: every sample a survivor, advantages set."""
+    a = zlib.crc32(gid.encode()) % 50
+    samples = []
+    for i in range(n):
+        resp = TOK(str(a + i))["input_ids"] + [TOK.eos_token_id]
+        samples.append(Experience(response_ids=resp, logprobs=[-3.9] * len(resp), loss_mask=[True] * len(resp),
+                                  reward=float(i % 2), advantage=1.0 if i % 2 else -1.0, model_version=version))
+    return ExperienceGroup(group_id=gid, task_id=gid, source=source, explorer_id="test",
+                           prompt_ids=TOK(f"{a}+0=")["input_ids"], samples=samples, survivors=list(range(n)),
+                           metadata=dict(meta))
 
 
 def produce_groups(cfg, topic: str, count: int, n: int = 2, version: int = 0, prefix: str = "g") -> list[str]:
-    """`count` whole groups of `n`; returns the experience ids."""
+    """`count` whole groups of `n`, one record each; returns the experience ids."""
     producer = make_producer(cfg)
-    ser = CODEC.serializer(Experience)
+    ser = CODEC.serializer(ExperienceGroup)
     ids = []
     for g in range(count):
         gid = f"{prefix}{uuid.uuid4().hex[:6]}{g:02x}"
-        for i in range(n):
-            e = experience(gid, i, n, version)
-            producer.produce(topic, key=gid, value=ser(e, None))
-            ids.append(e.experience_id)
+        group = curated_group(gid, n, version)
+        producer.produce(topic, key=gid, value=ser(group, None))
+        ids += group.experience_ids()
     assert producer.flush(30) == 0
     return ids
 
@@ -161,9 +163,10 @@ def test_kill9_resume_trains_every_experience_exactly_once(broker, tmp_path):
     assert [line["step"] for line in lineage] == list(range(1, len(lineage) + 1))
     # The lineage never rewrote a checkpointed step.
     assert lineage[: len(before)] == before
-    # Offsets: each (topic, partition, offset) trained once, and Kafka's commit equals the checkpoint's end.
+    # Offsets: each (topic, partition, offset) -- one group -- trained once, and Kafka's commit equals the
+    # checkpoint's end.
     offsets = [tuple(o) for line in lineage for o in line["offsets"]]
-    assert len(offsets) == len(set(offsets)) == len(produced)
+    assert len(offsets) == len(set(offsets)) == len(produced) // 2
     assert committed(cfg, cfg.trainer.group_id, curated) == ends
     # No version was ever published twice with different weights (rolled-back steps never publish).
     versions: dict[int, set[str]] = {}

@@ -1,5 +1,5 @@
 """Every loss through real DeepSpeed on a real broker (in-process, replay mode), the staleness bound,
-the priority lane, rejections, and the batch consumer's exactly-once positions."""
+the priority lane, rejections, and the batch consumer's plain-offset positions."""
 
 from __future__ import annotations
 
@@ -8,12 +8,14 @@ import uuid
 
 import pytest
 
-from rftbus.consumers.batch_consumer import BatchConsumer, Position
+from dataclasses import replace
+
+from rftbus.consumers.batch_consumer import BatchConsumer
 from rftbus.kafka.clients import make_consumer, make_producer
-from rftbus.schemas import Experience, Rejection, Source, TrainerMetric, WeightVersion
+from rftbus.schemas import ExperienceGroup, Rejection, Source, TrainerMetric, WeightVersion
 from rftbus.trainer.checkpoint import read_lineage
 from rftbus.trainer.publish import protected_versions
-from tests.test_trainer import CODEC, experience, produce_groups, read_topic, trainer_config
+from tests.test_trainer import CODEC, curated_group, produce_groups, read_topic, trainer_config
 
 
 @pytest.fixture
@@ -33,11 +35,11 @@ def run_trainer(cfg, **opts):
     return Trainer(cfg, RunOptions(**opts), log=lambda _l: None).run()
 
 
-def produce(cfg, topic: str, exps: list[Experience]) -> None:
+def produce(cfg, topic: str, groups: list[ExperienceGroup]) -> None:
     p = make_producer(cfg)
-    ser = CODEC.serializer(Experience)
-    for e in exps:
-        p.produce(topic, key=e.group_id, value=ser(e, None))
+    ser = CODEC.serializer(ExperienceGroup)
+    for g in groups:
+        p.produce(topic, key=g.group_id, value=ser(g, None))
     assert p.flush(30) == 0
 
 
@@ -45,12 +47,12 @@ def metrics_of(cfg) -> list[TrainerMetric]:
     return [m for m in read_topic(cfg, cfg.topics.metrics.name) if m.kind == "metric"]
 
 
-def expert_demo(i: int) -> Experience:
-    e = experience(f"x{i:02x}", 0, 1, source=Source.expert)
-    e.logprobs = [0.0] * len(e.response_ids)
-    e.reward, e.advantage = 1.0, None
-    e.metadata = {}
-    return e
+def expert_demo(i: int) -> ExperienceGroup:
+    """A demonstration: a group of one on the expert lane (no survivors, no advantage)."""
+    g = curated_group(f"x{i:02x}", 1, source=Source.expert)
+    s = g.samples[0]
+    return replace(g, group_id=f"x{i:02x}-{uuid.uuid4().hex[:6]}", survivors=[],
+                   samples=[replace(s, logprobs=[0.0] * len(s.response_ids), reward=1.0, advantage=None)])
 
 
 def test_sft_learns_the_expert_demonstrations(broker, tmp_path, dist_env):
@@ -67,11 +69,12 @@ def test_sft_learns_the_expert_demonstrations(broker, tmp_path, dist_env):
 def test_rl_losses_train_on_deepspeed(broker, tmp_path, dist_env, loss):
     cfg, _ = trainer_config(tmp_path, broker, **{"trainer.loss": loss, "trainer.zero_stage": 2 if loss == "ppo" else 1})
     if loss == "dpo":
-        exps = []
-        for k in range(4):  # 4 pairs from 2 groups
-            for pref in ("1", "0"):
-                exps.append(experience(f"d{k:02x}", int(pref), 2, preference_pair=f"pair{k}", preferred=pref))
-        produce(cfg, cfg.topics.curated.name, exps)
+        pairs = []
+        for k in range(4):  # 4 groups of two answers, each graded by a preference
+            g = curated_group(f"d{k:02x}", 2, preference_pair=f"pair{k}")
+            meta = [{"preference_pair": f"pair{k}", "preferred": p} for p in ("0", "1")]
+            pairs.append(replace(g, samples=[replace(s, metadata=m) for s, m in zip(g.samples, meta)]))
+        produce(cfg, cfg.topics.curated.name, pairs)
     else:
         produce_groups(cfg, cfg.topics.curated.name, 4)
     if loss == "mix":
@@ -95,8 +98,8 @@ def test_priority_lane_first_stale_and_bad_records_rejected(broker, tmp_path, di
         "rl.max_staleness": 0, "rl.batch_groups": 1, "trainer.idle_exit_s": 3.0})
     first = produce_groups(cfg, cfg.topics.curated_priority.name, 1, prefix="p")
     late = produce_groups(cfg, cfg.topics.curated.name, 1, prefix="c")  # v0, stale once v1 is out
-    bad = experience("bad00", 0, 1)
-    bad.logprobs = bad.logprobs[:-1]
+    bad = curated_group("bad00", 2)
+    bad.samples[1].logprobs = bad.samples[1].logprobs[:-1]
     produce(cfg, cfg.topics.curated.name, [bad])
     p = make_producer(cfg)
     p.produce(cfg.topics.curated.name, key=b"junk", value=b"\x00not avro")
@@ -106,48 +109,47 @@ def test_priority_lane_first_stale_and_bad_records_rejected(broker, tmp_path, di
     lineage = read_lineage(cfg.state_dir / "checkpoints" / "lineage.jsonl")
     assert [line["experience_ids"] for line in lineage] == [first]
     rejected = [r for r in read_topic(cfg, cfg.topics.rejected.name) if isinstance(r, Rejection)]
-    by_reason = {}
+    by_reason: dict[str, list] = {}
     for r in rejected:
-        assert r.stage == "trainer" and r.original
-        by_reason.setdefault(r.reason, []).append(r.experience_id)
-    assert sorted(by_reason["stale"]) == sorted(late)
-    assert by_reason["length_mismatch"] == [bad.experience_id]
-    assert len(by_reason["malformed"]) == 1
+        assert r.stage == "trainer"
+        assert (r.original is None) == (r.reason == "stale")  # stale is unwanted, not wrong: no evidence copied
+        by_reason.setdefault(r.reason, []).extend(r.covers() or [None])
+    assert sorted(by_reason["stale"]) == sorted(late + [bad.samples[0].experience_id])
+    assert by_reason["length_mismatch"] == [bad.samples[1].experience_id]
+    assert by_reason["schema"] == [None]  # Confluent framing (magic 0), and no registry to read it with
     m = metrics_of(cfg)[0].values
     assert m["staleness_max"] == 0 and "reward_mean" in m and "tokens_per_s" in m
 
 
-def test_positions_skip_trained_records_above_a_pending_group(broker, tmp_path):
-    """Groups interleave in a partition: a restart re-reads the pending group and skips the trained one."""
+def test_positions_are_plain_offsets_and_records_finish_in_order(broker, tmp_path):
+    """One record per group: a partition is done strictly in offset order, so a restart needs only the
+    first offset not yet trained or rejected."""
     cfg, _ = trainer_config(tmp_path, broker, **{"topics.curated.partitions": 1})
     topic = cfg.topics.curated.name
-    a0, b0, a1 = experience("aa", 0, 2), experience("bb", 0, 2), experience("aa", 1, 2)
-    produce(cfg, topic, [a0, b0, a1])
-    rejected = []
+    groups = [curated_group(f"pos{i}", 2) for i in range(3)]
+    produce(cfg, topic, groups)
 
-    def open_consumer(pos):
+    def open_consumer(pos: int) -> BatchConsumer:
         c = make_consumer(cfg, f"pos-{uuid.uuid4().hex[:6]}")
-        return BatchConsumer(c, {"curated": topic}, CODEC.deserializer(Experience),
-                             lambda *a: rejected.append(a), {(topic, 0): pos})
+        return BatchConsumer(c, {"curated": topic}, CODEC.deserializer(ExperienceGroup), {(topic, 0): pos})
 
-    bc = open_consumer(Position(0))
+    bc = open_consumer(0)
     for _ in range(50):
         bc.poll(0.2)
-        if bc.complete_units(("curated",)):
+        if bc.waiting("curated") == 3:
             break
-    (unit,) = bc.complete_units(("curated",))
-    assert [r.exp.experience_id for r in unit.records] == [a0.experience_id, a1.experience_id]
-    bc.finish(unit.records)
-    pos = bc.positions()[(topic, 0)]
-    assert pos.offset == 1 and pos.skip == {2}  # b0 pending at 1; a1 (offset 2) done
+    first, second, third = bc.head("curated", 3)
+    assert [r.group.group_id for r in (first, second, third)] == [g.group_id for g in groups]
+    with pytest.raises(RuntimeError, match="out of order"):
+        bc.finish([second])
+    bc.finish([first])
+    assert bc.positions() == {(topic, 0): 1}
     bc.close()
-    bc = open_consumer(pos)
+    bc = open_consumer(1)
     for _ in range(20):
         bc.poll(0.2)
-    units = bc.units["curated"]
-    assert list(units) == ["g:bb"] and [r.offset for r in units["g:bb"].records] == [1]
+    assert [r.offset for r in bc.head("curated", 5)] == [1, 2]
     bc.close()
-    assert not rejected
 
 
 def test_gc_never_deletes_versions_an_explorer_may_load():

@@ -7,24 +7,22 @@ import json
 import uuid
 
 from rftbus.kafka.clients import make_producer
-from rftbus.schemas import Experience
+from rftbus.schemas import ExperienceGroup
 from rftbus.trainer.checkpoint import read_lineage
-from tests.test_trainer import CODEC, experience, start_trainer, trainer_config
+from tests.test_trainer import CODEC, curated_group, start_trainer, trainer_config
 
 
 def test_two_ranks_train_disjoint_partitions(broker, tmp_path):
     cfg, path = trainer_config(tmp_path, broker, **{"trainer.zero_stage": 1})
     topic = cfg.topics.curated.name
     producer = make_producer(cfg)
-    ser = CODEC.serializer(Experience)
+    ser = CODEC.serializer(ExperienceGroup)
     ids_by_partition: dict[int, list[str]] = {}
     for p in range(4):  # 2 groups of 2 per partition: 4 groups per rank = 2 steps of B=2 each
-        for g in range(2):
-            gid = f"m{uuid.uuid4().hex[:6]}"
-            for i in range(2):
-                e = experience(gid, i, 2)
-                producer.produce(topic, key=gid, value=ser(e, None), partition=p)
-                ids_by_partition.setdefault(p, []).append(e.experience_id)
+        for _ in range(2):
+            g = curated_group(f"m{uuid.uuid4().hex[:6]}", 2)
+            producer.produce(topic, key=g.group_id, value=ser(g, None), partition=p)
+            ids_by_partition.setdefault(p, []).extend(g.experience_ids())
     assert producer.flush(30) == 0
 
     proc = start_trainer(cfg, path, "--mode", "replay", "--ranks", "2", "--json")

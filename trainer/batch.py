@@ -1,18 +1,39 @@
-"""Collating Experience records into the tensors every loss reads (see losses/base.py).
+"""Collating experiences (samples of groups) into the tensors every loss reads (see losses/base.py).
 
-Sequences are prompt + response, right-padded, so a row's positions are 0..len-1 exactly as the
-explorer's left-padded generation saw them (HF derives position ids from the attention mask).
-An experience longer than the model's context keeps its prompt and loses its response tail.
+A row is one sample with its group's prompt. Sequences are prompt + response, right-padded, so a row's
+positions are 0..len-1 exactly as the explorer's left-padded generation saw them (HF derives position
+ids from the attention mask). An experience longer than the model's context keeps its prompt and loses
+its response tail.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
-from rftbus.schemas import Experience
+from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.trainer.losses.base import TrainBatch
+
+
+@dataclass(slots=True)
+class Row:
+    """One sample to train, with the group it belongs to."""
+
+    group: ExperienceGroup
+    sample: Experience
+    expert: bool = False
+
+    @property
+    def prompt_ids(self) -> list[int]:
+        return self.group.prompt_ids
+
+
+def rows_of(group: ExperienceGroup, expert: bool = False, indices: Sequence[int] | None = None) -> list[Row]:
+    """The group's samples to train: `indices`, else its survivors (all samples before the streams ran)."""
+    chosen = group.kept() if indices is None else [group.samples[i] for i in indices]
+    return [Row(group, s, expert) for s in chosen]
 
 
 def temperature_of(exp: Experience) -> float:
@@ -24,12 +45,12 @@ def temperature_of(exp: Experience) -> float:
     return t if t > 0 else 1.0
 
 
-def collate(experiences: Sequence[Experience], expert: Sequence[bool], pad_id: int,
-            max_len: int) -> TrainBatch:
-    n = len(experiences)
+def collate(rows: Sequence[Row], pad_id: int, max_len: int) -> TrainBatch:
+    n = len(rows)
     if n == 0:
         raise ValueError("cannot collate an empty batch")
-    lengths = [min(len(e.prompt_ids) + len(e.response_ids), max_len) for e in experiences]
+    experiences = [r.sample for r in rows]
+    lengths = [min(len(r.prompt_ids) + len(r.sample.response_ids), max_len) for r in rows]
     width = max(max(lengths), 2)
     ids = torch.full((n, width), pad_id, dtype=torch.long)
     attn = torch.zeros((n, width), dtype=torch.long)
@@ -39,11 +60,11 @@ def collate(experiences: Sequence[Experience], expert: Sequence[bool], pad_id: i
     pair_names: dict[str, int] = {}
     pair_index = torch.full((n,), -1, dtype=torch.long)
     preferred = torch.zeros(n, dtype=torch.bool)
-    for i, e in enumerate(experiences):
-        seq = (list(e.prompt_ids) + list(e.response_ids))[: lengths[i]]
+    for i, (row, e) in enumerate(zip(rows, experiences)):
+        seq = (list(row.prompt_ids) + list(e.response_ids))[: lengths[i]]
         ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
         attn[i, : len(seq)] = 1
-        p = len(e.prompt_ids)
+        p = len(row.prompt_ids)
         kept = max(0, len(seq) - p)  # response tokens that fit
         if kept and p > 0:
             # response token j sits at input position p + j and is predicted at column p + j - 1
@@ -51,16 +72,16 @@ def collate(experiences: Sequence[Experience], expert: Sequence[bool], pad_id: i
             resp[i, cols] = True
             mask[i, cols] = torch.tensor([bool(b) for b in e.loss_mask[:kept]], dtype=torch.bool)
             behav[i, cols] = torch.tensor(e.logprobs[:kept], dtype=torch.float32)
-        pair = e.metadata.get("preference_pair")
-        if pair is not None:
-            pair_index[i] = pair_names.setdefault(pair, len(pair_names))
+        pair = row.group.metadata.get("preference_pair")  # both answers of the pair are in this group
+        if pair is not None and pair == e.metadata.get("preference_pair"):
+            pair_index[i] = pair_names.setdefault(f"{row.group.group_id}/{pair}", len(pair_names))
             preferred[i] = e.metadata.get("preferred") == "1"
     return TrainBatch(
         input_ids=ids, attention_mask=attn, targets=ids[:, 1:].clone(), mask=mask, response=resp,
         behav_logp=behav,
         advantages=torch.tensor([e.advantage if e.advantage is not None else 0.0 for e in experiences]),
         rewards=torch.tensor([e.reward if e.reward is not None else 0.0 for e in experiences]),
-        is_expert=torch.tensor(list(expert), dtype=torch.bool),
+        is_expert=torch.tensor([r.expert for r in rows], dtype=torch.bool),
         temperature=torch.tensor([temperature_of(e) for e in experiences]),
         pair_index=pair_index, preferred=preferred,
         versions=torch.tensor([e.model_version for e in experiences], dtype=torch.long),

@@ -2,7 +2,8 @@
 
 A checkpoint is a folder `step-<n>-<gen>/` holding DeepSpeed's model, optimizer and scheduler states,
 every rank's RNG state, the lineage segment (experience ids trained since the previous
-checkpoint) and `manifest.json` (step, weight version, every rank's consumer positions). It is
+checkpoint) and `manifest.json` (step, weight version, every rank's consumer positions: one plain
+offset per partition, the first record not yet trained or rejected). It is
 written under `.tmp-step-<n>-<gen>/`, fsynced, and renamed: a folder named `step-*` with a manifest is
 complete by construction, and a crash at any point leaves the previous one as the latest.
 
@@ -25,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rftbus.consumers.batch_consumer import Position
 from rftbus.schemas import now_ms
 from rftbus.trainer.dist import all_gather, barrier
 
@@ -42,12 +42,12 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
-def positions_to_json(pos: dict[tuple[str, int], Position]) -> list[dict]:
-    return [{"topic": t, "partition": p, **v.to_json()} for (t, p), v in sorted(pos.items())]
+def positions_to_json(pos: dict[tuple[str, int], int]) -> list[dict]:
+    return [{"topic": t, "partition": p, "offset": off} for (t, p), off in sorted(pos.items())]
 
 
-def positions_from_json(items: list[dict]) -> dict[tuple[str, int], Position]:
-    return {(d["topic"], int(d["partition"])): Position.from_json(d) for d in items}
+def positions_from_json(items: list[dict]) -> dict[tuple[str, int], int]:
+    return {(d["topic"], int(d["partition"])): int(d["offset"]) for d in items}
 
 
 @dataclass
@@ -60,7 +60,7 @@ class Manifest:
     loss: str
     created_at: int
 
-    def positions_of(self, rank: int) -> dict[tuple[str, int], Position]:
+    def positions_of(self, rank: int) -> dict[tuple[str, int], int]:
         return positions_from_json(self.positions[rank])
 
 

@@ -12,10 +12,11 @@ from typing import Any
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
-from rftbus.schemas import Experience, Rejection, TrainerMetric, WeightVersion, make_codec
+from rftbus.schemas import ExperienceGroup, Rejection, TrainerMetric, WeightVersion, make_codec
 from rftbus.trainer.losses import Loss, make_loss
 from rftbus.trainer.metrics import MetricsSink
-from rftbus.trainer.publish import WeightPublisher, latest_published
+from rftbus.trainer.publish import WeightPublisher
+from rftbus.weights.follower import latest_published
 from rftbus.trainer.rejects import Rejector
 from rftbus.status import StatusFile
 
@@ -57,12 +58,7 @@ class Components:
         return out
 
     def latest_published(self) -> WeightVersion | None:
-        probe = make_consumer(self.cfg, f"{self.cfg.trainer.group_id}-weights-probe")
-        try:
-            return latest_published(probe, self.cfg.topics.weights.name, self.cfg.model.name,
-                                    self.codec.deserializer(WeightVersion))
-        finally:
-            probe.close()
+        return latest_published(self.cfg)
 
     def taskset(self):
         from rftbus.tasksets import get_taskset
@@ -120,7 +116,7 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     return Components(
         cfg=cfg, rank=rank, world=world, loss=loss, tokenizer=tokenizer, engine=engine, ref_model=ref_model,
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, max_len=max_len,
-        producer=producer, consumer=consumer, codec=codec, deserializer=codec.deserializer(Experience),
+        producer=producer, consumer=consumer, codec=codec, deserializer=codec.deserializer(ExperienceGroup),
         lane_topics=lane_topics, rejector=rejector, publisher=publisher, metrics=metrics, status=status,
         checkpoint_dir=ckpt_dir,
     )

@@ -1,7 +1,8 @@
 """The trainer loop: batches off the stream → DeepSpeed step → checkpoint + offsets → weight version.
 
 Order inside a step is what makes the guarantees hold:
-1. whole units are taken (priority lane first); stale experiences go to rejected (reason `stale`);
+1. whole groups are taken from the heads of the lanes (priority lane first), in offset order; what a
+   group cannot train (invalid samples, stale ones: reason `stale`) goes to rejected;
 2. the batch trains; its experience ids join the pending lineage segment;
 3. at a checkpoint (every `checkpoint_interval` steps and at every publish): rejections are flushed,
    the checkpoint (model, optimizer, scheduler, RNG, positions, lineage) is made durable, and only
@@ -21,8 +22,11 @@ from rftbus.config import Config
 from rftbus.consumers.batch_consumer import BatchConsumer, Polled, start_positions
 from rftbus.errors import RftbusError
 from rftbus.trainer.checkpoint import Checkpoints, positions_to_json
+from rftbus.trainer.checks import Reject, check_record, split_stale
 from rftbus.trainer.dist import all_gather, prepare_env
-from rftbus.trainer.staleness import split_stale
+from rftbus.weights.staleness import stale_detail, staleness
+
+Take = list[tuple[Polled, list[int]]]  # records at the lane heads, in order, with the samples to train
 
 REJECTIONS_CHECKPOINT_S = 2.0  # how soon, while waiting, rejections alone get a checkpoint (and a commit)
 
@@ -90,9 +94,8 @@ class Trainer:
             self._publish(0)  # fresh start: v0, the weights every explorer can also build from the seed
             self.log("fresh start: published version 0")
         self.summary.start_step = self.step
-        return BatchConsumer(c.consumer, c.lane_topics, c.deserializer, c.rejector, positions,
-                             pairs=self.loss.name == "dpo", max_pending=self.tc.max_pending_groups
-                             or 4 * self.cfg.rl.batch_groups)
+        return BatchConsumer(c.consumer, c.lane_topics, c.deserializer, positions,
+                             max_pending=self.tc.max_pending_groups or 4 * self.cfg.rl.batch_groups)
 
     def _publish(self, version: int) -> None:
         from rftbus.trainer.engine import policy_state_dict
@@ -113,72 +116,115 @@ class Trainer:
             self.log(f"published version {self.version} that the checkpoint holds")
 
     # -- batches ---------------------------------------------------------------------------------
-    def _select(self, bc: BatchConsumer, partial: bool) -> list[Polled] | None:
-        B, eta = self.cfg.rl.batch_groups, self.cfg.rl.max_staleness
-        primary = ("priority", "curated") if "rl" in self.loss.lanes else ("expert",)
-        chosen: list[list[Polled]] = []
-        for unit in bc.complete_units(primary):
-            if len(chosen) == B:
+    def _trainable(self, r: Polled) -> list[int]:
+        """The samples of `r` that may train now. Each rejection is sent once: the record's verdict is
+        kept until it is finished, and samples that turn stale leave it as they are rejected."""
+        key = (r.topic, r.partition, r.offset)
+        idx = self.verdicts.get(key)
+        if idx is None:
+            v = check_record(r)
+            self._reject(r, v.rejects)
+            idx = self.verdicts[key] = v.train
+        check_expert = self.tc.staleness_for_expert
+        if idx and self.opts.enforce_staleness and (r.lane != "expert" or check_expert):
+            fresh, stale = split_stale(r.group, idx, self.version, self.cfg.rl.max_staleness)
+            if stale:
+                v0 = min(r.group.samples[i].model_version for i in stale)
+                self._reject(r, [Reject("stale", stale_detail(v0, self.version, self.cfg.rl.max_staleness), stale,
+                                        evidence=False)])
+                idx = self.verdicts[key] = fresh
+        return idx
+
+    def _reject(self, r: Polled, rejects: list[Reject]) -> None:
+        for rej in rejects:
+            ids = [r.group.samples[i].experience_id for i in rej.indices] if r.group is not None else []
+            self.c.rejector(r, rej.reason, rej.detail, ids, rej.evidence)
+            self.dirty = True
+
+    def _finish(self, bc: BatchConsumer, records: list[Polled]) -> None:
+        bc.finish(records)
+        for r in records:
+            self.verdicts.pop((r.topic, r.partition, r.offset), None)
+
+    def _drop_dead_heads(self, bc: BatchConsumer) -> None:
+        """Records at a lane's head with nothing left to train are done at once (not held for a step)."""
+        for lane in bc.lanes:
+            while True:
+                head = bc.head(lane, 1)
+                if not head or self._trainable(head[0]):
+                    break
+                self._finish(bc, head)
+
+    def _walk(self, bc: BatchConsumer, lane: str, groups: int) -> Take:
+        """From the head of `lane`, records up to the `groups`-th one with something to train."""
+        take: Take = []
+        found = 0
+        for r in bc.head(lane, bc.waiting(lane)):
+            if found == groups:
                 break
-            records = list(unit.records)
-            if self.opts.enforce_staleness:
-                records, stale = split_stale(records, self.version, eta, self.tc.staleness_for_expert)
-                for r in stale:
-                    self.c.rejector(r.topic, r.partition, r.offset, r.key, r.raw, "stale",
-                                    f"model_version {r.exp.model_version}, latest published {self.version}, "
-                                    f"max_staleness {eta}", r.exp.experience_id)
-                if stale:
-                    self.dirty = True
-                    bc.finish(stale)
-            if records:
-                chosen.append(records)
-        if not chosen or (len(chosen) < self._min_groups(bc) and not partial):
+            idx = self._trainable(r)
+            take.append((r, idx))
+            found += bool(idx)
+        while take and not take[-1][1]:  # nothing to train at the tail: leave it for the next step
+            take.pop()
+        return take
+
+    def _select(self, bc: BatchConsumer, partial: bool) -> Take | None:
+        B = self.cfg.rl.batch_groups
+        self._drop_dead_heads(bc)
+        primary = ("priority", "curated") if "rl" in self.loss.lanes else ("expert",)
+        take: Take = []
+        for lane in primary:
+            take += self._walk(bc, lane, B - sum(1 for _, idx in take if idx))
+        groups = sum(1 for _, idx in take if idx)
+        if not groups or (groups < self._min_groups(bc) and not partial):
             return None
-        if any(recs[0].lane == "curated" for recs in chosen) and not bc.lane_drained("priority"):
+        if any(r.lane == "curated" for r, _ in take) and not bc.lane_drained("priority"):
             return None  # the priority lane has records not read yet: they go first
-        out = [r for recs in chosen for r in recs]
         if self.loss.name == "mix":
             n_exp = self.tc.mix_expert_per_batch if self.tc.mix_expert_per_batch is not None else B
-            out += [r for u in bc.complete_units(("expert",))[:n_exp] for r in u.records]
-        return out
+            take += self._walk(bc, "expert", n_exp)
+        return take
 
     def _min_groups(self, bc: BatchConsumer) -> int:
         """RL groups a step waits for: B, or for MIX `mix_min_groups` while demonstrations are waiting,
         so scarce RL data (early on most groups have zero variance) does not hold back the SFT part."""
         B, least = self.cfg.rl.batch_groups, self.tc.mix_min_groups
-        if self.loss.name != "mix" or least is None or not bc.complete_units(("expert",)):
+        if self.loss.name != "mix" or least is None or not bc.waiting("expert"):
             return B
         return min(least, B)
 
     # -- steps -----------------------------------------------------------------------------------
-    def _train(self, bc: BatchConsumer, records: list[Polled]) -> None:
-        from rftbus.trainer.batch import collate
+    def _train(self, bc: BatchConsumer, take: Take) -> None:
+        from rftbus.trainer.batch import collate, rows_of
         from rftbus.trainer.step import train_step
 
         t0 = time.perf_counter()
-        batch = collate([r.exp for r in records], [r.lane == "expert" for r in records],
-                        self.c.pad_id, self.c.max_len)
+        rows = [row for r, idx in take if idx for row in rows_of(r.group, r.lane == "expert", idx)]
+        batch = collate(rows, self.c.pad_id, self.c.max_len)
         parts = train_step(self.c.engine, self.loss, batch, self.c.ref_model, self.tc.update_epochs)
-        bc.finish(records)
+        self._finish(bc, [r for r, _ in take])
         dt = time.perf_counter() - t0
         self.step += 1
-        rl = [r for r in records if r.lane != "expert"]
-        stal = [self.version - r.exp.model_version for r in rl]
-        rewards = [r.exp.reward for r in rl if r.exp.reward is not None]
+        rl = [row for row in rows if not row.expert]
+        stal = [staleness(self.version, row.sample.model_version) for row in rl]
+        rewards = [row.sample.reward for row in rl if row.sample.reward is not None]
         tokens = int(batch.attention_mask.sum())
         self.pending_lineage.append({
             "step": self.step, "rank": self.rank, "version": self.version,
-            "experience_ids": [r.exp.experience_id for r in records],
-            "staleness": [self.version - r.exp.model_version for r in records],  # per id (analytics)
-            "offsets": [[r.topic, r.partition, r.offset] for r in records],
+            "experience_ids": [row.sample.experience_id for row in rows],
+            "staleness": [staleness(self.version, row.sample.model_version) for row in rows],  # per id (analytics)
+            "groups": [r.group.group_id for r, idx in take if idx],
+            "offsets": [[r.topic, r.partition, r.offset] for r, _ in take],
             "staleness_max": max(stal, default=0), "time_ms": int(time.time() * 1000),
         })
-        values = {**parts, "experiences": len(records), "tokens": tokens, "step_s": dt,
-                  "tokens_per_s": tokens / dt if dt > 0 else 0.0, "experiences_per_s": len(records) / dt if dt else 0.0,
+        values = {**parts, "experiences": len(rows), "groups": len({r.group.group_id for r, idx in take if idx and r.lane != "expert"}),
+                  "tokens": tokens, "step_s": dt,
+                  "tokens_per_s": tokens / dt if dt > 0 else 0.0, "experiences_per_s": len(rows) / dt if dt else 0.0,
                   "staleness_mean": sum(stal) / len(stal) if stal else 0.0, "staleness_max": max(stal, default=0)}
         if rewards:
             values["reward_mean"] = sum(rewards) / len(rewards)
-        self.summary.trained += len(records)
+        self.summary.trained += len(rows)
         publish_now = self.step % self.cfg.rl.sync_interval == 0
         if publish_now or self.step - self.last_ckpt >= self.tc.checkpoint_interval:
             self._checkpoint(bc, self.version + 1 if publish_now else self.version)
@@ -193,7 +239,7 @@ class Trainer:
                                  throughput_tokens_s=values["tokens_per_s"], last_loss=values.get("loss"))
             self.log(f"step {self.step} v{self.version} loss {values.get('loss', 0.0):.4f} "
                      f"reward {values.get('reward_mean', float('nan')):.3f} staleness {values['staleness_mean']:.2f} "
-                     f"{len(records)} exps {values['tokens_per_s']:.0f} tok/s")
+                     f"{len(rows)} exps {values['tokens_per_s']:.0f} tok/s")
         if self.tc.eval_interval and self.step % self.tc.eval_interval == 0 and self.rank == 0:
             self._eval()
 
@@ -234,6 +280,7 @@ class Trainer:
             self.c.close()
             raise
         self.pending_lineage: list[dict] = []
+        self.verdicts: dict[tuple[str, int, int], list[int]] = {}
         self.last_ckpt, self.dirty = self.step, False
         self.last_ckpt_at, self.rejected_at_ckpt = time.monotonic(), 0
         idle_since = time.monotonic()
@@ -272,7 +319,7 @@ class Trainer:
                     break
                 if any(f[3] for f in flags):
                     self._checkpoint(bc, self.version)
-                self.c.status.update(state="waiting", pending_units=sum(len(u) for u in bc.units.values()))
+                self.c.status.update(state="waiting", pending_units=sum(len(b) for b in bc.lanes.values()))
             if self.step > self.last_ckpt or self._rejected_since_checkpoint():
                 self._checkpoint(bc, self.version)
         finally:

@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
-from rftbus.schemas import DecodeError, WeightVersion
+from rftbus.schemas import WeightVersion
 from rftbus.weights import WeightStore
 
 
@@ -59,37 +58,3 @@ class WeightPublisher:
         versions = self.store.versions(self.model)
         protect = protected_versions(versions, newest, self.eta, self.superseded_at, self.grace_s, time.time())
         return self.store.gc(self.model, keep=max(self.keep, 1), protect=protect)
-
-
-def latest_published(consumer, topic: str, model: str, deserializer) -> WeightVersion | None:
-    """The newest WeightVersion for `model` on the (compacted) weights topic."""
-    md = consumer.list_topics(topic, timeout=10).topics.get(topic)
-    if md is None or md.error is not None:
-        return None
-    best: WeightVersion | None = None
-    for p in md.partitions:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-        if high <= low:
-            continue
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING)])
-        pos = low
-        deadline = time.monotonic() + 30
-        while pos < high and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    break
-                continue
-            pos = msg.offset() + 1
-            if msg.key() != model.encode():
-                continue
-            try:
-                rec = deserializer(msg.value(), None)
-            except DecodeError:  # a foreign or corrupt record under our key: not a version we published
-                continue
-            if isinstance(rec, WeightVersion) and (best is None or rec.version >= best.version):
-                best = rec
-    consumer.unassign()
-    return best

@@ -1,14 +1,17 @@
 """Routing what the trainer will not train to the rejected topic (stage `trainer`).
 
-The rejection id is derived from where the record was read, so a rejection produced again after
-a crash (before its offset reached a checkpoint) is recognisably the same rejection.
+The rejection id is derived from where the record was read and why, so a rejection produced again
+after a crash (before its offset reached a checkpoint) is recognisably the same rejection.
 """
 
 from __future__ import annotations
 
 import hashlib
 
-from rftbus.schemas import Rejection
+from rftbus.consumers.batch_consumer import Polled
+from rftbus.schemas import Rejection, topic_context
+
+ORIGINAL_MAX_BYTES = 512 * 1024  # a rejection must fit the rejected topic; bigger originals are referenced
 
 
 def rejection_id(topic: str, partition: int, offset: int, reason: str) -> str:
@@ -22,14 +25,18 @@ class Rejector:
         self.topic = topic
         self.count: dict[str, int] = {}
 
-    def __call__(self, topic: str, partition: int, offset: int, key: bytes | None, original: bytes,
-                 reason: str, detail: str, experience_id: str | None = None) -> None:
-        rec = Rejection(rejection_id=rejection_id(topic, partition, offset, reason), experience_id=experience_id,
-                        reason=reason, detail=detail, stage="trainer", source_topic=topic, partition=partition,
-                        offset=offset, original=original)
-        self.producer.produce(self.topic, key=key, value=self.serialize(rec, None))
+    def __call__(self, r: Polled, reason: str, detail: str, experience_ids: list[str], evidence: bool = False) -> None:
+        """Reject (some samples of) record `r`. With `evidence` the bytes are copied when they fit;
+        otherwise the rejection points at the record (topic, partition, offset)."""
+        original = r.raw if evidence and len(r.raw) <= ORIGINAL_MAX_BYTES else None
+        rec = Rejection(rejection_id=rejection_id(r.topic, r.partition, r.offset, reason),
+                        experience_id=experience_ids[0] if len(experience_ids) == 1 else None,
+                        group_id=r.group.group_id if r.group is not None else None, experience_ids=list(experience_ids),
+                        reason=reason, detail=detail[:2000], stage="trainer", source_topic=r.topic,
+                        partition=r.partition, offset=r.offset, original=original)
+        self.producer.produce(self.topic, key=r.key, value=self.serialize(rec, topic_context(self.topic)))
         self.producer.poll(0)
-        self.count[reason] = self.count.get(reason, 0) + 1
+        self.count[reason] = self.count.get(reason, 0) + max(1, len(experience_ids))
 
     def flush(self, timeout: float = 30.0) -> None:
         """Rejections must be on the broker before their offsets are checkpointed."""

@@ -10,19 +10,13 @@ from rftbus.errors import RftbusError
 def newest_weights(cfg: Config, model) -> tuple[int, str]:
     from safetensors.torch import load_file
 
-    from rftbus.kafka.clients import check_reachable, make_consumer
-    from rftbus.schemas import WeightVersion, make_codec
-    from rftbus.trainer.publish import latest_published
+    from rftbus.kafka.clients import check_reachable
     from rftbus.weights import WeightStore, load_weights
+    from rftbus.weights.follower import latest_published
 
     try:
         check_reachable(cfg, timeout=3)
-        probe = make_consumer(cfg, f"{cfg.trainer.group_id}-eval-probe")
-        try:
-            rec = latest_published(probe, cfg.topics.weights.name, cfg.model.name,
-                                   make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(WeightVersion))
-        finally:
-            probe.close()
+        rec = latest_published(cfg)
     except RftbusError:  # no broker: fall back to the store on disk
         rec = None
     if rec is not None:

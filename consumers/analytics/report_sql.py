@@ -36,7 +36,7 @@ WHERE experience_id NOT IN (SELECT experience_id FROM {db}.experiences WHERE top
 GROUP BY staleness ORDER BY staleness"""
 
 REJECTIONS = """
-SELECT {b} AS b, reason, count() AS n
+SELECT {b} AS b, reason, sum(greatest(length(experience_ids), 1)) AS n
 FROM {db}.rejections FINAL
 GROUP BY b, reason ORDER BY b, reason"""
 
@@ -46,7 +46,8 @@ SELECT stage, b, count() AS n FROM (
   UNION ALL SELECT 'curated', {b_exp} FROM {db}.experiences FINAL WHERE topic IN ('curated', 'curated_priority')
   UNION ALL SELECT 'trained', {b_tr} FROM {db}.trained FINAL
     WHERE experience_id NOT IN (SELECT experience_id FROM {db}.experiences WHERE topic = 'expert')
-  UNION ALL SELECT 'rejected', {b_exp} FROM {db}.rejections FINAL
+  UNION ALL SELECT 'rejected', {b_exp} FROM {db}.rejections FINAL ARRAY JOIN if(empty(experience_ids), [''],
+    experience_ids) AS rejected_id
 )
 GROUP BY stage, b ORDER BY stage, b"""
 

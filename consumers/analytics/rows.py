@@ -1,8 +1,10 @@
 """Kafka message -> table rows (pure): decode with the rftbus codec, check the record fits its topic.
 
 A message that does not decode, or holds another record type than its topic carries, becomes one
-`undecodable` row with the codec's reason; it never stops the sink. Trainer `trained` metrics (the
-lineage of a durable checkpoint, values = {experience_id: staleness}) also fan out into `trained` rows.
+`undecodable` row with the codec's reason; it never stops the sink. A group fans out into one
+`experiences` row per experience (on a curated lane: per survivor, the ones the trainer may learn from).
+Trainer `trained` metrics (the lineage of a durable checkpoint, values = {experience_id: staleness})
+also fan out into `trained` rows.
 """
 
 from __future__ import annotations
@@ -12,15 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from rftbus.schemas import (
-    AvroRecord, DecodeError, Experience, Feedback, Rejection, Task, TrainerMetric, WeightVersion,
+    AvroRecord, DecodeError, ExperienceGroup, Feedback, Rejection, Task, TrainerMetric, WeightVersion,
 )
 
 TRAINED_KIND = "trained"  # TrainerMetric.kind of the trainer's lineage records (trainer/metrics.py)
 
 # TopicsConfig key -> the record class its messages hold.
 TOPIC_RECORDS: dict[str, type[AvroRecord]] = {
-    "tasks": Task, "raw": Experience, "curated": Experience, "curated_priority": Experience,
-    "expert": Experience, "rejected": Rejection, "feedback": Feedback, "weights": WeightVersion,
+    "tasks": Task, "raw": ExperienceGroup, "curated": ExperienceGroup, "curated_priority": ExperienceGroup,
+    "expert": ExperienceGroup, "rejected": Rejection, "feedback": Feedback, "weights": WeightVersion,
     "metrics": TrainerMetric,
 }
 
@@ -58,19 +60,27 @@ def _fmap(d: dict[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in d.items() if v is not None and math.isfinite(v)}
 
 
-def _experience(e: Experience) -> Row:
-    lp = e.logprobs
-    return {
-        "experience_id": e.experience_id, "group_id": e.group_id, "task_id": e.task_id,
-        "sample_index": e.sample_index, "group_size": e.group_size, "prompt_tokens": len(e.prompt_ids),
-        "response_tokens": len(e.response_ids), "trainable_tokens": sum(1 for m in e.loss_mask if m),
-        "mean_logprob": _f(sum(lp) / len(lp)) if lp else None, "reward": _f(e.reward),
-        "reward_components": _fmap(e.reward_components), "advantage": _f(e.advantage), "priority": _f(e.priority) or 0.0,
-        "model_version": e.model_version, "source": e.source.value, "explorer_id": e.explorer_id,
-        "prompt_text": e.prompt_text, "response_text": e.response_text, "finish_reason": e.finish_reason,
-        "generation_ms": _f(e.generation_ms) or 0.0, "reward_ms": _f(e.reward_ms) or 0.0,
-        "created_at": ts(e.created_at), "metadata": dict(e.metadata),
-    }
+CURATED = ("curated", "curated_priority")
+
+
+def _experiences(g: ExperienceGroup, topic: str) -> list[Row]:
+    """One row per experience of the group (on a curated lane, per survivor)."""
+    kept = g.survivors if topic in CURATED else range(len(g.samples))
+    common = {"group_id": g.group_id, "task_id": g.task_id, "group_size": len(g.samples),
+              "prompt_tokens": len(g.prompt_ids), "priority": _f(g.priority) or 0.0, "source": g.source.value,
+              "explorer_id": g.explorer_id, "prompt_text": g.prompt_text, "created_at": ts(g.created_at)}
+    out = []
+    for i in kept:
+        e = g.samples[i]
+        lp = e.logprobs
+        out.append({
+            **common, "experience_id": e.experience_id, "sample_index": i, "response_tokens": len(e.response_ids),
+            "trainable_tokens": sum(1 for m in e.loss_mask if m), "mean_logprob": _f(sum(lp) / len(lp)) if lp else None,
+            "reward": _f(e.reward), "reward_components": _fmap(e.reward_components), "advantage": _f(e.advantage),
+            "model_version": e.model_version, "response_text": e.response_text, "finish_reason": e.finish_reason,
+            "generation_ms": _f(e.generation_ms) or 0.0, "reward_ms": _f(e.reward_ms) or 0.0,
+            "metadata": {**g.metadata, **e.metadata}})
+    return out
 
 
 def _task(t: Task) -> Row:
@@ -80,7 +90,8 @@ def _task(t: Task) -> Row:
 
 
 def _rejection(r: Rejection) -> Row:
-    return {"rejection_id": r.rejection_id, "experience_id": r.experience_id, "reason": r.reason,
+    return {"rejection_id": r.rejection_id, "experience_id": r.experience_id, "group_id": r.group_id,
+            "experience_ids": r.covers(), "reason": r.reason,
             "detail": r.detail, "stage": r.stage, "source_topic": r.source_topic, "source_partition": r.partition,
             "source_offset": r.offset, "original_bytes": None if r.original is None else len(r.original),
             "created_at": ts(r.created_at)}
@@ -110,7 +121,7 @@ def _trained(m: TrainerMetric) -> list[Row]:
             for eid, s in m.values.items() if s is not None and math.isfinite(s)]
 
 
-_CONVERT = {Task: ("tasks", _task), Experience: ("experiences", _experience), Rejection: ("rejections", _rejection),
+_CONVERT = {Task: ("tasks", _task), Rejection: ("rejections", _rejection),
             Feedback: ("feedback", _feedback), WeightVersion: ("weights", _weights), TrainerMetric: ("metrics", _metric)}
 
 
@@ -136,10 +147,12 @@ def to_rows(decode, pos: Position, value: bytes | None) -> list[tuple[str, Row]]
     if type(rec) is not want:
         return undecodable(pos, value, "wrong_record_type",
                            f"{type(rec).__name__} on a topic that carries {want.__name__}")
-    table, convert = _CONVERT[want]
     try:
+        if want is ExperienceGroup:
+            return [("experiences", {**pos.columns(), **row}) for row in _experiences(rec, pos.topic)]
+        table, convert = _CONVERT[want]
         row = convert(rec)
-    except (TypeError, ValueError, AttributeError) as e:  # a value the record class let through but a column cannot hold
+    except (TypeError, ValueError, AttributeError, IndexError) as e:  # a value a column cannot hold
         return undecodable(pos, value, "unconvertible", f"{type(e).__name__}: {e}")
     out = [(table, {**pos.columns(), **row})]
     if want is TrainerMetric and rec.kind == TRAINED_KIND:

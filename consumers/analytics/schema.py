@@ -1,6 +1,7 @@
 """The analytics tables: one per record type, DDL generated from one column list per table.
 
-Dedup key: every table is a ReplacingMergeTree ordered by (topic, partition, offset, record id). A
+Dedup key: every table is a ReplacingMergeTree ordered by (topic, partition, offset, record id); an
+experience group fans out into one `experiences` row per experience, so there the id is experience_id. A
 Kafka message re-delivered after a sink restart has the same position and id, so it collapses into
 one row (at merge time, and at once under FINAL); a record that really was written twice upstream
 sits at two offsets and stays visible as two rows, which is what lets analytics *find* duplicates.
@@ -68,7 +69,8 @@ TABLES: dict[str, Table] = {t.name: t for t in [
         ("response_text", "Nullable(String)"), ("finish_reason", "Nullable(String)"), ("generation_ms", "Float64"),
         ("reward_ms", "Float64"), _CREATED, _META]),
     Table("rejections", "rejection_id", [
-        ("rejection_id", "String"), ("experience_id", "Nullable(String)"), ("reason", "LowCardinality(String)"),
+        ("rejection_id", "String"), ("experience_id", "Nullable(String)"), ("group_id", "Nullable(String)"),
+        ("experience_ids", "Array(String)"), ("reason", "LowCardinality(String)"),
         ("detail", "String"), ("stage", "LowCardinality(String)"), ("source_topic", "Nullable(String)"),
         ("source_partition", "Nullable(Int32)"), ("source_offset", "Nullable(Int64)"),
         ("original_bytes", "Nullable(UInt32)"), _CREATED]),
