@@ -2,8 +2,8 @@
 
 pending = a × (streams' lag on raw + the explorer's own groups the lags cannot see yet: those still
 awaiting Kafka's acknowledgement when the lags were read, plus those produced since) + the trainer's
-lag on the curated lanes; lags are from committed offsets, in experiences ÷ n. `a` is streams'
-recent acceptance rate (curated output ÷ raw input over the last 30 s, at least
+lag on the curated lanes; lags are from committed offsets, and a record is a group. `a` is streams'
+recent acceptance rate (curated groups out ÷ raw groups in over the last 30 s, at least
 `explorer.admission_min_acceptance`, default 1 = off): a group streams will drop (zero-variance,
 most groups once a policy sharpens) never reaches the trainer, so counting it in full idles
 explorers that have hardware of their own. (On two shared cores one run with it made 1.6× the
@@ -52,8 +52,7 @@ class Admission:
         self.bound = (cfg.rl.max_staleness + 1) * cfg.rl.batch_groups
         self.lanes = [(cfg.streams.app_id, [cfg.topics.raw.name]),
                       (cfg.trainer.group_id, [cfg.topics.curated.name, cfg.topics.curated_priority.name])]
-        self.acceptance = AcceptanceRate(cfg.explorer.admission_min_acceptance,
-                                         min_records=cfg.rl.batch_groups * cfg.rl.group_size)
+        self.acceptance = AcceptanceRate(cfg.explorer.admission_min_acceptance, min_records=cfg.rl.batch_groups)
         self._lag_groups = 0.0
         self._since_refresh = 0
         self._read_at = -1e9
@@ -66,7 +65,7 @@ class Admission:
             raise AdmissionUnavailable(str(e)) from None
         now = time.monotonic()
         a = self.acceptance.update(now, raw.done, curated.end)
-        self._lag_groups = (a * raw.lag + curated.lag) / self.cfg.rl.group_size
+        self._lag_groups = a * raw.lag + curated.lag
         self._since_refresh = unseen
         self._read_at = now
 

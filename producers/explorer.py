@@ -1,8 +1,8 @@
 """The explorer rollout worker: tasks in, one group of experiences per task out.
 
 Loop: poll a task -> wait for admission (partitions paused, group membership kept) -> run its
-workflow (n samples) -> produce the experiences keyed by group_id -> commit the task offset once
-Kafka has acknowledged every record of the group (AckTracker). Weights are swapped between groups
+workflow (n samples) -> produce one ExperienceGroup record keyed by group_id -> commit the task offset
+once Kafka has acknowledged it (AckTracker). Weights are swapped between groups
 when the follower has prefetched a newer verified version. SIGTERM/SIGINT (`request_stop`) ends the
 loop after the current group; shutdown flushes, commits and leaves the group.
 """
@@ -18,21 +18,22 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException, TopicPartition
 
 from rftbus.config import Config, ConfigError
-from rftbus.consumers.weight_sync import WeightFollower, swap_in_ready
+from rftbus.consumers.weight_sync import swap_in_ready
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.models.loading import load_tokenizer
 from rftbus.producers.acks import AckTracker
 from rftbus.producers.admission import Admission, AdmissionUnavailable
 from rftbus.producers.engines import RolloutEngine, make_engine
 from rftbus.producers.engines.primed import PrimedEngine
-from rftbus.producers.experience import expert_experience, experiences
+from rftbus.producers.experience import expert_group, group_of
 from rftbus.producers.rewards import make_rewards
 from rftbus.producers.rollout import run_task
 from rftbus.producers.seen_tasks import SeenTasks
 from rftbus.status import StatusFile
 from rftbus.producers.workflows import RolloutContext, encode_prompt
-from rftbus.schemas import DecodeError, Experience, Rejection, Task, make_codec
+from rftbus.schemas import DecodeError, ExperienceGroup, Rejection, Task, make_codec, topic_context
 from rftbus.tasksets import get_taskset, taskset_names
+from rftbus.weights.follower import WeightFollower
 
 
 @dataclass
@@ -55,7 +56,7 @@ class Explorer:
         ex = cfg.explorer
         self.id = ex.id or f"{socket.gethostname()}-{os.getpid()}"
         codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
-        self.encode_exp, self.encode_rej = codec.serializer(Experience), codec.serializer(Rejection)
+        self.encode_group, self.encode_rej = codec.serializer(ExperienceGroup), codec.serializer(Rejection)
         self.decode_task = codec.deserializer(Task)
         self.tokenizer = load_tokenizer(cfg.model)
         self.engine = engine or make_engine(cfg, self.tokenizer)
@@ -265,25 +266,25 @@ class Explorer:
             self._reject(msg, outcome.reason, outcome.detail)
             self.stats["tasks_rejected"] += 1
             return
-        records = experiences(task, outcome.samples, version, self.id)
-        for rec in records:
-            self._produce(self.cfg.topics.raw.name, rec.group_id, rec, self.encode_exp, msg)
+        group = group_of(task, outcome.samples, version, self.id)
+        self._produce(self.cfg.topics.raw.name, group.group_id, group, self.encode_group, msg)
+        n_exp = len(group.samples)
         self.stats["groups_produced"] += 1
-        self.stats["experiences_produced"] += len(records)
+        self.stats["experiences_produced"] += n_exp
         self.t.groups += 1
-        self.t.experiences += len(records)
-        self.status.update(last_reward_mean=sum(r.reward for r in records) / len(records))
+        self.t.experiences += n_exp
+        self.status.update(last_reward_mean=sum(s.reward or 0.0 for s in group.samples) / n_exp)
         if self.admission:
             self.admission.produced_group()
         if ex.expert and task.taskset in taskset_names():
-            demo = expert_experience(task, get_taskset(task.taskset).expert(task), self.tokenizer, self.id,
-                                     ex.workflow.chat_template)
-            self._produce(self.cfg.topics.expert.name, demo.group_id, demo, self.encode_exp, msg)
+            demo = expert_group(task, get_taskset(task.taskset).expert(task), self.tokenizer, self.id,
+                                ex.workflow.chat_template)
+            self._produce(self.cfg.topics.expert.name, demo.group_id, demo, self.encode_group, msg)
             self.stats["expert_produced"] += 1
 
     def _produce(self, topic: str, key: str | bytes | None, record, encode, msg) -> None:
         t0 = time.perf_counter()
-        value = encode(record, None)
+        value = encode(record, topic_context(topic))
         t1 = time.perf_counter()
         cb = self.acks.expect(msg.partition(), msg.offset())
         while True:

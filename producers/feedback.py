@@ -24,9 +24,9 @@ from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_producer
 from rftbus.producers.serve.errors import field_path
-from rftbus.producers.serve.feedback import FeedbackRequest, correction_experience
+from rftbus.producers.serve.feedback import FeedbackRequest, correction_group
 from rftbus.producers.serve.protocol import default_task_id
-from rftbus.schemas import Experience, Feedback, make_codec
+from rftbus.schemas import ExperienceGroup, Feedback, make_codec, topic_context
 
 
 class FeedbackNotAccepted(RftbusError):
@@ -36,7 +36,7 @@ class FeedbackNotAccepted(RftbusError):
 @dataclass
 class Published:
     feedback: Feedback
-    expert: Experience | None = None
+    expert: ExperienceGroup | None = None  # a correction's demonstration (a group of one)
 
 
 def parse_request(fields: dict[str, Any]) -> FeedbackRequest:
@@ -52,7 +52,7 @@ class FeedbackClient:
         self.cfg, self.producer_id, self.timeout_s = cfg, producer_id, timeout_s
         self.producer = make_producer(cfg, **{"message.timeout.ms": int(timeout_s * 1000)})
         codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
-        self.encode_fb, self.encode_exp = codec.serializer(Feedback), codec.serializer(Experience)
+        self.encode_fb, self.encode_group = codec.serializer(Feedback), codec.serializer(ExperienceGroup)
         self._tok = None
 
     # -- one call per kind ---------------------------------------------------------------------
@@ -85,16 +85,17 @@ class FeedbackClient:
                                           "proxy that recorded the experience knows it: post through it instead)")
             tok = self._tokenizer()
             ids = list(tok(req.prompt, add_special_tokens=False)["input_ids"])
-            expert = correction_experience(fb, ids, req.prompt, default_task_id(ids), tok, self.producer_id)
+            expert = correction_group(fb, ids, req.prompt, default_task_id(ids), tok, self.producer_id)
         errors: list[str] = []
 
         def on_delivery(err, msg) -> None:
             if err is not None:
                 errors.append(f"{msg.topic()}: {err.str()}")
+        t = self.cfg.topics
         if expert is not None:
-            self.producer.produce(self.cfg.topics.expert.name, key=expert.group_id, value=self.encode_exp(expert, None),
-                                  on_delivery=on_delivery)
-        self.producer.produce(self.cfg.topics.feedback.name, key=fb.experience_id, value=self.encode_fb(fb, None),
+            self.producer.produce(t.expert.name, key=expert.group_id,
+                                  value=self.encode_group(expert, topic_context(t.expert.name)), on_delivery=on_delivery)
+        self.producer.produce(t.feedback.name, key=fb.experience_id, value=self.encode_fb(fb, topic_context(t.feedback.name)),
                               on_delivery=on_delivery)
         left = self.producer.flush(self.timeout_s + 1)
         if left or errors:

@@ -68,6 +68,8 @@ def run_task(task: Task, n: int, ctx: RolloutContext, default_workflow: str, tim
             for s in samples:
                 if not (len(s.response_ids) == len(s.logprobs) == len(s.loss_mask)):
                     raise ValueError("sample has response_ids/logprobs/loss_mask of different lengths")
+                if s.prompt_ids != samples[0].prompt_ids:
+                    raise ValueError("the samples of one group must share one prompt (a group is one prompt x n)")
             return Outcome(samples, attempts=attempt)
         except TaskTimeout:
             reason, detail = "task_timeout", f"attempt {attempt} ran over {timeout_s:g}s"

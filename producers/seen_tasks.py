@@ -9,13 +9,8 @@ partitions between them never rolls a task out twice, and no extra topic or stat
 
 from __future__ import annotations
 
-import time
-import uuid
-
-from confluent_kafka import KafkaError, TopicPartition
-
 from rftbus.config import Config
-from rftbus.kafka.clients import make_consumer
+from rftbus.kafka.read import read_to_end
 
 
 class SeenTasks:
@@ -28,27 +23,11 @@ class SeenTasks:
         seen = self._seen[partition] = set()
         if committed <= 0:
             return 0
-        reader = make_consumer(self.cfg, f"rftbus-seen-{uuid.uuid4().hex[:8]}", **{"enable.partition.eof": True})
-        try:
-            low, _high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
-            if low >= committed:
-                return 0
-            reader.assign([TopicPartition(topic, partition, low)])
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                msgs = reader.consume(num_messages=1000, timeout=1.0)
-                for m in msgs:
-                    if m.error():
-                        if m.error().code() == KafkaError._PARTITION_EOF:
-                            return len(seen)
-                        continue
-                    if m.offset() >= committed:
-                        return len(seen)
-                    if m.key() is not None:  # a key that is not UTF-8 is no task id (poison): it cannot crash us
-                        seen.add(m.key().decode(errors="replace"))
-            raise RuntimeError(f"could not read {topic}[{partition}] up to offset {committed} within 60 s")
-        finally:
-            reader.close()
+        for m in read_to_end(self.cfg, topic, partitions=[partition], until={partition: committed}, timeout_s=60):
+            key = m.key()
+            if key is not None:  # a key that is not UTF-8 is no task id (poison): it cannot crash us
+                seen.add(key.decode(errors="replace"))
+        return len(seen)
 
     def __contains__(self, item: tuple[int, str]) -> bool:
         partition, task_id = item

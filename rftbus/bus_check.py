@@ -14,26 +14,26 @@ from confluent_kafka import TopicPartition
 from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer, make_producer
 from rftbus.schemas import (
-    AvroRecord, Experience, Feedback, FeedbackKind, Rejection, Task, TrainerMetric, WeightVersion, make_codec,
+    AvroRecord, Experience, ExperienceGroup, Feedback, FeedbackKind, Rejection, Task, TrainerMetric, WeightVersion,
+    make_codec, topic_context,
 )
 
 
 def sample_records() -> dict[str, AvroRecord]:
     """One realistic record per type, keyed by the config's topic key it is published to."""
     task = Task(taskset="bus-check", prompt="12+30=", answer="42")
-    exp = Experience(
-        group_id=f"{task.task_id}:0", task_id=task.task_id, sample_index=0, group_size=1,
-        prompt_ids=[5, 6, 7, 8, 9, 10], response_ids=[11, 12, 2], logprobs=[-0.5, -0.25, -0.125],
-        loss_mask=[True, True, True], reward=1.0, reward_components={"correct": 1.0}, model_version=0,
-        explorer_id="bus-check", prompt_text="12+30=", response_text="42",
-    )
+    exp = Experience(response_ids=[11, 12, 2], logprobs=[-0.5, -0.25, -0.125], loss_mask=[True, True, True],
+                     reward=1.0, reward_components={"correct": 1.0}, model_version=0, response_text="42")
+    group = ExperienceGroup(group_id=f"{task.task_id}:0", task_id=task.task_id, explorer_id="bus-check",
+                            prompt_ids=[5, 6, 7, 8, 9, 10], prompt_text="12+30=", samples=[exp])
     return {
         "tasks": task,
-        "raw": exp,
+        "raw": group,
         "feedback": Feedback(experience_id=exp.experience_id, kind=FeedbackKind.thumbs, thumbs_up=True),
         "weights": WeightVersion(model="bus-check", version=0, step=0, uri="file:///dev/null", sha256="0" * 64, bytes=0),
         "metrics": TrainerMetric(model="bus-check", kind="progress", step=0, version=0, values={"loss": 0.0}),
-        "rejected": Rejection(experience_id=exp.experience_id, reason="bus_check", stage="check"),
+        "rejected": Rejection(experience_id=exp.experience_id, group_id=group.group_id,
+                              experience_ids=[exp.experience_id], reason="bus_check", stage="check"),
     }
 
 
@@ -62,7 +62,7 @@ def round_trip(cfg: Config, timeout: float = 30.0) -> list[CheckResult]:
         return cb
 
     for key, record in records.items():
-        value = codec.serializer(type(record))(record, None)
+        value = codec.serializer(type(record))(record, topic_context(topics[key].name))
         rkey = record.kafka_key()
         producer.produce(topics[key].name, key=rkey.encode() if rkey else None, value=value, on_delivery=on_delivery(key))
     if producer.flush(timeout) != 0 or len(delivered) != len(records):

@@ -55,7 +55,7 @@ def test_bus_check_compares_whole_records(broker):
     create_topics(broker, make_admin(broker))
     results = round_trip(broker)
     assert {r.record_type for r in results} == {
-        "rftbus.Task", "rftbus.Experience", "rftbus.Feedback", "rftbus.WeightVersion", "rftbus.TrainerMetric",
+        "rftbus.Task", "rftbus.ExperienceGroup", "rftbus.Feedback", "rftbus.WeightVersion", "rftbus.TrainerMetric",
         "rftbus.Rejection"}
     assert all(r.equal for r in results)
 
@@ -83,7 +83,7 @@ def test_tail_prints_garbage_as_undecodable_and_carries_on(broker):
     assert "UNDECODABLE" in lines[1] and "no_registry" in lines[1]
     assert "UNDECODABLE" in lines[2] and "unknown_schema" in lines[2]
     assert "UNDECODABLE" in lines[3] and "unknown_magic" in lines[3]
-    assert "rftbus.Experience" in lines[4]
+    assert "rftbus.ExperienceGroup" in lines[4]
 
     js = rftbus_cli(broker, "tail", topic, "--from-beginning", "--json", "--limit", "4")
     rows = [json.loads(x) for x in js.stdout.strip().splitlines()]

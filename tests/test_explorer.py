@@ -64,18 +64,15 @@ def test_groups_rejections_and_commits(broker, tmp_path, batch_tasks):
     result = explorer.run()
     assert result["groups_produced"] == 3 and result["tasks_rejected"] == 2, (result, reports)
     raw = read_topic(cfg, "raw")
-    groups: dict[str, list] = {}
-    for key, e in raw:
-        assert key == e.group_id
-        groups.setdefault(e.group_id, []).append(e)
-    assert len(groups) == 3
-    for members in groups.values():
-        n = 3 if members[0].task_id == good[0].task_id else 2
-        assert sorted(e.sample_index for e in members) == list(range(n)) and {e.group_size for e in members} == {n}
-        for e in members:
+    assert len(raw) == 3  # one record per group
+    for key, g in raw:
+        assert key == g.group_id and g.explorer_id == explorer.id and g.survivors == []
+        n = 3 if g.task_id == good[0].task_id else 2
+        assert len(g.samples) == n and len(set(g.experience_ids())) == n and g.prompt_ids
+        for e in g.samples:
             assert len(e.response_ids) == len(e.logprobs) == len(e.loss_mask) > 0
             assert all(lp <= 0 for lp in e.logprobs) and all(e.loss_mask)
-            assert e.model_version == 0 and e.explorer_id == explorer.id and e.reward is not None
+            assert e.model_version == 0 and e.reward is not None and e.advantage is None
             assert "taskset" in e.reward_components and e.generation_ms > 0
     rejected = {r.reason: r for _, r in read_topic(cfg, "rejected")}
     assert set(rejected) == {"task_failed", "task_timeout", "malformed"}
@@ -89,7 +86,7 @@ def test_groups_rejections_and_commits(broker, tmp_path, batch_tasks):
     assert '"state": "stopped"' in status and '"groups_produced": 3' in status
     if batch_tasks > 1:  # the good tasks' groups came from batched calls, not one call each
         assert explorer.primed.primed_calls >= 1 and explorer.primed.hits >= 2, (explorer.primed.primed_calls, reports)
-        batched = [e for _, e in raw if "batch_groups" in e.metadata]
+        batched = [e for _, g in raw for e in g.samples if "batch_groups" in e.metadata]
         assert batched and all(int(e.metadata["batch_groups"]) >= 2 for e in batched)
 
 
@@ -121,7 +118,7 @@ def test_weight_hot_reload_refuses_corrupt_version(broker, tmp_path):
     wait_for(lambda: explorer.stats["groups_produced"] == 4, what="2 groups on v2")
     explorer.request_stop()
     th.join(30)
-    versions = {e.task_id: e.model_version for _, e in read_topic(cfg, "raw")}
+    versions = {g.task_id: g.samples[0].model_version for _, g in read_topic(cfg, "raw")}
     assert {versions[t.task_id] for t in tasks[:2]} == {0} and {versions[t.task_id] for t in tasks[2:4]} == {2}
     got = explorer.engine.model.state_dict()
     assert all(torch.equal(got[k], new_state[k]) for k in new_state)
@@ -156,7 +153,8 @@ def test_acceptance_rate_window_floor_and_noise():
 
 
 def test_admission_counts_raw_groups_at_streams_acceptance_rate(broker, tmp_path):
-    """Streams drops 3 of 4 groups: raw backlog counts at 1/4, the trainer's curated lag in full.
+    """Streams drops 3 of 4 groups: raw backlog counts at 1/4, the trainer's curated lag in full (records are
+    groups).
 
     A new group on new topics: the admin API's offset query crashed this test with SIGSEGV before
     committed offsets were read through a consumer (rftbus/kafka/committed.py)."""
@@ -170,24 +168,24 @@ def test_admission_counts_raw_groups_at_streams_acceptance_rate(broker, tmp_path
     wait_for(lambda: _refreshed(adm), what="partition leaders of the new topics")  # baseline reading
     assert adm.acceptance.value == 1.0 and adm.pending() == 0
     producer = make_producer(cfg)
-    for i in range(40):
-        producer.produce(cfg.topics.raw.name, key=f"g{i // 4}", value=b"x", partition=0)
-    for i in range(10):
+    for i in range(8):
+        producer.produce(cfg.topics.raw.name, key=f"g{i}", value=b"x", partition=0)
+    for i in range(2):
         producer.produce(cfg.topics.curated.name, key=f"c{i}", value=b"x", partition=0)
     producer.flush(10)
     streams = make_consumer(cfg, cfg.streams.app_id)
-    streams.commit(offsets=[TopicPartition(cfg.topics.raw.name, 0, 40)], asynchronous=False)
+    streams.commit(offsets=[TopicPartition(cfg.topics.raw.name, 0, 8)], asynchronous=False)
     streams.close()
     adm.refresh()
     assert adm.acceptance.value == pytest.approx(0.25)
-    assert adm.pending() == pytest.approx(10 / 4)  # nothing upstream; curated 10 records = 2.5 groups
-    for i in range(8):  # two more groups not yet through streams
-        producer.produce(cfg.topics.raw.name, key=f"h{i // 4}", value=b"x", partition=0)
+    assert adm.pending() == pytest.approx(2)  # nothing upstream; 2 curated groups the trainer has not taken
+    for i in range(2):  # two more groups not yet through streams
+        producer.produce(cfg.topics.raw.name, key=f"h{i}", value=b"x", partition=0)
     producer.flush(10)
     adm.refresh()
-    assert adm.pending() == pytest.approx(0.25 * 2 + 2.5)
+    assert adm.pending() == pytest.approx(0.25 * 2 + 2)
     adm.produced_group()  # our own group the lags cannot see yet counts at the same rate
-    assert adm.pending() == pytest.approx(0.25 * 3 + 2.5)
+    assert adm.pending() == pytest.approx(0.25 * 3 + 2)
 
 
 def _refreshed(adm) -> bool:
@@ -218,7 +216,7 @@ def test_admission_pauses_at_bound_and_resumes(broker, tmp_path, batch_tasks):
     wait_for(lambda: '"waiting_for_admission": true' in status_path.read_text(), what="explorer waiting")
     time.sleep(1.5)  # it stays at the bound while the trainer does not advance
     assert explorer.stats["groups_produced"] == bound
-    wait_for(lambda: sum(end_offsets(cfg, "curated").values()) == bound * 2, what="forwarded")
+    wait_for(lambda: sum(end_offsets(cfg, "curated").values()) == bound, what="forwarded")
     # the trainer commits what it has trained: its lag drops to zero and the explorer resumes
     trainer = make_consumer(cfg, cfg.trainer.group_id)
     trainer.commit(offsets=[TopicPartition(cfg.topics.curated.name, p, o) for p, o in end_offsets(cfg, "curated").items()],
@@ -245,7 +243,7 @@ def test_eta_zero_loads_newest_version_before_admitting(broker, tmp_path, eta):
     p.flush(10)
     publish(cfg, list(get_taskset("addition").tasks("train", 2)))
     Explorer(cfg, report=lambda s: None).run()
-    assert {e.model_version for _, e in read_topic(cfg, "raw")} == {3}
+    assert {e.model_version for _, g in read_topic(cfg, "raw") for e in g.samples} == {3}
 
 
 def test_static_member_restart_gets_its_partitions_back_at_once(broker, tmp_path):
@@ -274,14 +272,14 @@ def test_static_member_restart_gets_its_partitions_back_at_once(broker, tmp_path
     second = None
     try:
         publish(cfg, tasks[:4])
-        wait_for(lambda: produced() >= 4 * 2, timeout=120, what="the first explorer's groups")
+        wait_for(lambda: produced() >= 4, timeout=120, what="the first explorer's groups")
         first.kill()
         first.wait(10)
         restarted = time.monotonic()
         second = subprocess.Popen([exe, "--config", str(path), "explore", "--id", "e0"], stdout=logs[1],
                                   stderr=subprocess.STDOUT, env=env)
         publish(cfg, tasks[4:])
-        wait_for(lambda: produced() >= 8 * 2, timeout=120, what="the restarted explorer's groups")
+        wait_for(lambda: produced() >= 8, timeout=120, what="the restarted explorer's groups")
         assert time.monotonic() - restarted < 40, (tmp_path / "explorer-1.log").read_text()[-2000:]
     finally:
         for p in (first, second):

@@ -19,7 +19,7 @@ from rftbus.kafka.topics import create_topics
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.producers.serve.auth import OpenScopeRefused, TokenAuth
 from rftbus.producers.serve.server import BackgroundServer
-from rftbus.schemas import Experience, FeedbackKind, Source, WeightVersion, make_codec
+from rftbus.schemas import ExperienceGroup, FeedbackKind, Source, WeightVersion, make_codec
 from rftbus.weights import WeightStore
 
 TOPIC_KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
@@ -66,10 +66,26 @@ def topic(cfg, key: str, want=lambda recs: True, timeout=30.0) -> list:
         time.sleep(0.3)
 
 
-def recorded(cfg, ids: list[str]) -> dict[str, Experience]:
-    recs = topic(cfg, "raw", lambda rs: set(ids) <= {r.experience_id for _, r in rs})
+class Recorded:
+    """One recorded experience seen with its group: the sample's fields, else the group's."""
+
+    def __init__(self, group: ExperienceGroup, index: int):
+        self.group, self.sample_index, self.group_size = group, index, len(group.samples)
+        self.sample = group.samples[index]
+        self.metadata = {**group.metadata, **self.sample.metadata}  # request's, then the completion's own
+
+    def __getattr__(self, name):
+        return getattr(self.sample, name) if hasattr(self.sample, name) else getattr(self.group, name)
+
+
+def flat(recs) -> list[tuple[str, Recorded]]:
+    return [(key, Recorded(g, i)) for key, g in recs if isinstance(g, ExperienceGroup) for i in range(len(g.samples))]
+
+
+def recorded(cfg, ids: list[str]) -> dict[str, Recorded]:
+    recs = topic(cfg, "raw", lambda rs: set(ids) <= {e.experience_id for _, e in flat(rs)})
     out = {}
-    for key, e in recs:
+    for key, e in flat(recs):
         if e.experience_id in ids:
             assert key == e.group_id  # the Kafka key, as the streams expect
             out[e.experience_id] = e
@@ -172,13 +188,13 @@ def test_feedback_of_every_kind_arrives_on_the_feedback_topic(env):
     assert corr.feedback_id == "fb-fixed-1" and corr.correction == "7"
     expert_id = answers[-1]["expert_experience_id"]
     assert expert_id == "fb-fixed-1:correction"
-    [(key, demo)] = [(k2, e) for k2, e in topic(cfg, "expert", lambda rs: any(e.experience_id == expert_id for _, e in rs))
-                     if e.experience_id == expert_id]
+    [(key, demo)] = [(k2, e) for k2, e in flat(topic(cfg, "expert", lambda rs: any(
+        e.experience_id == expert_id for _, e in flat(rs)))) if e.experience_id == expert_id]
     tok = load_tokenizer(cfg.model)
     assert demo.source is Source.expert and demo.prompt_ids == recs[ids[3]].prompt_ids and demo.reward == 1.0
     assert demo.response_ids == tok("7", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     assert demo.logprobs == [0.0] * len(demo.response_ids) and all(demo.loss_mask) and key == demo.group_id
-    assert demo.task_id == recs[ids[3]].task_id and demo.metadata["corrected_from"] == ids[3]
+    assert demo.task_id == recs[ids[3]].task_id and demo.group.metadata["corrected_from"] == ids[3]
     # a correction for an experience this server never recorded needs the prompt
     r = f.post("/v1/feedback", json={"experience_id": "unknown-exp", "correction": "x"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
@@ -287,8 +303,8 @@ def test_forwarding_to_an_upstream_endpoint(env, tmp_path):
     ids = r.headers["X-Rftbus-Experience-Id"].split(",")
     mine = recorded(cfg, ids)
     assert {e.explorer_id for e in mine.values()} == {bcfg.serve.id}
-    theirs = [e for _, e in topic(cfg, "raw") if e.explorer_id == cfg.serve.id and e.prompt_ids == mine[ids[0]].prompt_ids
-              and e.group_size == 2]
+    theirs = [e for _, e in flat(topic(cfg, "raw")) if e.explorer_id == cfg.serve.id
+              and e.prompt_ids == mine[ids[0]].prompt_ids and e.group_size == 2]
     upstream_lps = {tuple(e.response_ids): e.logprobs for e in theirs[-2:]}
     assert sorted(upstream_lps) == sorted(tuple(e.response_ids) for e in mine.values())
     for e in mine.values():
@@ -319,9 +335,10 @@ def test_feedback_from_python(env):
                                                                             b.feedback.feedback_id} <= {x.feedback_id for _, x in rs})}
     assert fbs[a.feedback.feedback_id].thumbs_up is True and fbs[a.feedback.feedback_id].annotator == "env:calc"
     assert fbs[b.feedback.feedback_id].kind is FeedbackKind.correction
-    experts = {e.experience_id for _, e in topic(cfg, "expert", lambda rs: any(
-        e.experience_id == b.expert.experience_id for _, e in rs))}
-    assert b.expert.experience_id in experts
+    want = b.expert.samples[0].experience_id
+    experts = {e.experience_id for _, e in flat(topic(cfg, "expert", lambda rs: any(
+        e.experience_id == want for _, e in flat(rs))))}
+    assert want in experts
 
 
 def test_kafka_unreachable_gives_503_and_buffer_is_bounded(tmp_path):

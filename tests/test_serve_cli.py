@@ -84,7 +84,7 @@ def test_serve_process_records_and_takes_feedback(proc):
     assert fbs[direct["feedback_id"]].reward == 0.5 and fbs[direct["feedback_id"]].annotator == "cli"
     assert len(fbs) == 3
     experts = [DECODE(m.value(), None) for m in read_to_end(cfg, cfg.topics.expert.name)]
-    assert [e.experience_id for e in experts] == [corrected["expert_experience_id"]]
+    assert [e.experience_id for g in experts for e in g.samples] == [corrected["expert_experience_id"]]
     assert experts[0].metadata["corrected_from"] == exp_id
 
 

@@ -80,8 +80,8 @@ def test_200_concurrent_pairs_each_record_exactly_once(broker, tmp_path):
     assert not failures and len(acked_exp) == len(acked_fb) == PAIRS  # a healthy local broker refuses nothing
     assert wall < DEADLINE_S
 
-    raw = Counter(e.experience_id for e in (DECODE(m.value(), None) for m in read_to_end(cfg, cfg.topics.raw.name))
-                  if e.explorer_id == cfg.serve.id)
+    raw = Counter(e.experience_id for g in (DECODE(m.value(), None) for m in read_to_end(cfg, cfg.topics.raw.name))
+                  if g.explorer_id == cfg.serve.id for e in g.samples)
     fbs = Counter(f.feedback_id for f in (DECODE(m.value(), None) for m in read_to_end(cfg, cfg.topics.feedback.name)))
     assert {raw[i] for i in acked_exp} == {1} and sum(raw.values()) == len(acked_exp)
     assert {fbs[i] for i in acked_fb} == {1} and sum(fbs.values()) == len(acked_fb)

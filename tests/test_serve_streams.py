@@ -23,7 +23,7 @@ def test_live_traffic_is_curated_with_its_feedback(broker, tmp_path):
     tag = uuid.uuid4().hex[:6]
     cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"ss{tag}.{k}" for k in TOPIC_KEYS}, **{
         "streams.app_id": f"ss{tag}", "streams.tick_interval_s": 0.5, "streams.commit_interval_s": 0.2,
-        "streams.version_wait_s": 0.5, "streams.group_timeout_s": 30.0, "streams.feedback_ttl_s": 120.0,
+        "streams.version_wait_s": 0.5, "streams.feedback_ttl_s": 120.0,
         "serve.port": free_port(), "serve.weights_wait_s": 2.0, "serve.id": f"serve-{tag}"})
     create_topics(cfg, make_admin(cfg))
     worker = WorkerProcess(cfg, f"w{tag}", tmp_path / "worker.log")
@@ -40,19 +40,20 @@ def test_live_traffic_is_curated_with_its_feedback(broker, tmp_path):
             pair_id = r.json()["feedback_id"]
         deadline = time.monotonic() + 90
         while True:
-            curated = [e for role in ("curated", "curated_priority")
-                       for e in read_all(cfg, getattr(cfg.topics, role).name, decode=DECODE, idle_s=0.3)]
-            got = {e.experience_id: e for e in curated}
+            curated = [g for role in ("curated", "curated_priority")
+                       for g in read_all(cfg, getattr(cfg.topics, role).name, decode=DECODE, idle_s=0.3)]
+            got = {e.experience_id: (g, e) for g in curated for e in g.kept()}
             if {one, *pair} <= set(got) or time.monotonic() > deadline:
                 break
             time.sleep(0.5)
         assert {one, *pair} <= set(got), worker.tail()
-        assert got[one].reward == 1.0 and got[one].metadata["feedback_kind"] == "thumbs"
-        assert got[one].advantage is not None and got[one].explorer_id == cfg.serve.id
-        win, lose = got[pair[1]], got[pair[0]]
-        assert (win.reward, lose.reward) == (1.0, 0.0) and win.group_id == lose.group_id == pair_id
+        group, e = got[one]
+        assert e.reward == 1.0 and e.metadata["feedback_kind"] == "thumbs"
+        assert e.advantage is not None and group.explorer_id == cfg.serve.id  # a group of one: baseline advantage
+        (pg, win), (_, lose) = got[pair[1]], got[pair[0]]
+        assert (win.reward, lose.reward) == (1.0, 0.0) and pg.metadata["preference_pair"] == pair_id
         assert win.advantage > 0 > lose.advantage
         rejected = read_all(cfg, cfg.topics.rejected.name, decode=DECODE, idle_s=0.3)
-        assert not [r for r in rejected if r.experience_id in {one, *pair}]
+        assert not [r for r in rejected if set(r.covers()) & {one, *pair}]
     finally:
         assert worker.stop() == 0, worker.tail()

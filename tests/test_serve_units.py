@@ -14,7 +14,7 @@ from rftbus.producers.serve.errors import BadRequest, Forbidden, Unauthorized
 from rftbus.producers.serve.feedback import FeedbackRequest
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, chat_prompt, completion_prompt,
                                              cut_at_stop, default_task_id)
-from rftbus.producers.serve.records import LivePrompt, RecentPrompts, live_experiences
+from rftbus.producers.serve.records import LivePrompt, RecentPrompts, live_group
 from rftbus.producers.serve.responses import pieces
 from rftbus.schemas import FeedbackKind, Source
 from rftbus.streams.feedback import grades
@@ -119,14 +119,15 @@ def test_stream_pieces_rebuild_the_text():
     assert list(pieces(TOK, resp, "ab")) == ["a", "b"]
 
 
-def test_live_experiences_and_recent_prompts():
+def test_live_group_and_recent_prompts():
     prompt = LivePrompt(ids("1+1="), "1+1=", "t1")
     comps = [Completion(ids("2"), [-0.1], "length", "2", {"logprob_kind": "sampling"}),
              Completion(ids("3x"), [-0.2, -0.3], "stop", "3x", {})]
-    exps = live_experiences(prompt, comps, 4, "serve-x", 12.5, {"endpoint": "completions"})
-    assert len({e.group_id for e in exps}) == 1 and [e.sample_index for e in exps] == [0, 1]
-    assert all(e.source is Source.live and e.reward is None and e.model_version == 4 and e.group_size == 2 for e in exps)
-    assert exps[1].loss_mask == [True, True] and exps[0].metadata == {"endpoint": "completions", "logprob_kind": "sampling"}
+    g = live_group(prompt, comps, 4, "serve-x", 12.5, {"endpoint": "completions"})
+    assert g.source is Source.live and g.task_id == "t1" and g.prompt_ids == prompt.ids and len(g.samples) == 2
+    assert all(e.reward is None and e.model_version == 4 for e in g.samples)
+    assert g.samples[1].loss_mask == [True, True] and g.metadata == {"endpoint": "completions"}
+    assert g.samples[0].metadata == {"logprob_kind": "sampling"}
     recent = RecentPrompts(2)
     for i in range(3):
         recent.add(f"e{i}", prompt)

@@ -34,12 +34,13 @@ def test_publish_builtin_twice_same_ids_and_eval_split(broker, tmp_path):
     assert len(train) == 10 and len({t.task_id for t in train}) == 5  # same stable ids the second time
     assert len(evals) == 3 and not {t.task_id for t in evals} & {t.task_id for t in train}
     assert all(key == t.task_id for key, t in tasks)
-    experts = [e for _, e in read_topic(cfg, "expert")]
-    assert len(experts) == 3 and {e.task_id for e in experts} == {t.task_id for t in evals}
-    for e in experts:
-        assert e.source is Source.expert and e.reward == 1.0
+    experts = [g for _, g in read_topic(cfg, "expert")]
+    assert len(experts) == 3 and {g.task_id for g in experts} == {t.task_id for t in evals}
+    for g in experts:  # a demonstration is a group of one
+        [e] = g.samples
+        assert g.source is Source.expert and e.reward == 1.0 and g.metadata["policy_free"] == "1"
         assert e.logprobs == [0.0] * len(e.response_ids) and all(e.loss_mask)
-        answer = next(t.answer for t in evals if t.task_id == e.task_id)
+        answer = next(t.answer for t in evals if t.task_id == g.task_id)
         assert e.response_text == answer
 
 

@@ -172,7 +172,7 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         body = {"status": "accepted", "feedback_id": fb.feedback_id, "experience_id": fb.experience_id,
                 "kind": fb.kind.value, "topic": cfg.topics.feedback.name}
         if expert is not None:
-            body["expert_experience_id"] = expert.experience_id
+            body["expert_experience_id"] = expert.samples[0].experience_id
         return JSONResponse(body, status_code=202)
 
     return app

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rftbus.schemas import Experience, Feedback, FeedbackKind
+from rftbus.schemas import ExperienceGroup, Feedback, FeedbackKind
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,127}$"
 _ID = re.compile(ID_PATTERN)
@@ -106,8 +106,8 @@ class FeedbackRequest(BaseModel):
         return fb
 
 
-def correction_experience(fb: Feedback, prompt_ids: list[int], prompt_text: str, task_id: str, tokenizer,
-                          producer_id: str) -> Experience:
+def correction_group(fb: Feedback, prompt_ids: list[int], prompt_text: str, task_id: str, tokenizer,
+                     producer_id: str) -> ExperienceGroup:
     """The corrected response as a demonstration. Its id derives from the feedback id, so a retried
     feedback (same feedback_id) yields the same expert record, not a second one."""
     from rftbus.producers.experience import demonstration  # torch via the workflows: only for corrections
@@ -116,8 +116,8 @@ def correction_experience(fb: Feedback, prompt_ids: list[int], prompt_text: str,
     if fb.annotator:
         meta["annotator"] = fb.annotator
     return demonstration(prompt_ids=prompt_ids, prompt_text=prompt_text, text=fb.correction or "",
-                         tokenizer=tokenizer, task_id=task_id, group_id=f"{task_id}:expert",
-                         producer_id=producer_id, metadata=meta, experience_id=f"{fb.feedback_id}:correction")
+                         tokenizer=tokenizer, task_id=task_id, producer_id=producer_id, metadata=meta,
+                         experience_id=f"{fb.feedback_id}:correction")
 
 
 def valid_id(s: str) -> bool:

@@ -1,9 +1,9 @@
-"""Live completions as Experiences: what streams/ingest.py holds for feedback.
+"""Live completions as an ExperienceGroup: what the streams hold for feedback (streams/live.py).
 
 The contract with the streams: source=live and reward=None mean "wait for a Feedback keyed by this
-experience_id" (streams/join.py). One request with n choices is one group (group_size n, one fresh
-group_id as the Kafka key), so a GRPO advantage applies once all n are graded; n=1 is a group of one
-and gets the per-task mean baseline. loss_mask is all true: every response token was sampled.
+experience_id" (streams/join.py). One request with n choices is one group record (n samples, one
+fresh group_id as the Kafka key), so a GRPO advantage applies once all n are graded; n=1 is a group
+of one and gets the per-task mean baseline. loss_mask is all true: every response token was sampled.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from rftbus.producers.engines.base import Completion
-from rftbus.schemas import Experience, Source, new_id
+from rftbus.schemas import Experience, ExperienceGroup, Source
 
 
 
@@ -23,19 +23,14 @@ class LivePrompt:
     task_id: str
 
 
-def live_experiences(prompt: LivePrompt, completions: list[Completion], version: int, producer_id: str,
-                     generation_ms: float, metadata: dict[str, str]) -> list[Experience]:
-    group_id, n = new_id(), len(completions)
-    out = []
-    for i, c in enumerate(completions):
-        meta = {**metadata, **c.metadata}
-        out.append(Experience(
-            group_id=group_id, task_id=prompt.task_id, sample_index=i, group_size=n, prompt_ids=prompt.ids,
-            response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
-            reward=None, model_version=version, source=Source.live, explorer_id=producer_id,
-            prompt_text=prompt.text, response_text=c.text, finish_reason=c.finish_reason,
-            generation_ms=generation_ms, metadata=meta))
-    return out
+def live_group(prompt: LivePrompt, completions: list[Completion], version: int, producer_id: str,
+               generation_ms: float, metadata: dict[str, str]) -> ExperienceGroup:
+    return ExperienceGroup(
+        task_id=prompt.task_id, source=Source.live, explorer_id=producer_id, prompt_ids=prompt.ids,
+        prompt_text=prompt.text, metadata=dict(metadata),
+        samples=[Experience(response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
+                            reward=None, model_version=version, response_text=c.text, finish_reason=c.finish_reason,
+                            generation_ms=generation_ms, metadata=dict(c.metadata)) for c in completions])
 
 
 class RecentPrompts:

@@ -22,30 +22,29 @@ VERSION_HEADER = "X-Rftbus-Model-Version"
 
 
 def headers(a: Answer) -> dict[str, str]:
-    return {ID_HEADER: ",".join(e.experience_id for e in a.experiences),
-            GROUP_HEADER: a.experiences[0].group_id, VERSION_HEADER: str(a.version)}
+    return {ID_HEADER: ",".join(a.group.experience_ids()), GROUP_HEADER: a.group.group_id,
+            VERSION_HEADER: str(a.version)}
 
 
 def _meta(a: Answer) -> dict:
-    return {"experience_ids": [e.experience_id for e in a.experiences], "group_id": a.experiences[0].group_id,
-            "model_version": a.version}
+    return {"experience_ids": a.group.experience_ids(), "group_id": a.group.group_id, "model_version": a.version}
 
 
 def _usage(a: Answer) -> dict:
-    p = len(a.experiences[0].prompt_ids)
-    c = sum(len(e.response_ids) for e in a.experiences)
+    p = len(a.group.prompt_ids)
+    c = sum(len(e.response_ids) for e in a.group.samples)
     return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
 
 
 def _head(a: Answer, kind: str, model: str) -> dict:
     prefix = "chatcmpl" if kind.startswith("chat") else "cmpl"
-    return {"id": f"{prefix}-{a.experiences[0].group_id}", "object": kind, "created": int(time.time()),
+    return {"id": f"{prefix}-{a.group.group_id}", "object": kind, "created": int(time.time()),
             "model": model, "system_fingerprint": f"rftbus-v{a.version}"}
 
 
 def chat_body(a: Answer, model: str, tokenizer, logprobs: bool) -> dict:
     choices = []
-    for i, (e, text) in enumerate(zip(a.experiences, a.texts)):
+    for i, (e, text) in enumerate(zip(a.group.samples, a.texts)):
         lp = None
         if logprobs:
             lp = {"content": [{"token": tokenizer.decode([t]), "logprob": v, "top_logprobs": []}
@@ -66,7 +65,7 @@ def completion_logprobs(e, tokenizer, as_ids: bool) -> dict:
 
 def completion_body(a: Answer, model: str, tokenizer, logprobs: int | None, as_ids: bool) -> dict:
     choices = []
-    for i, (e, text) in enumerate(zip(a.experiences, a.texts)):
+    for i, (e, text) in enumerate(zip(a.group.samples, a.texts)):
         lp = completion_logprobs(e, tokenizer, as_ids) if logprobs is not None else None
         choices.append({"index": i, "text": text, "logprobs": lp, "finish_reason": e.finish_reason,
                         "experience_id": e.experience_id})
@@ -104,7 +103,7 @@ def stream(a: Answer, model: str, tokenizer, chat: bool, include_usage: bool) ->
             choice = {"index": i, "text": piece or "", "logprobs": None, "finish_reason": finish, **extra}
         return _sse({**head, "choices": [choice], "rftbus": meta})
 
-    for i, (e, text) in enumerate(zip(a.experiences, a.texts)):
+    for i, (e, text) in enumerate(zip(a.group.samples, a.texts)):
         if chat:
             yield chunk(i, "", first=True)
         for piece in pieces(tokenizer, e.response_ids, text):

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rftbus.config import Config
-from rftbus.consumers.weight_sync import WeightFollower
 from rftbus.kafka.clients import make_producer
 from rftbus.models.loading import load_tokenizer
 from rftbus.producers.config import SamplingConfig
@@ -28,13 +27,14 @@ from rftbus.producers.engines import RolloutEngine, make_engine
 from rftbus.producers.engines.base import Completion
 from rftbus.producers.serve.auth import TokenAuth
 from rftbus.producers.serve.errors import BadRequest, EngineFailed, Unavailable
-from rftbus.producers.serve.feedback import FeedbackRequest, correction_experience
+from rftbus.producers.serve.feedback import FeedbackRequest, correction_group
 from rftbus.producers.serve.generator import Generated, Generator, GenRequest
 from rftbus.producers.serve.protocol import cut_at_stop, default_task_id
 from rftbus.producers.serve.recorder import BufferFull, DeliveryFailed, Recorder
-from rftbus.producers.serve.records import LivePrompt, RecentPrompts, live_experiences
-from rftbus.schemas import Experience, Feedback, make_codec
+from rftbus.producers.serve.records import LivePrompt, RecentPrompts, live_group
+from rftbus.schemas import ExperienceGroup, Feedback, make_codec, topic_context
 from rftbus.status import StatusFile
+from rftbus.weights.follower import WeightFollower
 
 log = logging.getLogger("rftbus.serve")
 MIN_TEMPERATURE = 1e-3  # temperature 0 (greedy) is sampled at this; the value used is stamped in metadata
@@ -42,7 +42,7 @@ MIN_TEMPERATURE = 1e-3  # temperature 0 (greedy) is sampled at this; the value u
 
 @dataclass
 class Answer:
-    experiences: list[Experience]
+    group: ExperienceGroup
     texts: list[str]  # what the client sees (stop strings removed)
     completions: list[Completion]
     version: int
@@ -69,7 +69,7 @@ class LiveService:
         self.generator = Generator(self.engine, self.tokenizer, follower, max_batch=s.max_batch,
                                    batch_wait_s=s.batch_wait_ms / 1000, report=report)
         codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
-        self.encode_exp, self.encode_fb = codec.serializer(Experience), codec.serializer(Feedback)
+        self.encode_group, self.encode_fb = codec.serializer(ExperienceGroup), codec.serializer(Feedback)
         # librdkafka gives up when the request does (kafka mode), so a 503'd record is not delivered later;
         # buffered records wait as long as it takes (0 = no timeout): the byte budget bounds them.
         ack_ms = int(s.ack_timeout_s * 1000)
@@ -158,19 +158,19 @@ class LiveService:
         meta = {**metadata, "served_model": self.model_name}
         if sampling.temperature != self.cfg.explorer.sampling.temperature:
             meta["temperature"] = repr(sampling.temperature)
-        exps = live_experiences(prompt, comps, gen.version, self.id, gen.generation_ms, meta)
-        await self._record(exps)
-        for e in exps:
+        group = live_group(prompt, comps, gen.version, self.id, gen.generation_ms, meta)
+        await self._record(group)
+        for e in group.samples:
             self.recent.add(e.experience_id, prompt)
         self.counts["completions"] += 1
-        self.counts["experiences_recorded"] += len(exps)
+        self.counts["experiences_recorded"] += len(group.samples)
         self.snapshot()
-        return Answer(exps, texts, comps, gen.version)
+        return Answer(group, texts, comps, gen.version)
 
-    async def _record(self, exps: list[Experience]) -> None:
+    async def _record(self, group: ExperienceGroup) -> None:
         topic = self.cfg.topics.raw.name
         try:
-            futs = self.records.send_many([(topic, e.group_id, self.encode_exp(e, None)) for e in exps])
+            futs = self.records.send_many([(topic, group.group_id, self.encode_group(group, topic_context(topic)))])
         except BufferFull as e:
             self.counts["records_refused"] += 1
             raise Unavailable(f"cannot record the completion: {e}", code="record_buffer_full") from None
@@ -195,7 +195,7 @@ class LiveService:
                               f"it was not accepted", code="kafka_unavailable") from None
 
     # -- feedback -----------------------------------------------------------------------------
-    async def publish_feedback(self, req: FeedbackRequest) -> tuple[Feedback, Experience | None]:
+    async def publish_feedback(self, req: FeedbackRequest) -> tuple[Feedback, ExperienceGroup | None]:
         problem = req.check_rating(tuple(self.cfg.streams.rating_scale))
         if problem:
             raise BadRequest(problem, param="rating", code="out_of_range")
@@ -203,9 +203,10 @@ class LiveService:
         expert = None
         if req.correction is not None:
             expert = self._correction(fb, req)
-        out = [(self.cfg.topics.feedback.name, fb.experience_id, self.encode_fb(fb, None))]
+        fb_topic, expert_topic = self.cfg.topics.feedback.name, self.cfg.topics.expert.name
+        out = [(fb_topic, fb.experience_id, self.encode_fb(fb, topic_context(fb_topic)))]
         if expert is not None:
-            out.insert(0, (self.cfg.topics.expert.name, expert.group_id, self.encode_exp(expert, None)))
+            out.insert(0, (expert_topic, expert.group_id, self.encode_group(expert, topic_context(expert_topic))))
         try:
             futs = self.feedback.send_many(out)
         except BufferFull as e:
@@ -217,12 +218,12 @@ class LiveService:
         self.snapshot()
         return fb, expert
 
-    def _correction(self, fb: Feedback, req: FeedbackRequest) -> Experience:
+    def _correction(self, fb: Feedback, req: FeedbackRequest) -> ExperienceGroup:
         known = self.recent.get(fb.experience_id)
         if known is not None:
-            return correction_experience(fb, known.ids, known.text, known.task_id, self.tokenizer, self.id)
+            return correction_group(fb, known.ids, known.text, known.task_id, self.tokenizer, self.id)
         if req.prompt:
             ids = list(self.tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
-            return correction_experience(fb, ids, req.prompt, default_task_id(ids), self.tokenizer, self.id)
+            return correction_group(fb, ids, req.prompt, default_task_id(ids), self.tokenizer, self.id)
         raise BadRequest(f"experience_id {fb.experience_id} was not recorded by this server recently: send `prompt` "
                          f"with the correction so it can become an expert experience", param="prompt")

@@ -14,7 +14,7 @@ from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_producer
 from rftbus.producers.tasks.sources import Row
-from rftbus.schemas import Experience, Task, make_codec
+from rftbus.schemas import ExperienceGroup, Task, make_codec, topic_context
 
 
 class PublishError(RftbusError):
@@ -33,7 +33,7 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
                   on_row: Callable[[Row], None] | None = None) -> PublishReport:
     """Publish each row's Task (unless `tasks` is false) and, with `expert`, its demonstration."""
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
-    enc_task, enc_exp = codec.serializer(Task), codec.serializer(Experience)
+    enc_task, enc_group = codec.serializer(Task), codec.serializer(ExperienceGroup)
     producer = make_producer(cfg)
     report = PublishReport()
     demo_of = _expert_maker(cfg) if expert else None
@@ -61,11 +61,13 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
             report.bad.append((row.where, row.error or "invalid"))
         else:
             if tasks:
-                produce(cfg.topics.tasks.name, row.task.task_id, enc_task(row.task, None), "task")
+                produce(cfg.topics.tasks.name, row.task.task_id, enc_task(row.task, topic_context(cfg.topics.tasks.name)),
+                        "task")
             if demo_of is not None:
                 demo = demo_of(row.task)
                 if demo is not None:
-                    produce(cfg.topics.expert.name, demo.group_id, enc_exp(demo, None), "expert")
+                    produce(cfg.topics.expert.name, demo.group_id,
+                            enc_group(demo, topic_context(cfg.topics.expert.name)), "expert")
         producer.poll(0)
         if on_row:
             on_row(row)
@@ -78,14 +80,14 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
 def _expert_maker(cfg: Config):
     """Demonstrations from the built-in tasksets' `.expert` (tokenized with the policy's tokenizer)."""
     from rftbus.models.loading import load_tokenizer
-    from rftbus.producers.experience import expert_experience
+    from rftbus.producers.experience import expert_group
     from rftbus.tasksets import get_taskset, taskset_names
     tok = load_tokenizer(cfg.model)
 
-    def make(task: Task) -> Experience | None:
+    def make(task: Task) -> ExperienceGroup | None:
         if task.taskset not in taskset_names():
-            return None if task.answer is None else expert_experience(task, task.answer, tok, "tasks-publish",
-                                                                      cfg.explorer.workflow.chat_template)
-        return expert_experience(task, get_taskset(task.taskset).expert(task), tok, "tasks-publish",
+            return None if task.answer is None else expert_group(task, task.answer, tok, "tasks-publish",
+                                                                 cfg.explorer.workflow.chat_template)
+        return expert_group(task, get_taskset(task.taskset).expert(task), tok, "tasks-publish",
                                  cfg.explorer.workflow.chat_template)
     return make

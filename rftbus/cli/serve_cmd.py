@@ -90,7 +90,7 @@ def post(
                   "experience_id": pub.feedback.experience_id, "kind": pub.feedback.kind.value,
                   "topic": cfg.topics.feedback.name}
         if pub.expert is not None:
-            result["expert_experience_id"] = pub.expert.experience_id
+            result["expert_experience_id"] = pub.expert.samples[0].experience_id
     if as_json:
         st.console.out(json.dumps(result), highlight=False)
     else:

@@ -22,8 +22,9 @@ MAX_LIST = 8
 
 
 def _short(value):
-    if isinstance(value, list) and len(value) > MAX_LIST:
-        return value[:MAX_LIST] + [f"... {len(value)} items"]
+    if isinstance(value, list):  # a group's samples are dicts with long arrays of their own
+        head = [_short(v) for v in value[:MAX_LIST]]
+        return head + [f"... {len(value)} items"] if len(value) > MAX_LIST else head
     if isinstance(value, bytes):
         return f"<{len(value)} bytes>"
     if isinstance(value, dict):

@@ -39,51 +39,14 @@ class ExportReport:
 
 def published_versions(cfg: Config) -> dict[int, object] | None:
     """WeightVersion records for cfg.model.name on the weights topic by version; None without a broker."""
-    from confluent_kafka import KafkaError, TopicPartition
-
-    from rftbus.kafka.clients import BrokerUnreachable, check_reachable, make_consumer
-    from rftbus.schemas import DecodeError, WeightVersion, make_codec
+    from rftbus.kafka.clients import BrokerUnreachable, check_reachable
+    from rftbus.weights.follower import published
 
     try:
         check_reachable(cfg, timeout=3)
     except BrokerUnreachable:
         return None
-    topic, key = cfg.topics.weights.name, cfg.model.name.encode()
-    deser = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(WeightVersion)
-    consumer = make_consumer(cfg, f"{cfg.trainer.group_id}-export-probe", **{"enable.partition.eof": True})
-    found: dict[int, object] = {}
-    try:
-        md = consumer.list_topics(topic, timeout=10).topics.get(topic)
-        if md is None or md.error is not None:
-            return found
-        for p in md.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
-            if high <= low:
-                continue
-            consumer.assign([TopicPartition(topic, p, low)])
-            deadline = time.monotonic() + 60
-            pos = low
-            while pos < high and time.monotonic() < deadline:
-                msg = consumer.poll(0.5)
-                if msg is None:
-                    continue
-                if msg.error():
-                    if msg.error().code() == KafkaError._PARTITION_EOF:
-                        break
-                    continue
-                pos = msg.offset() + 1
-                if msg.key() != key:
-                    continue
-                try:
-                    rec = deser(msg.value(), None)
-                except DecodeError:
-                    continue
-                if isinstance(rec, WeightVersion):
-                    found[rec.version] = rec
-            consumer.unassign()
-    finally:
-        consumer.close()
-    return found
+    return dict(published(cfg))
 
 
 def export_weights(cfg: Config, out: Path, version: int | None = None, weights_file: Path | None = None,
