@@ -32,25 +32,29 @@ from rftbus.consumers.analytics.schema import TABLES, ddl_statements
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import (
-    SCHEMA_DIR, DecodeError, Experience, Feedback, FeedbackKind, Rejection, Task, TrainerMetric, WeightVersion,
-    make_codec,
+    SCHEMA_DIR, DecodeError, Experience, ExperienceGroup, Feedback, FeedbackKind, Rejection, Task, TrainerMetric,
+    WeightVersion, make_codec,
 )
 from tests.conftest import make_config, rftbus_cli
 
 CODEC = make_codec(None)
 DECODE = CODEC.deserializer(None)
 TOPIC_KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
-RECORD = {"tasks": Task, "raw": Experience, "curated": Experience, "curated_priority": Experience,
-          "expert": Experience, "rejected": Rejection, "feedback": Feedback, "weights": WeightVersion,
+RECORD = {"tasks": Task, "raw": ExperienceGroup, "curated": ExperienceGroup, "curated_priority": ExperienceGroup,
+          "expert": ExperienceGroup, "rejected": Rejection, "feedback": Feedback, "weights": WeightVersion,
           "metrics": TrainerMetric}
+CURATED = ("curated", "curated_priority")
 
 
 # ---- helpers (also used by test_analytics_run.py) -------------------------------------------------
-def record_id(rec) -> str:
+def record_ids(rec, key: str) -> list[str]:
+    """The ids the sink stores for one record: a group's experiences (a curated lane's survivors)."""
     if isinstance(rec, WeightVersion):
-        return f"{rec.model}:{rec.version}"
-    return getattr(rec, {Task: "task_id", Experience: "experience_id", Rejection: "rejection_id",
-                         Feedback: "feedback_id", TrainerMetric: "metric_id"}[type(rec)])
+        return [f"{rec.model}:{rec.version}"]
+    if isinstance(rec, ExperienceGroup):
+        return [s.experience_id for s in rec.kept()] if key in CURATED else rec.experience_ids()
+    return [getattr(rec, {Task: "task_id", Rejection: "rejection_id", Feedback: "feedback_id",
+                          TrainerMetric: "metric_id"}[type(rec)])]
 
 
 def read_all_topics(cfg, timeout_s: float = 60.0):
@@ -78,8 +82,8 @@ def read_all_topics(cfg, timeout_s: float = 60.0):
 
 
 def kafka_truth(cfg) -> dict[str, dict]:
-    """Per topic key, straight from Kafka: messages holding the topic's record type, their distinct
-    ids, and the other messages (garbage, another record type, tombstones)."""
+    """Per topic key, straight from Kafka: rows the topic's records make (a group: one per experience the
+    sink keeps), their distinct ids, and the other messages (garbage, another record type, tombstones)."""
     key_of = {getattr(cfg.topics, k).name: k for k in TOPIC_KEYS}
     out = {k: {"records": 0, "messages": 0, "undecodable": 0, "ids": set()} for k in TOPIC_KEYS}
     for msg in read_all_topics(cfg):
@@ -89,8 +93,9 @@ def kafka_truth(cfg) -> dict[str, dict]:
         except DecodeError:
             rec = None
         if type(rec) is RECORD[key]:
-            out[key]["messages"] += 1
-            out[key]["ids"].add(record_id(rec))
+            ids = record_ids(rec, key)
+            out[key]["messages"] += len(ids)
+            out[key]["ids"].update(ids)
         else:
             out[key]["undecodable"] += 1
     for v in out.values():
@@ -104,11 +109,19 @@ def assert_counts_match(stored: dict, truth: dict) -> None:
         assert stored[key] == want, f"{key}: ClickHouse {stored[key]} != Kafka {want}"
 
 
-def experience(**kw) -> Experience:
-    base = dict(group_id="g1", task_id="t1", sample_index=0, group_size=2, prompt_ids=[1, 2, 3],
-                response_ids=[4, 5], logprobs=[-0.5, -1.5], loss_mask=[True, False], reward=1.0,
-                model_version=2, explorer_id="e0", created_at=1_700_000_000_123)
-    return Experience(**{**base, **kw})
+GROUP_FIELDS = {"group_id", "task_id", "prompt_ids", "explorer_id", "created_at", "prompt_text", "survivors",
+                "priority", "source"}
+
+
+def experience(n: int = 1, **kw) -> ExperienceGroup:
+    """A group of n samples; keyword arguments go to the group or (the others) to every sample."""
+    sample = dict(response_ids=[4, 5], logprobs=[-0.5, -1.5], loss_mask=[True, False], reward=1.0, model_version=2)
+    group = dict(group_id="g1", task_id="t1", prompt_ids=[1, 2, 3], explorer_id="e0", created_at=1_700_000_000_123)
+    for k, v in kw.items():
+        (group if k in GROUP_FIELDS else sample)[k] = v
+    if "metadata" in kw:
+        group["metadata"] = kw["metadata"]
+    return ExperienceGroup(**group, samples=[Experience(**sample) for _ in range(n)])
 
 
 def all_records() -> list[tuple[str, object]]:
@@ -218,8 +231,10 @@ def test_server_side_kafka_engine_views_write_what_the_sink_writes(tmp_path):
     cfg = make_config(tmp_path, 1, **{"analytics.database": "srv"})
     recs = all_records() + [
         ("raw", experience(reward=None, response_ids=[], logprobs=[], loss_mask=[], prompt_text="p")),
-        ("curated_priority", experience(advantage=0.5, reward_components={"a": 0.25}, metadata={"k": "v"})),
+        ("curated_priority", experience(3, advantage=0.5, reward_components={"a": 0.25}, metadata={"k": "v"},
+                                        survivors=[0, 2], priority=1.5)),
         ("rejected", Rejection(reason="schema", stage="verify", partition=3, offset=9)),
+        ("rejected", Rejection(group_id="g", experience_ids=["a", "b"], reason="zero_variance", stage="filter")),
         ("metrics", TrainerMetric(model="tiny", kind="metric", step=1, version=1, values={"loss": 0.5}))]
     b = ChdbBackend(tmp_path / "db", "py", writable=True)
     try:
@@ -284,7 +299,8 @@ def _produce(cfg, producer, n: int, wave: int) -> None:
         t = Task(taskset="addition", prompt=f"{wave}+{i}=", answer=str(wave + i))
         producer.produce(p.tasks.name, key=t.task_id.encode(), value=CODEC.encode(t))
         for lane in ("raw", "raw", "curated", "expert"):
-            e = experience(task_id=t.task_id, group_id=f"g{wave}-{i}", reward=float(i % 2), model_version=wave)
+            e = experience(2, task_id=t.task_id, group_id=f"g{wave}-{i}", reward=float(i % 2), model_version=wave,
+                           survivors=[1] if lane == "curated" else [])
             producer.produce(getattr(p, lane).name, key=e.group_id.encode(), value=CODEC.encode(e))
         if i % 5 == 0:
             r = Rejection(experience_id="x", reason="stale", stage="trainer")

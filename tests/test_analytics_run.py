@@ -20,7 +20,7 @@ from rftbus.consumers.analytics.reader import open_reader
 from rftbus.consumers.analytics.tally import table_counts
 from rftbus.kafka.clients import make_producer
 from rftbus.kafka.read import read_to_end
-from rftbus.schemas import Experience, Feedback, FeedbackKind
+from rftbus.schemas import ExperienceGroup, Feedback, FeedbackKind
 from rftbus.trainer.checkpoint import read_lineage
 from tests.conftest import REPO
 from tests.test_analytics import CODEC, DECODE, TOPIC_KEYS, assert_counts_match, kafka_truth
@@ -56,8 +56,8 @@ def _wait(pred, timeout: float, what: str, proc: subprocess.Popen):
 
 def _feedback(cfg, n: int) -> int:
     """Thumbs and rewards for real raw experiences (half agreeing with their reward), plus garbage."""
-    exps = [DECODE(m.value(), None) for m in read_to_end(cfg, cfg.topics.raw.name, strict=False, timeout_s=20)]
-    exps = [e for e in exps if isinstance(e, Experience) and e.reward is not None][:n]
+    groups = [DECODE(m.value(), None) for m in read_to_end(cfg, cfg.topics.raw.name, strict=False, timeout_s=20)]
+    exps = [e for g in groups if isinstance(g, ExperienceGroup) for e in g.samples if e.reward is not None][:n]
     producer = make_producer(cfg)
     for i, e in enumerate(exps):
         passed = e.reward >= cfg.analytics.pass_threshold

@@ -22,9 +22,9 @@ import pytest
 
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import create_topics
-from rftbus.schemas import Experience, Rejection, Task, WeightVersion, make_codec
-from rftbus.streams.harness import WorkerProcess, read_all
-from rftbus.streams.synthetic import make_group
+from rftbus.schemas import ExperienceGroup, Rejection, Task, WeightVersion, make_codec
+from rftbus.bench.processes import WorkerProcess, read_all
+from rftbus.bench.synthetic import make_group
 from tests.conftest import make_config
 from tests.explorer_kafka import fresh_config, read_topic
 
@@ -36,8 +36,11 @@ MAX_BYTES = 200_000
 TESTS_DIR = Path(__file__).resolve().parent
 
 
-def _exp(**over) -> Experience:
-    return replace(make_group(rewards=[1.0], model_version=LATEST, response_tokens=20, seed=7)[0], **over)
+def _exp(prompt_text: str | None = None, **over) -> ExperienceGroup:
+    """A group of one; `over` changes its sample."""
+    g = make_group(rewards=[1.0], model_version=LATEST, response_tokens=20, seed=7)
+    g = replace(g, samples=[replace(g.samples[0], **over)])
+    return g if prompt_text is None else replace(g, prompt_text=prompt_text)
 
 
 def _bad_utf8_prompt() -> bytes:
@@ -49,7 +52,7 @@ def _bad_utf8_prompt() -> bytes:
 
 def _malformed_avro() -> bytes:
     good = CODEC.encode(_exp())
-    return good[:10] + bytes(400)  # a valid Experience header (magic + fingerprint), a body that is not one
+    return good[:10] + bytes(400)  # a valid ExperienceGroup header (magic + fingerprint), a body that is not one
 
 
 # case -> (bytes, reason, words the detail must contain)
@@ -72,7 +75,7 @@ def env(broker, tmp_path_factory):
     cfg = make_config(
         tmp_path_factory.mktemp("badinput"), broker.broker.port,
         **{f"topics.{k}.name": f"bad{tag}.{k}" for k in KEYS},
-        **{"streams.app_id": f"bad{tag}", "streams.group_timeout_s": 30.0, "streams.tick_interval_s": 0.5,
+        **{"streams.app_id": f"bad{tag}", "streams.tick_interval_s": 0.5,
            "streams.version_wait_s": 0.5, "streams.commit_interval_s": 0.2, "streams.max_message_bytes": MAX_BYTES})
     create_topics(cfg, make_admin(cfg))
     producer = make_producer(cfg)
@@ -107,7 +110,8 @@ def _wait(cfg, want, timeout=60.0):
 
 
 def _curated(out, gid):
-    return [e for role in ("curated", "curated_priority") for e in out[role] if e.group_id == gid]
+    """The survivors of group `gid` on the curated lanes."""
+    return [e for role in ("curated", "curated_priority") for g in out[role] if g.group_id == gid for e in g.kept()]
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -120,8 +124,7 @@ def test_bad_record_is_rejected_with_a_clear_reason_and_the_worker_lives(env, ca
     part, off = _send(cfg, producer, key, bad)
     good = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=10, seed=hash(case) % 1000,
                       group_id=key.decode())  # same key: the partition that held the poison must move on
-    for e in good:
-        _send(cfg, producer, key, CODEC.encode(e))
+    _send(cfg, producer, key, CODEC.encode(good))
 
     def mine(out):
         return [r for r in out["rejected"] if isinstance(r, Rejection) and r.source_topic == cfg.topics.raw.name
@@ -149,12 +152,13 @@ def test_hostile_unicode_text_is_not_poison(env):
     text = "\u202e\u0000\U0001f4a5 \u0645\u0631\u062d\u0628\u0627 \ufeff\U0010fffd z\u0301\u0301\u0301 \ud7ff"
     gid = f"unicode-{uuid.uuid4().hex[:6]}"
     group = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=10, seed=99, group_id=gid)
-    for e in group:
-        e.prompt_text, e.response_text = text, text[::-1]
-        _send(cfg, producer, gid.encode(), CODEC.encode(e))
+    group.prompt_text = text
+    for e in group.samples:
+        e.response_text = text[::-1]
+    _send(cfg, producer, gid.encode(), CODEC.encode(group))
     out = _wait(cfg, lambda o: len(_curated(o, gid)) == 2)
-    got = _curated(out, gid)
-    assert len(got) == 2 and all(e.prompt_text == text and e.response_text == text[::-1] for e in got)
+    [got] = [g for role in ("curated", "curated_priority") for g in out[role] if g.group_id == gid]
+    assert got.prompt_text == text and all(e.response_text == text[::-1] for e in got.samples)
     assert worker.proc.poll() is None
 
 
@@ -203,7 +207,7 @@ def test_hostile_reward_code_scores_zero_and_the_explorer_lives(broker, tmp_path
         log.close()
     text = (tmp_path / "explorer.log").read_text(errors="replace")
     assert code == 0, f"the explorer did not survive (exit {code}):\n{text[-3000:]}"
-    raw = {e.task_id: e for _, e in read_topic(cfg, "raw")}
+    raw = {g.task_id: g.samples[0] for _, g in read_topic(cfg, "raw")}  # groups of one
     by_name = {t.prompt: raw[t.task_id] for t in tasks}
     assert by_name["good"].reward == 1.0
     for name in HOSTILE:

@@ -58,7 +58,7 @@ def test_explorer_scores_hostile_code_zero_and_lives(broker, tmp_path):
     publish(cfg, tasks)
     result = Explorer(cfg, report=lambda s: None).run()
     assert result["groups_produced"] == 5 and result["tasks_rejected"] == 0
-    raw = {e.task_id: e for _, e in read_topic(cfg, "raw")}
+    raw = {g.task_id: g.samples[0] for _, g in read_topic(cfg, "raw")}  # groups of one
     by_prompt = {t.prompt: raw[t.task_id].reward for t in tasks}
     assert by_prompt == {"good": 1.0, "socket": 0.0, "forks": 0.0, "memory": 0.0, "sleep": 0.0}
     sleeper = next(t for t in tasks if t.prompt == "sleep")

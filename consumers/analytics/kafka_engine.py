@@ -20,7 +20,7 @@ from rftbus.schemas import SCHEMA_DIR
 # Kafka table -> (record schema, topic keys it reads).
 SOURCES: dict[str, tuple[str, list[str]]] = {
     "kafka_tasks": ("Task", ["tasks"]),
-    "kafka_experiences": ("Experience", ["raw", "curated", "curated_priority", "expert"]),
+    "kafka_experiences": ("ExperienceGroup", ["raw", "curated", "curated_priority", "expert"]),
     "kafka_rejections": ("Rejection", ["rejected"]),
     "kafka_feedback": ("Feedback", ["feedback"]),
     "kafka_weights": ("WeightVersion", ["weights"]),
@@ -35,13 +35,27 @@ VIRTUAL = [("_topic", "LowCardinality(String)"), ("_key", "String"), ("_partitio
 _PRIMITIVE = {"string": "String", "int": "Int32", "long": "Int64", "float": "Float32", "double": "Float64",
               "boolean": "Bool", "bytes": "String"}
 
+def _s(field: str) -> str:
+    """A field of the sample a group's row is about (the view ARRAY JOINs the samples as `s`)."""
+    return f"tupleElement(s, '{field}')"
+
+
 # Target columns computed from the record (anything not listed is the record field of the same name).
+# A group fans out into one experiences row per sample (per survivor on a curated lane), as the sink does.
 DERIVED: dict[str, dict[str, str]] = {
     "experiences": {
-        "prompt_tokens": "length(src.prompt_ids)", "response_tokens": "length(src.response_ids)",
-        "trainable_tokens": "arrayCount(x -> x, src.loss_mask)",
-        "mean_logprob": "if(empty(src.logprobs), NULL, arrayAvg(src.logprobs))", "source": "toString(src.source)"},
+        "experience_id": _s("experience_id"), "sample_index": "toInt32(idx - 1)", "group_size": "length(src.samples)",
+        "prompt_tokens": "length(src.prompt_ids)", "response_tokens": f"length({_s('response_ids')})",
+        "trainable_tokens": f"arrayCount(x -> x, {_s('loss_mask')})",
+        "mean_logprob": f"if(empty({_s('logprobs')}), NULL, arrayAvg({_s('logprobs')}))",
+        "reward": _s("reward"), "reward_components": _s("reward_components"), "advantage": _s("advantage"),
+        "model_version": _s("model_version"), "response_text": _s("response_text"),
+        "finish_reason": _s("finish_reason"), "generation_ms": _s("generation_ms"), "reward_ms": _s("reward_ms"),
+        "metadata": f"mapUpdate(src.metadata, {_s('metadata')})", "source": "toString(src.source)"},
     "rejections": {"source_partition": "src.partition", "source_offset": "src.offset",
+                   # what it covers: v1 rejections name at most one experience (Rejection.covers)
+                   "experience_ids": "if(empty(src.experience_ids) AND isNotNull(src.experience_id), "
+                                     "[assumeNotNull(src.experience_id)], src.experience_ids)",
                    "original_bytes": "if(isNull(src.original), NULL, length(assumeNotNull(src.original)))"},
     "feedback": {"kind": "toString(src.kind)"},
     "weights": {"weight_id": "concat(src.model, ':', toString(src.version))"},
@@ -58,6 +72,8 @@ def avro_type(t) -> str:
     kind = t["type"]
     if kind == "long" and t.get("logicalType") == "timestamp-millis":
         return "DateTime64(3, 'UTC')"
+    if kind == "record":  # AvroConfluent reads a nested record into a named tuple
+        return "Tuple(" + ", ".join(f"{f['name']} {avro_type(f['type'])}" for f in t["fields"]) + ")"
     if kind == "array":
         return f"Array({avro_type(t['items'])})"
     if kind == "map":
@@ -107,8 +123,14 @@ def views(cfg: Config, db: str, name: str) -> list[str]:
             for n, _ in target.columns if n in derived or n in own]
     ok = "WHERE length(src._error) = 0"
     sep = ",\n  "
+    source = f"{db}.{name} AS src"
+    where = ok
+    if target.name == "experiences":  # one row per sample; on a curated lane only the survivors
+        source += "\nARRAY JOIN src.samples AS s, arrayEnumerate(src.samples) AS idx"
+        lanes = [getattr(cfg.topics, k).name for k in ("curated", "curated_priority")]
+        where += f" AND (src._topic NOT IN {tuple(lanes)!r} OR has(src.survivors, toInt32(idx - 1)))".replace('"', "'")
     out = [f"CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.{name}_mv TO {db}.{target.name} AS\n"
-           f"SELECT\n  {sep.join(pos + cols)}\nFROM {db}.{name} AS src\n{ok}",
+           f"SELECT\n  {sep.join(pos + cols)}\nFROM {source}\n{where}",
            f"CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.{name}_undecodable_mv TO {db}.undecodable AS\n"
            f"SELECT\n  {sep.join(pos)},\n  'avro_error' AS reason, src._error AS detail,\n"
            "  toUInt32(length(src._raw_message)) AS size, src._key AS key\n"

@@ -102,7 +102,7 @@ class Sink:
         pos = Position(self.topics[msg.topic()], msg.topic(), msg.partition(), msg.offset(),
                        msg.timestamp()[1], msg.key())
         rows = to_rows(self.decode, pos, msg.value())
-        if rows[0][0] == "undecodable":
+        if rows and rows[0][0] == "undecodable":  # (a group with no kept samples makes no row at all)
             reason = rows[0][1]["reason"]
             self.summary.undecodable[reason] = self.summary.undecodable.get(reason, 0) + 1
         self.batch.add(msg.topic(), msg.partition(), msg.offset(), rows)

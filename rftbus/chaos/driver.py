@@ -356,7 +356,7 @@ class ChaosDriver:
             # Followers must skip the weights poison and keep following: some experience made after it
             # must carry a newer version (the burst and the poison records themselves do not count).
             newest = max((r.model_version for r in ledger.raw.values()
-                          if r.experience_id and not r.explorer_id.startswith("chaos")), default=-1)
+                          if r.experience_ids and not r.explorer_id.startswith("chaos")), default=-1)
             self.res.tally.versions["newest_generated_after_weights_poison"] = newest
             if newest <= poisoned:
                 self.res.failures.append(f"no experience was generated with a version newer than v{poisoned} "

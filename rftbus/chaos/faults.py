@@ -146,7 +146,7 @@ def diagnosis(cfg: Config) -> str:
     from rftbus.kafka.committed import CommittedOffsets
     from rftbus.kafka.inspect import groups_info
 
-    keys = ("state", "waiting_reason", "step", "groups_produced", "raw_in", "open_samples",
+    keys = ("state", "waiting_reason", "step", "groups_produced", "raw_in", "held_groups",
             "pending_feedback", "pending_units", "lag")
     parts = [f"{s.get('role')}-{s.get('id')}: " + ", ".join(f"{k}={s[k]}" for k in keys if s.get(k) is not None)
              for s in read_statuses(cfg.state_dir)]

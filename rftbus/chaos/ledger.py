@@ -1,6 +1,7 @@
 """Everything the tally needs, read back from the logs after the run: every declared topic in full,
 the trainer's lineage and its final checkpoint's positions, the committed offsets of the groups that
-read raw, feedback and tasks, and the distinct record ids per topic (what the ClickHouse sink counts).
+read raw, feedback and tasks, and the distinct record ids per topic (what the ClickHouse sink counts:
+group ids on the experience topics).
 
 Only headers and ids are kept, so a run of a few hundred thousand records fits comfortably in memory.
 """
@@ -16,7 +17,7 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_admin
 from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.read import read_to_end
-from rftbus.schemas import (DecodeError, Experience, Feedback, Rejection, Task, TrainerMetric, WeightVersion,
+from rftbus.schemas import (DecodeError, ExperienceGroup, Feedback, Rejection, Task, TrainerMetric, WeightVersion,
                             make_codec)
 
 Pos = tuple[str, int, int]  # topic, partition, offset
@@ -26,9 +27,10 @@ H_SRC = "rftbus-src"  # streams/outputs.py: the raw record an output derives fro
 
 @dataclass
 class RawRecord:
-    experience_id: str | None  # None: not a decodable Experience (poison)
-    model_version: int = -1
+    experience_ids: list[str] | None  # None: not a decodable group (poison)
+    group_id: str = ""
     explorer_id: str = ""
+    model_version: int = -1  # the newest of its samples
 
 
 @dataclass
@@ -36,13 +38,13 @@ class LaneRecord:
     pos: Pos
     lane: str
     src: str | None  # rftbus-src header (None for records streams did not write: demonstrations, poison)
-    experience_id: str | None
+    experience_ids: list[str] | None  # what the trainer may train of it (survivors; a demonstration: all); None: poison
 
 
 @dataclass
 class RejRecord:
     rejection_id: str
-    experience_id: str | None
+    experience_ids: list[str]  # every experience it covers (empty: the original did not decode)
     reason: str
     stage: str
     source: Pos | None
@@ -52,15 +54,12 @@ class RejRecord:
 class Checkpoint:
     step: int
     version: int
-    positions: dict[tuple[str, int], tuple[int, frozenset[int]]]  # (topic, partition) -> (offset, skip)
+    positions: dict[tuple[str, int], int]  # (topic, partition) -> first offset not yet trained or rejected
 
     def done(self, pos: Pos) -> bool:
         """Has the trainer's final checkpoint moved past this record (trained or rejected)?"""
         at = self.positions.get((pos[0], pos[1]))
-        if at is None:
-            return False
-        offset, skip = at
-        return pos[2] < offset or pos[2] in skip
+        return at is not None and pos[2] < at
 
 
 @dataclass
@@ -106,18 +105,22 @@ def final_checkpoint(checkpoint_dir: Path) -> Checkpoint | None:
     _, m = latest
     positions = {}
     for rank in range(m.world):
-        for tp, pos in m.positions_of(rank).items():
-            positions[tp] = (pos.offset, frozenset(pos.skip))
+        positions.update(m.positions_of(rank))
     return Checkpoint(m.step, m.version, positions)
 
 
-# What the analytics sink counts per topic key: distinct ids of records of the topic's own type.
+def _kept_ids(g: ExperienceGroup) -> list[str]:
+    return [s.experience_id for s in g.kept()] if g.survivors else []
+
+
+# What the analytics sink counts per topic key: distinct ids of records of the topic's own type (per
+# experience on the experience topics: every sample on raw and expert, the survivors on a curated lane).
 ID_OF = {
-    "tasks": (Task, lambda r: r.task_id), "raw": (Experience, lambda r: r.experience_id),
-    "curated": (Experience, lambda r: r.experience_id), "curated_priority": (Experience, lambda r: r.experience_id),
-    "expert": (Experience, lambda r: r.experience_id), "rejected": (Rejection, lambda r: r.rejection_id),
-    "feedback": (Feedback, lambda r: r.feedback_id), "weights": (WeightVersion, lambda r: f"{r.model}:{r.version}"),
-    "metrics": (TrainerMetric, lambda r: r.metric_id),
+    "tasks": (Task, lambda r: [r.task_id]), "raw": (ExperienceGroup, lambda r: r.experience_ids()),
+    "curated": (ExperienceGroup, _kept_ids), "curated_priority": (ExperienceGroup, _kept_ids),
+    "expert": (ExperienceGroup, lambda r: r.experience_ids()), "rejected": (Rejection, lambda r: [r.rejection_id]),
+    "feedback": (Feedback, lambda r: [r.feedback_id]),
+    "weights": (WeightVersion, lambda r: [f"{r.model}:{r.version}"]), "metrics": (TrainerMetric, lambda r: [r.metric_id]),
 }
 
 
@@ -139,7 +142,7 @@ def read_ledger(cfg: Config, progress=lambda s: None, timeout_s: float = 300.0) 
             except DecodeError:
                 rec = None
             if isinstance(rec, cls):
-                ids.add(ident(rec))
+                ids.update(ident(rec))
             _keep(led, cfg, key, msg, rec)
         led.messages[key] = n
         led.topic_counts[key] = len(ids)
@@ -155,17 +158,20 @@ def _keep(led: Ledger, cfg: Config, key: str, msg, rec) -> None:
     """What the tally needs from one message of topic `key`."""
     pos = (msg.topic(), msg.partition(), msg.offset())
     if key == "raw":
-        led.raw[pos] = (RawRecord(rec.experience_id, rec.model_version, rec.explorer_id)
-                        if isinstance(rec, Experience) else RawRecord(None))
+        led.raw[pos] = (RawRecord(rec.experience_ids(), rec.group_id, rec.explorer_id,
+                                  max((s.model_version for s in rec.samples), default=-1))
+                        if isinstance(rec, ExperienceGroup) else RawRecord(None))
     elif key in LANES:
-        eid = rec.experience_id if isinstance(rec, Experience) else None
-        led.lanes.append(LaneRecord(pos, key, _header(msg, H_SRC), eid))
+        ids = None
+        if isinstance(rec, ExperienceGroup):
+            ids = rec.experience_ids() if key == "expert" else _kept_ids(rec)
+        led.lanes.append(LaneRecord(pos, key, _header(msg, H_SRC), ids))
     elif key == "rejected":
         if not isinstance(rec, Rejection):
             led.undecodable_rejections += 1
             return
         src = (rec.source_topic, rec.partition, rec.offset) if rec.source_topic is not None and rec.offset is not None else None
-        led.rejections.append(RejRecord(rec.rejection_id, rec.experience_id, rec.reason, rec.stage, src))
+        led.rejections.append(RejRecord(rec.rejection_id, rec.covers(), rec.reason, rec.stage, src))
     elif key == "weights":
         if isinstance(rec, WeightVersion):
             if rec.model == cfg.model.name:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from rftbus.config import Config
 from rftbus.kafka.clients import make_producer
 from rftbus.models.loading import load_tokenizer
-from rftbus.schemas import Experience, Source, make_codec, new_id
+from rftbus.schemas import Experience, ExperienceGroup, Source, make_codec, topic_context
 from rftbus.tasksets import get_taskset
 
 
@@ -33,27 +33,26 @@ class LoadReport:
         return dict(self.__dict__)
 
 
-def burst_groups(cfg: Config, n_groups: int, version: int, seed: int = 0) -> list[list[Experience]]:
+def burst_groups(cfg: Config, n_groups: int, version: int, seed: int = 0) -> list[ExperienceGroup]:
     rng = random.Random(seed)
     tok = load_tokenizer(cfg.model)
     taskset = get_taskset(cfg.taskset.name, **cfg.taskset.params)
     n = cfg.rl.group_size
     out = []
     for task in taskset.tasks("train", n_groups, seed=seed + 7919):
-        prompt_ids = list(tok(task.prompt, add_special_tokens=False)["input_ids"])
-        gid = new_id()
-        group = []
-        for i in range(n):
+        samples = []
+        for _ in range(n):
             right = rng.random() < 0.5
             text = task.answer if right and task.answer else str(rng.randrange(200))
             resp = list(tok(text, add_special_tokens=False)["input_ids"]) or [tok.eos_token_id]
-            group.append(Experience(
-                group_id=gid, task_id=f"burst-{task.task_id}", sample_index=i, group_size=n,
-                prompt_ids=prompt_ids, response_ids=resp, logprobs=[-rng.uniform(0.1, 3.0) for _ in resp],
-                loss_mask=[True] * len(resp), reward=1.0 if right else 0.0, reward_components={"burst": 1.0},
-                model_version=version, source=Source.explorer, explorer_id="chaos-burst", prompt_text=task.prompt,
-                response_text=text, finish_reason="stop", metadata={"taskset": task.taskset, "chaos": "burst"}))
-        out.append(group)
+            samples.append(Experience(
+                response_ids=resp, logprobs=[-rng.uniform(0.1, 3.0) for _ in resp], loss_mask=[True] * len(resp),
+                reward=1.0 if right else 0.0, reward_components={"burst": 1.0}, model_version=version,
+                response_text=text, finish_reason="stop"))
+        out.append(ExperienceGroup(
+            task_id=f"burst-{task.task_id}", source=Source.explorer, explorer_id="chaos-burst",
+            prompt_ids=list(tok(task.prompt, add_special_tokens=False)["input_ids"]), prompt_text=task.prompt,
+            samples=samples, metadata={"taskset": task.taskset, "chaos": "burst"}))
     return out
 
 
@@ -63,23 +62,25 @@ def burst(cfg: Config, n_groups: int, version: int, seed: int = 0) -> LoadReport
     producer = make_producer(cfg)
     groups = burst_groups(cfg, n_groups, version, seed)
     acked, failed = [0], []
+    topic = cfg.topics.raw.name
 
-    def done(err, _msg):
-        if err is None:
-            acked[0] += 1
-        else:
-            failed.append(err.str())
+    def done(n: int):
+        def cb(err, _msg):
+            if err is None:
+                acked[0] += n
+            else:
+                failed.append(err.str())
+        return cb
 
     t0 = time.monotonic()
-    for group in groups:
-        for e in group:
-            while True:
-                try:
-                    producer.produce(cfg.topics.raw.name, key=e.group_id.encode(), value=codec.encode(e),
-                                     on_delivery=done)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
+    for g in groups:
+        while True:
+            try:
+                producer.produce(topic, key=g.group_id.encode(), value=codec.encode(g, topic_context(topic)),
+                                 on_delivery=done(len(g.samples)))
+                break
+            except BufferError:
+                producer.poll(0.1)
         producer.poll(0)
     producer.flush(60)
     rep = LoadReport(groups=len(groups), experiences=acked[0], seconds=time.monotonic() - t0)

@@ -58,8 +58,7 @@ def run_overrides(plan: ChaosPlan, serve: bool) -> dict[str, object]:
         "run.eval_every_versions": 1_000_000,  # eval at start and end only
         "run.eval_n": 16,
         "run.serve": serve,
-        "streams.group_timeout_s": 15.0,  # a group cut short by a killed explorer is rejected in 15 s
-        "streams.feedback_ttl_s": 30.0,  # a live experience without feedback is rejected in 30 s
+        "streams.feedback_ttl_s": 30.0,  # a live group without feedback is rejected in 30 s
     }
     if plan.tasks is not None:
         out["run.tasks"] = plan.tasks

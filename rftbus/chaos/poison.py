@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_producer
-from rftbus.schemas import Experience, Feedback, FeedbackKind, Source, Task, WeightVersion, make_codec
+from rftbus.schemas import Experience, ExperienceGroup, Feedback, FeedbackKind, Source, Task, WeightVersion, make_codec
 
 ANY = frozenset({"*"})  # valid but odd input: any accounted outcome (trained or rejected) is right
 NONE = frozenset()  # no rejection path (followers skip it): liveness is the check
@@ -43,21 +43,27 @@ class Poison:
                 "offset": self.offset, "expect": sorted(self.expect), "bytes": len(self.value or b"")}
 
 
-def _experience(rng: random.Random, version: int, **over) -> Experience:
-    resp = [rng.randrange(4, 49) for _ in range(6)]
-    base = dict(group_id=f"poison-{uuid.uuid4().hex[:12]}", task_id="poison", sample_index=0, group_size=1,
-                prompt_ids=[rng.randrange(4, 49) for _ in range(8)], response_ids=resp,
-                logprobs=[-1.0] * len(resp), loss_mask=[True] * len(resp), reward=1.0,
-                reward_components={}, model_version=version, source=Source.explorer, explorer_id="chaos",
-                prompt_text="12+34=", response_text="46", finish_reason="stop")
-    base.update(over)
-    return Experience(**base)
+def _group(rng: random.Random, version: int, rewards=(1.0,), curated: bool = False, **sample) -> ExperienceGroup:
+    """A group of len(rewards) samples; `sample` overrides every sample's fields. `curated` makes it look
+    like a streams output (survivors and advantages set), for the trainer's lanes."""
+    samples = []
+    for i, r in enumerate(rewards):
+        resp = [rng.randrange(4, 49) for _ in range(6)]
+        base = dict(response_ids=resp, logprobs=[-1.0] * len(resp), loss_mask=[True] * len(resp), reward=r,
+                    model_version=version, response_text="46", finish_reason="stop",
+                    advantage=(1.0 if i % 2 == 0 else -1.0) if curated else None)
+        base.update(sample)
+        samples.append(Experience(**base))
+    return ExperienceGroup(group_id=f"poison-{uuid.uuid4().hex[:12]}", task_id="poison", source=Source.explorer,
+                           explorer_id="chaos", prompt_ids=[rng.randrange(4, 49) for _ in range(8)],
+                           prompt_text="12+34=", samples=samples,
+                           survivors=list(range(len(samples))) if curated else [])
 
 
-def _bad_utf8(codec, e: Experience) -> bytes:
-    """A well-framed Experience whose prompt_text bytes are not UTF-8 (same length, so framing holds)."""
+def _bad_utf8(codec, g: ExperienceGroup) -> bytes:
+    """A well-framed group whose prompt_text bytes are not UTF-8 (same length, so framing holds)."""
     marker = "MARKER\u00e9\u00e9"  # 10 bytes in UTF-8
-    data = codec.encode(replace(e, prompt_text=marker))
+    data = codec.encode(replace(g, prompt_text=marker))
     i = data.index(marker.encode())
     return data[:i] + b"\xff\xfe\xc3\x28\xa0\xa1\xed\xa0\x80\xc0" + data[i + len(marker.encode()):]
 
@@ -68,18 +74,19 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
     enc = codec.encode
     rng = random.Random(seed)
     k = lambda: f"poison-{uuid.uuid4().hex[:8]}".encode()  # noqa: E731
-    exp = lambda **o: _experience(rng, latest_version, **o)  # noqa: E731
+    exp = lambda **o: _group(rng, latest_version, **o)  # noqa: E731
     task = Task(taskset=cfg.taskset.name, prompt="1+1=", answer="2")
     good = exp()
     huge = cfg.streams.max_message_bytes + 4096
-    mismatch = exp()
-    mismatch.logprobs = mismatch.logprobs[:-1]
+    mismatch = exp(logprobs=[-1.0] * 5)  # 6 response tokens
+    curated_mismatch = exp(rewards=(1.0, 0.0), curated=True, logprobs=[-1.0] * 5)
     model = cfg.model.name.encode()
+    hostile = _unicode_group(rng, latest_version)
     out = [
         # tasks -> explorers (stage explorer)
         Poison("tasks", "garbage bytes", b"\x13\x37 not avro at all", k(), frozenset({"malformed"})),
         Poison("tasks", "truncated Task frame", enc(task)[:-5], k(), frozenset({"malformed"})),
-        Poison("tasks", "an Experience on the tasks topic", enc(good), k(), frozenset({"malformed"})),
+        Poison("tasks", "an ExperienceGroup on the tasks topic", enc(good), k(), frozenset({"malformed"})),
         Poison("tasks", "tombstone (null value)", None, k(), frozenset({"malformed"})),
         Poison("tasks", "garbage under a key that is not UTF-8", b"\x00garbage", b"\xff\xfe\xfd", frozenset({"malformed"})),
         # raw -> streams (stage verify)
@@ -108,7 +115,8 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
         Poison("feedback", "tombstone (null value)", None, k(), frozenset({"malformed"})),
         # curated lanes and expert -> trainer (stage trainer)
         Poison("curated", "garbage bytes", b"not an experience", k(), frozenset({"malformed"})),
-        Poison("curated", "length mismatch", enc(mismatch), k(), frozenset({"length_mismatch"})),
+        Poison("curated", "length mismatch", enc(curated_mismatch), k(), frozenset({"length_mismatch"})),
+        Poison("curated", "a raw group (no survivors) on a curated lane", enc(good), k(), frozenset({"schema"})),
         Poison("curated", "tombstone (null value)", None, k(), frozenset({"malformed"})),
         Poison("curated_priority", "truncated frame", enc(exp())[:-9], k(), frozenset({"malformed"})),
         Poison("curated_priority", "a Task on a curated lane", enc(task), k(), frozenset({"schema"})),
@@ -123,17 +131,16 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
         # metrics -> analytics sink
         Poison("metrics", "garbage bytes", b"metrics? no", k(), NONE),
         # valid but hostile text: must flow through like any experience
-        *[Poison("raw", f"valid experience with hostile unicode text ({i + 1}/2)", enc(e), e.group_id.encode(), ANY)
-          for i, e in enumerate(_unicode_group(rng, latest_version))],
+        Poison("raw", "valid group with hostile unicode text", enc(hostile), hostile.group_id.encode(), ANY),
     ]
     return out
 
 
-def _unicode_group(rng: random.Random, version: int) -> list[Experience]:
-    gid = f"unicode-{uuid.uuid4().hex[:12]}"
+def _unicode_group(rng: random.Random, version: int) -> ExperienceGroup:
     text = "\u202e\u0000\U0001f4a5 \u0645\u0631\u062d\u0628\u0627 \ufeff\U0010fffd z\u0301\u0301\u0301"
-    return [_experience(rng, version, group_id=gid, sample_index=i, group_size=2, reward=r, prompt_text=text,
-                        response_text=text[::-1]) for i, r in enumerate((1.0, 0.0))]
+    g = _group(rng, version, rewards=(1.0, 0.0), response_text=text[::-1])
+    g.prompt_text = text
+    return g
 
 
 def inject(cfg: Config, poisons: list[Poison], timeout_s: float = 60.0) -> list[Poison]:

@@ -1,14 +1,17 @@
 """The tally: did anything get lost or duplicated? Pure logic over a Ledger (no Kafka here).
 
 Units and what "lost" / "duplicated" mean (docs/RELIABILITY.md says the same in prose):
-- a raw record (by topic/partition/offset) must get exactly one streams outcome: a curated-lane record
-  whose `rftbus-src` header names it, or a streams rejection whose source names it. None, although the
-  streams group committed past it: lost. More than one: duplicated. Not yet read: in flight.
-- a record on a trainer lane (curated, curated.priority, expert) must be trained (its position is in
-  the lineage) or rejected by the trainer (distinct rejection ids: a trainer rejection is idempotent
-  by id) at most once in all. Neither, though the final checkpoint's position has passed it: lost.
-  Neither and not passed: pending (Kafka holds it; the checkpoint resumes before it). Trained while
-  the checkpoint would read it again: duplicated.
+- every experience of a raw group (by raw topic/partition/offset and experience id) must get exactly one
+  streams outcome: a survivor of a curated-lane record whose `rftbus-src` header names the raw record,
+  or a streams rejection whose source names it and whose experience ids include it. None, although the
+  streams group committed past the record: lost. More than one: duplicated. Not yet read: in flight. A
+  raw record that is no group at all must get exactly one rejection naming it.
+- every experience the trainer may learn from on a trainer lane (a curated record's survivors, every
+  sample of a demonstration) must be trained (its id is in the lineage) or rejected by the trainer
+  (distinct rejection ids naming the record: a trainer rejection is idempotent by id) at most once in
+  all. Neither, though the final checkpoint's position has passed the record: lost. Neither and not
+  passed: pending (Kafka holds it; the checkpoint resumes before it). Trained while the checkpoint
+  would read the record again: duplicated. A lane record that is no group must be rejected once.
 - an experience id trained twice anywhere in the lineage: duplicated.
 - weight versions on rft.weights must be 0..V, each exactly once (a gap: lost; a repeat: duplicated);
   lineage steps 1..S per rank, likewise.
@@ -82,29 +85,27 @@ class _Index:
             if rec.lane != "expert" and rec.src:
                 self.curated_by_src[rec.src].append(rec)
         self.rej_by_source: dict[Pos, list[RejRecord]] = defaultdict(list)  # every stage but the trainer
-        self.trainer_rej: dict[Pos, dict[str, str]] = defaultdict(dict)  # pos -> rejection id -> reason
+        self.trainer_rej: dict[Pos, dict[str, RejRecord]] = defaultdict(dict)  # pos -> rejection id -> rejection
         for r in led.rejections:
             if r.source is None:
                 continue
             if r.stage == "trainer":
-                self.trainer_rej[r.source][r.rejection_id] = r.reason
+                self.trainer_rej[r.source][r.rejection_id] = r
             else:
                 self.rej_by_source[r.source].append(r)
-        self.trained_at: Counter = Counter()
         self.trained_ids: Counter = Counter()
         for line in led.lineage:
-            for t, p, o in line.get("offsets", []):
-                self.trained_at[(t, int(p), int(o))] += 1
             self.trained_ids.update(line.get("experience_ids", []))
 
 
-def _trainer_outcome(led: Ledger, ix: _Index, rec: LaneRecord, tally: Tally) -> str:
-    """trained | rejected:<reason> | pending | lost | duplicated (counted here, once per lane record)."""
-    n_trained = ix.trained_at[rec.pos]
-    rejections = ix.trainer_rej.get(rec.pos, {})
+def _trainer_outcome(led: Ledger, ix: _Index, rec: LaneRecord, eid: str | None, tally: Tally) -> str:
+    """trained | rejected:<reason> | pending | lost | duplicated, for experience `eid` of lane record
+    `rec` (None: the record is no group, and only a rejection of it counts)."""
+    rejections = [r for r in ix.trainer_rej.get(rec.pos, {}).values() if eid is None or eid in r.experience_ids]
+    n_trained = ix.trained_ids[eid] if eid is not None else 0
     n = n_trained + len(rejections)
     done = led.checkpoint is not None and led.checkpoint.done(rec.pos)
-    where = f"{rec.lane} {src_of(rec.pos)} (experience {rec.experience_id or '?'})"
+    where = f"{rec.lane} {src_of(rec.pos)} (experience {eid or 'poison'})"
     if n > 1:
         tally._dup("trainer", f"{where}: trained {n_trained}x, rejected {len(rejections)}x")
         return "duplicated"
@@ -112,20 +113,22 @@ def _trainer_outcome(led: Ledger, ix: _Index, rec: LaneRecord, tally: Tally) -> 
         if n_trained and not done:
             tally._dup("trainer", f"{where}: in the lineage, but the final checkpoint would read it again")
             return "duplicated"
-        return "trained" if n_trained else f"rejected:{next(iter(rejections.values()))}"
+        return "trained" if n_trained else f"rejected:{rejections[0].reason}"
     if done:
         tally._lose("trainer", f"{where}: the checkpoint moved past it, neither trained nor rejected")
         return "lost"
     return "pending"
 
 
-def _lanes(led: Ledger, ix: _Index, tally: Tally) -> dict[Pos, str]:
-    outcome: dict[Pos, str] = {}
+def _lanes(led: Ledger, ix: _Index, tally: Tally) -> dict[tuple[Pos, str | None], str]:
+    """(lane record position, experience id) -> outcome; the id is None for a lane record that is no group."""
+    outcome: dict[tuple[Pos, str | None], str] = {}
     demos: Counter = Counter()
     for rec in led.lanes:
-        o = outcome[rec.pos] = _trainer_outcome(led, ix, rec, tally)
-        if rec.lane == "expert":
-            demos[o.split(":")[0]] += 1
+        for eid in (rec.experience_ids if rec.experience_ids is not None else [None]):
+            o = outcome[(rec.pos, eid)] = _trainer_outcome(led, ix, rec, eid, tally)
+            if rec.lane == "expert":
+                demos[o.split(":")[0]] += 1
     tally.demonstrations = dict(demos)
     for eid, n in ix.trained_ids.items():
         if n > 1:
@@ -133,35 +136,46 @@ def _lanes(led: Ledger, ix: _Index, tally: Tally) -> dict[Pos, str]:
     return outcome
 
 
-def _raw(led: Ledger, ix: _Index, lane_outcome: dict[Pos, str], tally: Tally) -> None:
+def _raw(led: Ledger, ix: _Index, lane_outcome: dict[tuple[Pos, str | None], str], tally: Tally) -> None:
     reasons: Counter = Counter()
     for pos, raw in led.raw.items():
         src = src_of(pos)
         outs = ix.curated_by_src.get(src, [])
         rejs = ix.rej_by_source.get(pos, [])
-        n = len(outs) + len(rejs)
-        if n == 0:
-            committed = led.committed.get((pos[0], pos[1]))
-            if committed is None or pos[2] >= committed:
+        committed = led.committed.get((pos[0], pos[1]))
+        read = committed is not None and pos[2] < committed
+        if raw.experience_ids is None:  # poison: one rejection of the whole record
+            if len(rejs) > 1:
+                tally._dup("streams", f"raw {src} (poison): {len(rejs)} rejections")
+            elif not rejs and not outs:
+                if read:
+                    tally._lose("streams", f"raw {src} (poison): read and committed by streams, no rejection")
+                else:
+                    tally.in_flight += 1
+            continue
+        for eid in raw.experience_ids:
+            cur = [o for o in outs if o.experience_ids and eid in o.experience_ids]
+            rj = [r for r in rejs if eid in r.experience_ids]
+            n = len(cur) + len(rj)
+            if n == 0 and not outs and not rejs and not read:
                 tally.in_flight += 1
-            else:
-                tally._lose("streams", f"raw {src} (experience {raw.experience_id or 'poison'}): read and "
-                                       "committed by streams, but no curated record and no rejection")
-            continue
-        if n > 1:
-            tally._dup("streams", f"raw {src} (experience {raw.experience_id or 'poison'}): {len(outs)} curated "
-                                  f"+ {len(rejs)} rejections ({', '.join(r.reason for r in rejs)})")
-        if raw.experience_id is None:
-            continue
-        tally.produced += 1
-        final = f"rejected:{rejs[0].reason}" if rejs else lane_outcome.get(outs[0].pos, "pending")
-        if final == "trained":
-            tally.trained += 1
-        elif final.startswith("rejected:"):
-            tally.rejected += 1
-            reasons[final.split(":", 1)[1]] += 1
-        elif final == "pending":
-            tally.pending += 1
+                continue
+            if n == 0:
+                tally._lose("streams", f"raw {src} experience {eid}: no curated record and no rejection"
+                            + (" although streams committed past it" if read else " (others of its group had one)"))
+                continue
+            if n > 1:
+                tally._dup("streams", f"raw {src} experience {eid}: {len(cur)} curated + {len(rj)} rejections "
+                                      f"({', '.join(r.reason for r in rj)})")
+            tally.produced += 1
+            final = f"rejected:{rj[0].reason}" if rj else lane_outcome.get((cur[0].pos, eid), "pending")
+            if final == "trained":
+                tally.trained += 1
+            elif final.startswith("rejected:"):
+                tally.rejected += 1
+                reasons[final.split(":", 1)[1]] += 1
+            elif final == "pending":
+                tally.pending += 1
     tally.rejected_by_reason = dict(reasons.most_common())
 
 
@@ -198,7 +212,7 @@ def _lineage(led: Ledger, tally: Tally) -> None:
     tally.lineage = {"steps": steps, "lines": len(led.lineage), "checkpoint_step": ck}
 
 
-def _poison(led: Ledger, poisons: list[Poison], lane_outcome: dict[Pos, str], tally: Tally) -> None:
+def _poison(led: Ledger, poisons: list[Poison], lane_outcome: dict[tuple[Pos, str | None], str], tally: Tally) -> None:
     """Each poison record's fate. Losses are counted here only for tasks and feedback: poison on raw
     and on the trainer's lanes is already a unit of the streams / trainer accounting."""
     by_source: dict[Pos, list[RejRecord]] = defaultdict(list)
@@ -214,8 +228,10 @@ def _poison(led: Ledger, poisons: list[Poison], lane_outcome: dict[Pos, str], ta
             row["outcome"] = "no rejection path: readers skip it (liveness is the check)"
         elif p.expect == ANY:
             rejs = by_source.get(p.where, [])
-            row["outcome"] = (f"rejected: {rejs[0].reason}" if rejs else "curated -> "
-                              + next((lane_outcome[r.pos] for r in led.lanes if r.src == src_of(p.where)), "in flight"))
+            curated = [(r.pos, e) for r in led.lanes if r.src == src_of(p.where) for e in r.experience_ids or []]
+            row["outcome"] = (f"rejected: {', '.join(sorted({r.reason for r in rejs}))}" if rejs and not curated
+                              else "curated -> " + ", ".join(sorted({lane_outcome[k] for k in curated}))
+                              if curated else "in flight")
         else:
             rejs = by_source.get(p.where, [])
             reasons = sorted({r.reason for r in rejs})
@@ -234,8 +250,9 @@ def _poison(led: Ledger, poisons: list[Poison], lane_outcome: dict[Pos, str], ta
                 else:
                     row["outcome"] = "not read yet (in flight)"
             else:
-                row["outcome"] = lane_outcome.get(p.where, "?")
-                row["ok"] = row["outcome"] == "pending"
+                outs = sorted({o for (pos, _), o in lane_outcome.items() if pos == p.where})
+                row["outcome"] = ", ".join(outs) or "?"
+                row["ok"] = outs == ["pending"]
         tally.poison.append(row)
 
 

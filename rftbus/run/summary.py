@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rftbus.config import Config
 from rftbus.kafka.read import read_to_end
-from rftbus.schemas import DecodeError, Experience, Rejection, make_codec
+from rftbus.schemas import DecodeError, ExperienceGroup, Rejection, make_codec
 from rftbus.trainer.checkpoint import read_lineage
 
 
@@ -39,18 +39,19 @@ class Reconciliation:
 
 def reconcile(cfg: Config, lineage_path: Path) -> Reconciliation:
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
-    dec_exp, dec_rej = codec.deserializer(Experience), codec.deserializer(Rejection)
+    dec_group, dec_rej = codec.deserializer(ExperienceGroup), codec.deserializer(Rejection)
     produced: set[str] = set()
     versions: set[int] = set()
     for msg in read_to_end(cfg, cfg.topics.raw.name):
         try:
-            exp = dec_exp(msg.value(), None)
+            group = dec_group(msg.value(), None)
         except DecodeError:
             continue  # malformed raw bytes are not produced experiences; streams reject them
-        if exp is None:
+        if group is None:
             continue  # a tombstone (the codec passes null values through): not an experience either
-        produced.add(exp.experience_id)
-        versions.add(exp.model_version)
+        for e in group.samples:
+            produced.add(e.experience_id)
+            versions.add(e.model_version)
     reasons: Counter[str] = Counter()
     task_reasons: Counter[str] = Counter()
     rejected: set[str] = set()
@@ -63,9 +64,11 @@ def reconcile(cfg: Config, lineage_path: Path) -> Reconciliation:
             continue
         if rej.source_topic == cfg.topics.tasks.name:
             task_reasons[rej.reason] += 1
-        elif rej.experience_id in produced and rej.experience_id not in rejected:
-            rejected.add(rej.experience_id)
-            reasons[rej.reason] += 1
+            continue
+        for eid in rej.covers():
+            if eid in produced and eid not in rejected:
+                rejected.add(eid)
+                reasons[rej.reason] += 1
     lineage = read_lineage(lineage_path)
     trained_list = [eid for seg in lineage for eid in seg["experience_ids"] if eid in produced]
     trained = set(trained_list)
