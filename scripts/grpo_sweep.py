@@ -30,7 +30,7 @@ from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.streams.advantages import make_estimator
 from rftbus.tasksets import get_taskset
 from rftbus.trainer.batch import collate, rows_of
-from rftbus.trainer.config import TrainerConfig
+from rftbus.config.trainer import TrainerConfig
 from rftbus.trainer.evaluate import evaluate
 from rftbus.trainer.losses import make_loss
 from rftbus.trainer.losses.base import LossResult

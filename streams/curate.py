@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from rftbus.schemas import Source
 from rftbus.streams.advantages import MeanBaseline, make_estimator
 from rftbus.streams.advantages.grpo import group_std
-from rftbus.streams.config import StreamsConfig
+from rftbus.config.streams import StreamsConfig
 from rftbus.streams.priority import PassRates, difficulty_bonus, priorities
 from rftbus.streams.verify import Drop
 from rftbus.streams.view import GroupView

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 
 from rftbus.schemas import DecodeError, ExperienceGroup
-from rftbus.streams.config import StreamsConfig
+from rftbus.config.streams import StreamsConfig
 from rftbus.streams.view import GroupReader, GroupView
 
 # DecodeError reasons that mean "these bytes name a schema we cannot use" rather than "garbage".

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rftbus.cli.bench_async import _period
+from rftbus.bench.async_speedup import _period
 from tests.conftest import rftbus_cli
 
 

@@ -12,7 +12,7 @@ import torch
 from conftest import make_config
 
 from rftbus.models.loading import load_tokenizer
-from rftbus.producers.config import RewardSpec, SamplingConfig
+from rftbus.config.explorer import RewardSpec, SamplingConfig
 from rftbus.producers.engines import make_engine
 from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.rewards import make_rewards

@@ -22,7 +22,7 @@ from rftbus.producers.workflows.base import encode_prompt
 from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.streams.advantages.grpo import GRPO
 from rftbus.trainer.batch import collate, rows_of
-from rftbus.trainer.config import TrainerConfig
+from rftbus.config.trainer import TrainerConfig
 from rftbus.trainer.losses import make_loss
 from rftbus.trainer.policy import PolicyWithValue, token_logp_entropy
 

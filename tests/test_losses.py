@@ -9,7 +9,7 @@ import torch
 
 from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.trainer.batch import Row, collate
-from rftbus.trainer.config import TrainerConfig
+from rftbus.config.trainer import TrainerConfig
 from rftbus.trainer.losses import make_loss, resolve_off_policy
 from rftbus.trainer.losses.base import PolicyOut, TrainBatch
 from rftbus.trainer.losses.dpo import DPOLoss

@@ -7,7 +7,7 @@ import torch
 from transformers import LlamaConfig, LlamaForSequenceClassification
 
 from rftbus.models.tokenizer import build_char_tokenizer
-from rftbus.producers.config import RewardSpec
+from rftbus.config.explorer import RewardSpec
 from rftbus.producers.rewards import make_rewards
 from rftbus.producers.rewards.math_answer import equivalent, extract_answer
 from rftbus.schemas import Task

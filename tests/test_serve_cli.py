@@ -14,7 +14,7 @@ from conftest import make_config, rftbus_cli
 from rftbus.kafka.clients import make_admin
 from rftbus.kafka.read import read_to_end
 from rftbus.kafka.topics import create_topics
-from rftbus.producers.serve.harness import ServeProcess
+from rftbus.bench.processes import ServeProcess
 from rftbus.schemas import FeedbackKind, make_codec
 from test_serve import TOPIC_KEYS, free_port
 

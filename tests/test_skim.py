@@ -18,7 +18,7 @@ from fastavro import schemaless_writer
 from rftbus.schemas import Codec, Experience, ExperienceGroup, SchemaStore, Source, Task, get_store, make_codec
 from rftbus.schemas.skim import Skimmer
 from rftbus.schemas.store import SCHEMA_DIR
-from rftbus.streams.config import StreamsConfig
+from rftbus.config.streams import StreamsConfig
 from rftbus.streams.verify import read_group, sample_drops
 from rftbus.streams.view import GroupReader, GroupView
 

@@ -18,8 +18,8 @@ from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, Source, Task, TrainerMetric,
                             WeightVersion, make_codec)
-from rftbus.streams.harness import WorkerProcess, read_all
-from rftbus.streams.synthetic import make_group
+from rftbus.bench.processes import WorkerProcess, read_all
+from rftbus.bench.synthetic import make_group
 from tests.conftest import make_config
 
 LATEST = 5  # published on the weights topic before the worker starts

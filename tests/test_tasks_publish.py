@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 from conftest import make_config, rftbus_cli
 from explorer_kafka import fresh_config, read_topic
 
-from rftbus.producers.config import FieldMap
+from rftbus.config.explorer import FieldMap
 from rftbus.producers.tasks.publish import publish_tasks
 from rftbus.producers.tasks.sources import read_source
 from rftbus.schemas import Source

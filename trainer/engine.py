@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from rftbus.trainer.config import TrainerConfig
+from rftbus.config.trainer import TrainerConfig
 
 
 def ds_config(cfg: TrainerConfig) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rftbus.producers.config import SamplingConfig
+from rftbus.config.explorer import SamplingConfig
 
 
 @dataclass

@@ -17,7 +17,7 @@ import httpx
 
 from rftbus.config import Config
 from rftbus.errors import RftbusError
-from rftbus.producers.config import SamplingConfig
+from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine
 
 

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from rftbus.producers.config import SamplingConfig
+from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine
 
 Request = tuple[tuple[int, ...], int]  # (prompt ids, how many samples)

@@ -17,7 +17,7 @@ import torch
 
 from rftbus.config import Config
 from rftbus.models.loading import load_policy
-from rftbus.producers.config import SamplingConfig
+from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine
 
 

@@ -12,7 +12,7 @@ import torch
 
 from rftbus.config import Config
 from rftbus.errors import RftbusError
-from rftbus.producers.config import SamplingConfig
+from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rftbus.producers.config import RewardSpec
+from rftbus.config.explorer import RewardSpec
 from rftbus.producers.rewards.base import RewardFn, RewardSet, Scored
 
 __all__ = ["BUILTIN", "RewardFn", "RewardSet", "Scored", "build_reward", "make_rewards"]

@@ -18,7 +18,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from rftbus.consumers.weight_sync import WeightFollower, swap_in_ready
-from rftbus.producers.config import SamplingConfig
+from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine
 
 log = logging.getLogger("rftbus.serve")

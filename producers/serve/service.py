@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from rftbus.config import Config
 from rftbus.kafka.clients import make_producer
 from rftbus.models.loading import load_tokenizer
-from rftbus.producers.config import SamplingConfig
+from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines import RolloutEngine, make_engine
 from rftbus.producers.engines.base import Completion
 from rftbus.producers.serve.auth import TokenAuth

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rftbus.errors import RftbusError
-from rftbus.producers.config import FieldMap
+from rftbus.config.explorer import FieldMap
 from rftbus.schemas import Task
 from rftbus.tasksets import get_taskset, stable_task_id, taskset_names
 

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
-from rftbus.producers.config import SamplingConfig, WorkflowConfig
+from rftbus.config.explorer import SamplingConfig, WorkflowConfig
 from rftbus.producers.engines.base import RolloutEngine
 from rftbus.producers.rewards.base import RewardSet
 from rftbus.schemas import Task

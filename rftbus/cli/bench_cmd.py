@@ -1,6 +1,7 @@
 """`rftbus bench ...`: benchmarks whose figures go to docs/BENCHMARKS.md.
 
-Each benchmark lives in its own module (`bench_<name>.py`) and is registered here with one line.
+Each benchmark lives in its own module of rftbus.bench (outside every runtime path) and is registered
+here with one line.
 """
 
 from __future__ import annotations
@@ -9,9 +10,9 @@ import typer
 
 app = typer.Typer(help="Benchmarks (figures in docs/BENCHMARKS.md); each has --json.", no_args_is_help=True)
 
-from rftbus.cli import bench_async, bench_explore, bench_streams, bench_sync  # noqa: E402  (after `app` exists)
+from rftbus.bench import async_speedup, explore, streams, sync  # noqa: E402  (after `app` exists)
 
-app.command("async")(bench_async.bench_async)
-app.command("explore")(bench_explore.explore)
-app.command("streams")(bench_streams.streams)
-app.command("sync")(bench_sync.sync)
+app.command("async")(async_speedup.bench_async)
+app.command("explore")(explore.explore)
+app.command("streams")(streams.streams)
+app.command("sync")(sync.sync)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rftbus.trainer.config import TrainerConfig
+from rftbus.config.trainer import TrainerConfig
 from rftbus.trainer.losses.base import Loss, LossResult, OffPolicy, PolicyOut, TrainBatch
 from rftbus.trainer.losses.dpo import DPOLoss
 from rftbus.trainer.losses.grpo import GRPOLoss

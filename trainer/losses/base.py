@@ -13,7 +13,7 @@ from typing import ClassVar, Literal
 
 import torch
 
-from rftbus.trainer.config import TrainerConfig
+from rftbus.config.trainer import TrainerConfig
 
 OffPolicy = Literal["none", "tis", "decoupled"]
 

@@ -1,5 +1,6 @@
 """`rftbus bench streams`: one streams worker's sustained throughput and raw->curated latency at a fixed
-load, beside a plain Kafka consume->produce pass-through of the same bytes measured in the same run."""
+load, beside a plain Kafka consume->produce pass-through of the same bytes measured in the same run.
+Records are whole groups (n experiences each); rates are in experiences/s."""
 
 from __future__ import annotations
 
@@ -21,22 +22,23 @@ from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import make_codec
-from rftbus.streams.harness import WorkerProcess, read_all
+from rftbus.bench.processes import WorkerProcess, read_all
 from rftbus.streams.outputs import H_T0
-from rftbus.streams.synthetic import make_group
+from rftbus.bench.synthetic import make_group
 from rftbus.streams.worker import PROFILE_ENV
 
 KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
 
 
 def _records(n_exp: int, group: int, tokens: int) -> list[tuple[bytes, bytes]]:
+    """Group records (one per `group` experiences), every group with reward variance: all of it is curated."""
     codec = make_codec(None)
     out = []
     rewards = [[1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 0.75, 0.0][i % 8] for i in range(group)]
     for g in range((n_exp + group - 1) // group):
-        for e in make_group(rewards=rewards, response_tokens=tokens, seed=g % 50, group_id=uuid.uuid4().hex):
-            out.append((e.group_id.encode(), codec.encode(e)))
-    return out[:n_exp]
+        rec = make_group(rewards=rewards, response_tokens=tokens, seed=g % 50, group_id=uuid.uuid4().hex)
+        out.append((rec.group_id.encode(), codec.encode(rec)))
+    return out
 
 
 def _produce(cfg, topic: str, recs, rate: float | None = None) -> None:
@@ -57,7 +59,7 @@ def _produce(cfg, topic: str, recs, rate: float | None = None) -> None:
     p.flush(60)
 
 
-def _baseline(cfg, recs, src: str, dst: str) -> float:
+def _baseline(cfg, recs, src: str, dst: str, group: int) -> float:
     """Consume `src` and produce every record to `dst` unchanged: what Kafka costs, nothing else."""
     admin = check_reachable(cfg)
     for fut in admin.create_topics([NewTopic(t, cfg.topics.raw.partitions, 1) for t in (src, dst)]).values():
@@ -86,7 +88,7 @@ def _baseline(cfg, recs, src: str, dst: str) -> float:
     c.close()
     if t_first is None:
         raise RftbusError(f"baseline: nothing consumed from {src}")
-    return (n - 1) / (time.perf_counter() - t_first)
+    return (n - 1) * group / (time.perf_counter() - t_first)  # experiences/s
 
 
 def _cpu_s(pid: int) -> float:
@@ -98,8 +100,8 @@ def _cpu_s(pid: int) -> float:
         return float("nan")
 
 
-def _drain_rate(cfg, worker: WorkerProcess, expected: int, timeout: float) -> tuple[float, int, float]:
-    """Experiences/s from the outputs' own timestamps (first to last curated record), and the worker's CPU
+def _drain_rate(cfg, worker: WorkerProcess, expected: int, group: int, timeout: float) -> tuple[float, int, float]:
+    """Experiences/s from the outputs' own timestamps (first to last curated group record), and the worker's CPU
     time per curated experience over the drain (robust on a shared machine where wall-clock rates are not):
     the worker's status file carries its process CPU time beside its counters, both taken at one instant,
     so start-up is left out. Progress is watched through that file, so the benchmark does not compete
@@ -118,11 +120,11 @@ def _drain_rate(cfg, worker: WorkerProcess, expected: int, timeout: float) -> tu
     ts = sorted(m.timestamp()[1] for m in msgs)
     n = st.get("curated", 0) - (first or {}).get("curated", 0)
     cpu_ms = (st["cpu_s"] - first["cpu_s"]) * 1000 / n if first is not None and n > 0 else float("nan")
-    return (len(ts) - 1) / max(1e-3, (ts[-1] - ts[0]) / 1000), len(ts), cpu_ms
+    return (len(ts) - 1) * group / max(1e-3, (ts[-1] - ts[0]) / 1000), len(ts) * group, cpu_ms
 
 
 def _latency(cfg, recs, rate: float, warmup_s: float = 0.0) -> tuple[list[float], list[float]]:
-    """raw -> curated latency per curated record: (arrival at this reader, the curated record's own
+    """raw -> curated latency per curated group record: (arrival at this reader, the curated record's own
     timestamp = when the worker produced it), both from the raw record's timestamp (header rftbus-t0).
     The reader asks the broker not to hold fetches (fetch.wait.max.ms) and takes whatever one poll
     returns, so it measures the pipeline, not its own batching. Records whose raw timestamp falls in the
@@ -208,8 +210,8 @@ def streams(
         say(f"[dim]building {experiences} experiences of {tokens} tokens ...[/]")
         recs = _records(experiences, group, tokens)
         size = sum(len(v) for _, v in recs) / len(recs)
-        say(f"[dim]baseline: plain Kafka consume->produce of the same {len(recs)} records ...[/]")
-        base = _baseline(cfg, recs, f"bench{tag}.base.in", f"bench{tag}.base.out")
+        say(f"[dim]baseline: plain Kafka consume->produce of the same {len(recs)} group records ...[/]")
+        base = _baseline(cfg, recs, f"bench{tag}.base.in", f"bench{tag}.base.out", group)
         say("[dim]preloading raw, starting one worker ...[/]")
         _produce(cfg, cfg.topics.raw.name, recs)
         work = Path(tempfile.mkdtemp(prefix="rftbus-bench-streams-"))
@@ -218,12 +220,12 @@ def streams(
                           extra_env={PROFILE_ENV: str(prof)} if profile else None)
         try:
             w.wait_ready(120)
-            rate, drained, cpu_ms = _drain_rate(cfg, w, len(recs), 600)
+            rate, drained, cpu_ms = _drain_rate(cfg, w, len(recs) * group, group, 600)
             say(f"[dim]drained {drained} at {rate:.0f}/s; latency phase at {load:.0f}/s for {seconds:.0f}s ...[/]")
             lat_recs = _records(int(load * (seconds + warmup)), group, tokens)
             cpu0 = _cpu_s(w.proc.pid)
             t_lat = time.monotonic()
-            lat, produced = _latency(cfg, lat_recs, load, warmup)
+            lat, produced = _latency(cfg, lat_recs, load / group, warmup)
             cpu_share = (_cpu_s(w.proc.pid) - cpu0) / (time.monotonic() - t_lat)
         finally:
             code = w.stop(60)
@@ -236,7 +238,8 @@ def streams(
               "produced_p50_ms": round(_pct(produced, 0.5), 1), "produced_p99_ms": round(_pct(produced, 0.99), 1),
               "worker_cpu_share_at_load": round(cpu_share, 3), "load_avg_1m": round(os.getloadavg()[0], 2),
               "offered_load_per_s": load, "warmup_s": warmup, "latency_samples": len(lat),
-              "drained": drained, "record_bytes": round(size), "response_tokens": tokens, "group_size": group,
+              "drained": drained, "group_record_bytes": round(size), "bytes_per_experience": round(size / group),
+              "response_tokens": tokens, "group_size": group,
               "worker_exit": code, "processing_guarantee": cfg.streams.processing_guarantee}
     if profile and prof.exists():
         stats = pstats.Stats(str(prof))

@@ -15,14 +15,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from rftbus.consumers.analytics.config import AnalyticsConfig
+from rftbus.config.analytics import AnalyticsConfig
 from rftbus.errors import RftbusError
 from rftbus.models.config import ModelConfig
-from rftbus.producers.config import ExplorerConfig, TasksetConfig
-from rftbus.producers.serve.config import ServeConfig
-from rftbus.run.config import RunConfig
-from rftbus.streams.config import StreamsConfig
-from rftbus.trainer.config import TrainerConfig
+from rftbus.config.explorer import ExplorerConfig, TasksetConfig
+from rftbus.config.serve import ServeConfig
+from rftbus.config.run import RunConfig
+from rftbus.config.streams import StreamsConfig
+from rftbus.config.trainer import TrainerConfig
 
 ENV_PREFIX = "RFTBUS_"
 CONFIG_ENV = "RFTBUS_CONFIG"

@@ -1,7 +1,7 @@
 """`rftbus bench sync`: weight-sync latency, from a WeightVersion acknowledged on the weights topic to
 every follower having generated with it, beside the floor of writing + reading that checkpoint.
 
-Followers are separate processes (trainer/sync_follower.py): `explorer` uses the explorer's own
+Followers are separate processes (rftbus/bench/sync_follower.py): `explorer` uses the explorer's own
 WeightFollower + transformers engine, `minimal` a bare poll → load_weights → load_state_dict →
 generate. The bench uses its own weights topic and store folder, so it never disturbs a real run.
 """
@@ -75,7 +75,7 @@ def sync(
     producer = make_producer(cfg, **{"linger.ms": 0})
     ser = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).serializer(WeightVersion)
     events: queue.Queue = queue.Queue()
-    procs = [subprocess.Popen([sys.executable, "-m", "rftbus.trainer.sync_follower", kind, str(cfg_path)],
+    procs = [subprocess.Popen([sys.executable, "-m", "rftbus.bench.sync_follower", kind, str(cfg_path)],
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for _ in range(followers)]
     for i, p in enumerate(procs):
         threading.Thread(target=_reader, args=(p, i, events), daemon=True).start()

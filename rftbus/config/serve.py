@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from rftbus.producers.config import EngineConfig
+from rftbus.config.explorer import EngineConfig
 
 
 class ServeConfig(BaseModel):

@@ -1,0 +1,43 @@
+"""The `analytics:` config section (pydantic only: no heavy imports here)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class AnalyticsConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["chdb", "clickhouse"] = Field(
+        "chdb", description="chdb: embedded, a folder under state_dir; clickhouse: a server via clickhouse-connect")
+    path: str | None = Field(None, description="chDB folder; default <state_dir>/analytics/chdb")
+    url: str = Field("http://localhost:8123", description="ClickHouse server HTTP(S) URL (backend: clickhouse); "
+                     "a chdb:///folder DSN runs clickhouse-connect's embedded chDB client instead of a server")
+    database: str = Field("rftbus", description="database holding the analytics tables (created if missing)")
+    user: str = "default"
+    password: SecretStr = Field(SecretStr(""), description="never logged")
+    group_id: str = Field("rftbus-analytics", description="the sink's Kafka consumer group")
+    batch_rows: int = Field(5000, ge=1, description="flush the buffered rows (all tables) after this many ...")
+    batch_seconds: float = Field(1.0, gt=0, description="... or once the oldest buffered row is this old")
+    insert_retries: int = Field(5, ge=0, description="retries (with backoff) of a failed batch insert before "
+                                "the sink stops; offsets are committed only after an insert succeeded")
+    drain_timeout_s: float = Field(15.0, ge=0, description="on stop, keep reading until every assigned partition "
+                                   "is at its end, at most this long, so a clean stop leaves nothing behind")
+    lock_wait_s: float = Field(30.0, ge=0, description="how long a process waits for the chDB folder when "
+                               "another process holds it (chDB allows one process per folder)")
+    connect_timeout_s: float = Field(10.0, gt=0, description="ClickHouse server connect timeout")
+    pass_threshold: float = Field(1.0, description="a sample passes when its reward is at least this "
+                                  "(report: per-task pass rate, feedback agreement)")
+
+    @field_validator("database")
+    @classmethod
+    def _identifier(cls, v: str) -> str:
+        # Interpolated into SQL as an identifier (databases cannot be query parameters).
+        if not _IDENT.match(v):
+            raise ValueError("must be a plain identifier (letters, digits, underscore)")
+        return v
