@@ -12,7 +12,8 @@ $(STAMP): pyproject.toml constraints.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "rftbus needs Python 3.10+ ($(PYTHON) is older)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	@# PYTHONWARNINGS: setuptools prints an informational banner for every editable install
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[test]'
 	touch $(STAMP)
 
 demo: install
@@ -37,7 +38,10 @@ demo-grpo-reverse: install
 chaos: install
 	$(VENV)/bin/rftbus chaos configs/toy.yaml $(CHAOS_ARGS)
 
+# Lint and type-check (scripts/typecheck.py: mypy over the installed package layout), then the suite.
 test: install
+	$(VENV)/bin/ruff check --quiet .
+	$(PY) scripts/typecheck.py
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # Re-pin constraints.txt from the current .venv (after deliberately upgrading something).

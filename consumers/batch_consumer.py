@@ -199,9 +199,9 @@ def start_positions(consumer: Consumer, tps: list[tuple[str, int]], overrides: d
         for tp in committed:
             low = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[0]
             out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else max(low, 0)
-    for tp, off in (overrides or {}).items():
-        if tp in out:
-            out[tp] = off
+    for key, off in (overrides or {}).items():
+        if key in out:
+            out[key] = off
     return out
 
 

@@ -41,9 +41,10 @@ def demonstration(*, prompt_ids: list[int], prompt_text: str, text: str, tokeniz
     if tokenizer.eos_token_id is not None:
         response_ids.append(tokenizer.eos_token_id)
     sample = Experience(
-        **({"experience_id": experience_id} if experience_id else {}),
         response_ids=response_ids, logprobs=[0.0] * len(response_ids), loss_mask=[True] * len(response_ids),
         reward=1.0, reward_components={"expert": 1.0}, model_version=0, response_text=text, finish_reason="stop")
-    return ExperienceGroup(group_id=f"{sample.experience_id}:demo", task_id=task_id, source=Source.expert, explorer_id=producer_id,
-                           prompt_ids=list(prompt_ids), prompt_text=prompt_text, samples=[sample],
+    if experience_id:
+        sample.experience_id = experience_id
+    return ExperienceGroup(group_id=f"{sample.experience_id}:demo", task_id=task_id, source=Source.expert,
+                           explorer_id=producer_id, prompt_ids=list(prompt_ids), prompt_text=prompt_text, samples=[sample],
                            metadata={**metadata, "policy_free": "1"})

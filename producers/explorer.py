@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException, TopicPartition
+from confluent_kafka import KafkaException, Message, TopicPartition
 
 from rftbus.config import Config, ConfigError
 from rftbus.consumers.weight_sync import swap_in_ready
@@ -79,7 +79,7 @@ class Explorer:
         self.stats = {"groups_produced": 0, "experiences_produced": 0, "tasks_rejected": 0,
                       "tasks_skipped_duplicate": 0, "expert_produced": 0}
         self._stop = False
-        self._held = None
+        self._held: Message | None = None  # a fetched task waiting for admission
         self._headroom = float("inf")  # groups admission would still let in (set by _blocked_reason)
         self._paused = False
         self._handled = 0
@@ -119,8 +119,9 @@ class Explorer:
                             self.report(f"no new task for {ex.idle_exit_s:g}s; exiting")
                             break
                         continue
-                    if msg.error():
-                        self.report(f"reading {self._topic}: {msg.error().str()}")
+                    err = msg.error()
+                    if err is not None:
+                        self.report(f"reading {self._topic}: {err.str()}")
                         continue
                     self._held = msg
                 if not self._admitted():
@@ -158,7 +159,7 @@ class Explorer:
         self.status.update(waiting_for_admission=True, waiting_reason=why, state="waiting")
         stray = self.consumer.poll(0.2)  # serves rebalances; anything fetched is rewound, not lost
         if stray is not None and not stray.error():
-            self.consumer.seek(TopicPartition(stray.topic(), stray.partition(), stray.offset()))
+            self.consumer.seek(TopicPartition(self._topic, stray.partition() or 0, stray.offset() or 0))
         return False
 
     def _blocked_reason(self) -> str | None:
@@ -185,18 +186,19 @@ class Explorer:
         room = min(ex.batch_tasks, int(self._headroom) if self._headroom != float("inf") else ex.batch_tasks)
         if ex.max_tasks:
             room = min(room, ex.max_tasks - self._handled)
-        out = []
+        out: list[Message] = []
         while len(out) < room - 1:
             msg = self.consumer.poll(0)
             if msg is None:
                 break
-            if msg.error():
-                self.report(f"reading {self._topic}: {msg.error().str()}")
+            err = msg.error()
+            if err is not None:
+                self.report(f"reading {self._topic}: {err.str()}")
                 continue
             out.append(msg)
         return out
 
-    def _prime(self, batch: list[tuple[object, Task | DecodeError]]) -> None:
+    def _prime(self, batch: list[tuple[Message, Task | DecodeError]]) -> None:
         """One engine call for the batch's single-turn tasks (see producers/engines/primed.py).
         Only a guess at what the workflows will ask: a task that is a duplicate or runs another
         workflow simply finds nothing primed, or leaves it unused."""
@@ -204,7 +206,7 @@ class Explorer:
             return
         ex, requests = self.cfg.explorer, []
         for msg, task in batch:
-            if isinstance(task, DecodeError) or (msg.partition(), task.task_id) in self.seen:
+            if isinstance(task, DecodeError) or (msg.partition() or 0, task.task_id) in self.seen:
                 continue
             if (task.workflow or ex.workflow.kind) == "single_turn":
                 prompt = encode_prompt(self.tokenizer, task.prompt, ex.workflow.chat_template)
@@ -228,6 +230,7 @@ class Explorer:
             return e
         if task is None:  # the deserializer passes tombstones through as None
             return DecodeError("empty", "null value (tombstone) on the tasks topic")
+        assert isinstance(task, Task)  # (the deserializer accepts only Task)
         return task
 
     def _handle(self, msg, task: Task | DecodeError) -> None:
@@ -263,7 +266,7 @@ class Explorer:
         if outcome.samples is None:
             self.report(f"task {task.task_id} -> {outcome.reason} after {outcome.attempts} attempt(s): "
                         f"{outcome.detail.splitlines()[0] if outcome.detail else ''}")
-            self._reject(msg, outcome.reason, outcome.detail)
+            self._reject(msg, outcome.reason or "task_failed", outcome.detail)
             self.stats["tasks_rejected"] += 1
             return
         group = group_of(task, outcome.samples, version, self.id)
@@ -308,9 +311,12 @@ class Explorer:
         if not ready:
             return
         t0 = time.perf_counter()
+        offsets = [TopicPartition(self._topic, p, o) for p, o in ready.items()]
         try:
-            self.consumer.commit(offsets=[TopicPartition(self._topic, p, o) for p, o in ready.items()],
-                                 asynchronous=not sync)
+            if sync:
+                self.consumer.commit(offsets=offsets, asynchronous=False)
+            else:
+                self.consumer.commit(offsets=offsets)
         except KafkaException as e:
             self.report(f"commit of task offsets {ready} failed ({e}); those tasks may be redone by another explorer")
         self.t.commit_s += time.perf_counter() - t0

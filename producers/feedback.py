@@ -74,7 +74,7 @@ class FeedbackClient:
     # -- the common path -----------------------------------------------------------------------
     def post(self, **fields: Any) -> Published:
         req = parse_request(fields)
-        problem = req.check_rating(tuple(self.cfg.streams.rating_scale))
+        problem = req.check_rating(self.cfg.streams.rating_scale)
         if problem:
             raise FeedbackNotAccepted(f"rating: {problem}")
         fb = req.to_record()

@@ -33,7 +33,7 @@ def write_status(state_dir: Path, role: str, ident: str, data: dict[str, Any]) -
 
 def read_statuses(state_dir: Path, role: str | None = None) -> list[dict[str, Any]]:
     """Every readable status file (of one role if given); a half-written or foreign file is skipped."""
-    out = []
+    out: list[dict[str, Any]] = []
     folder = status_dir(state_dir)
     if not folder.exists():
         return out

@@ -24,7 +24,7 @@ import functools
 import json
 import threading
 from io import BytesIO
-from typing import Any
+from typing import Any, Generic, TypeVar, overload
 
 from fastavro import schemaless_reader, schemaless_writer
 from fastavro.schema import parse_schema
@@ -43,6 +43,7 @@ _CF_HEADER = 5  # 00 + 4-byte schema id
 # Plan for one writer schema: (record class, writer schema, reader schema or None when identical,
 # FastPlan or None). The FastPlan is only used when writer == current reader schema.
 _Plan = tuple[type[AvroRecord], dict, "dict | None", "FastPlan | None"]
+R = TypeVar("R", bound=AvroRecord)
 _FAST_PLANS: dict[bytes, "FastPlan | None"] = {}
 
 
@@ -131,9 +132,10 @@ class AvroSerializer:
         if self._confluent is not None:
             if ctx is None:
                 ctx = self._default_ctx
-            header = self._cf_prefix.get((ctx.topic, ctx.field))
-            if header is None:
+            cached = self._cf_prefix.get((ctx.topic, ctx.field))
+            if cached is None:
                 return self._delegate(obj, ctx)
+            header = cached
         fo = BytesIO()
         fo.write(header)
         try:
@@ -158,6 +160,7 @@ class AvroSerializer:
         return self._cf_prefix.get((ctx.topic, ctx.field))
 
     def _delegate(self, obj: Any, ctx: Any) -> bytes:
+        assert self._confluent is not None  # (only called with a registry)
         try:
             out = self._confluent(obj, ctx)
         except (ValueError, TypeError) as e:
@@ -170,14 +173,14 @@ class AvroSerializer:
 _PER_RECORD_CONF = ("use.latest.version", "use.latest.with.metadata", "schema.id.serializer")
 
 
-class AvroDeserializer:
+class AvroDeserializer(Generic[R]):
     """``(bytes, ctx) -> record``; accepts both framings.
 
     With ``record_cls`` it only accepts that record (else ``wrong_record_type``); with None it
     returns whichever rftbus record the writer schema names (for tools that print any topic).
     """
 
-    def __init__(self, record_cls: type[AvroRecord] | None = None, registry: Any = None,
+    def __init__(self, record_cls: type[R] | None = None, registry: Any = None,
                  *, store: SchemaStore | None = None):
         self.record_cls = record_cls
         self.registry = registry
@@ -194,7 +197,7 @@ class AvroDeserializer:
             return RECORD_TYPES[name], current.fast, None, _fast_plan(current)
         return RECORD_TYPES[name], writer, current.fast, None
 
-    def __call__(self, data: bytes | None, ctx: Any = None) -> AvroRecord | None:
+    def __call__(self, data: bytes | None, ctx: Any = None) -> R | None:
         if data is None:
             return None  # tombstone
         if data.__class__ is not bytes:
@@ -206,6 +209,7 @@ class AvroDeserializer:
         plan, start = self._locate(data)
         cls, writer, reader, fast = plan
         fo = BytesIO(data)
+        d: Any
         try:
             if fast is not None:
                 d, end = fast.read(fo, data, start)
@@ -220,7 +224,7 @@ class AvroDeserializer:
         if end != n:
             raise DecodeError("malformed_body", f"{n - end} trailing bytes after {cls.SCHEMA_NAME}")
         try:
-            return cls(**d)
+            return cls(**d)  # type: ignore[return-value]  # (the plan's class is R, or any record when R is unset)
         except Exception as e:
             raise DecodeError("malformed_body", f"{cls.SCHEMA_NAME} fields invalid: {e!r}") from None
 
@@ -289,7 +293,7 @@ class AvroDeserializer:
         if self.record_cls is not None and name != self.record_cls.SCHEMA_NAME:
             raise DecodeError("wrong_record_type", f"schema id {schema_id} is {name}, "
                               f"expected {self.record_cls.SCHEMA_NAME}")
-        plan = self._by_id[schema_id] = self._plan(name, writer, fingerprint64(writer))
+        plan = self._by_id[schema_id] = self._plan(name, writer, fingerprint64(writer))  # type: ignore[arg-type]
         return plan
 
 
@@ -340,6 +344,12 @@ class Codec:
                 self._ser[record_cls] = ser
         return ser
 
+    @overload
+    def deserializer(self, record_cls: type[R]) -> AvroDeserializer[R]: ...
+
+    @overload
+    def deserializer(self, record_cls: None = None) -> AvroDeserializer[AvroRecord]: ...
+
     def deserializer(self, record_cls: type[AvroRecord] | None = None) -> AvroDeserializer:
         de = self._de.get(record_cls)
         if de is None:
@@ -349,7 +359,9 @@ class Codec:
         return de
 
     def encode(self, record: AvroRecord, ctx: Any = None) -> bytes:
-        return self.serializer(type(record))(record, ctx)
+        out = self.serializer(type(record))(record, ctx)
+        assert out is not None  # (only None is encoded as None: a tombstone)
+        return out
 
     def decode(self, data: bytes, ctx: Any = None) -> AvroRecord | None:
         return self.deserializer(None)(data, ctx)

@@ -81,7 +81,7 @@ def _write_bools_factory(name: str) -> Callable[[Any, dict], None]:
 
 def _blocks(buf: bytes, pos: int, width: int) -> tuple[list[bytes], int]:
     """Raw item bytes of an array of fixed ``width`` items starting at ``pos``."""
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         count, pos = _read_long(buf, pos)
         if count == 0:
@@ -159,7 +159,7 @@ class FastPlan:
     @classmethod
     def build(cls, raw_schema: dict) -> "FastPlan | None":
         """A plan for ``raw_schema`` (logical types already stripped), or None if nothing to gain."""
-        return cls._build(expand_schema(parse_schema(raw_schema)))
+        return cls._build(expand_schema(parse_schema(raw_schema)))  # type: ignore[arg-type]  # a record: a dict
 
     @classmethod
     def _build(cls, expanded: dict) -> "FastPlan | None":
@@ -212,7 +212,7 @@ class FastPlan:
         for name, r in self._readers:
             if name is None:
                 fo.seek(pos)
-                d.update(schemaless_reader(fo, r, None))
+                d.update(schemaless_reader(fo, r, None))  # type: ignore[arg-type]  # a segment record: a dict
                 pos = fo.tell()
             else:
                 d[name], pos = r(buf, pos)

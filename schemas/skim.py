@@ -158,8 +158,9 @@ def _primitive(t: Any, known: Any = _SCALARS) -> str | None:
 
 def _step(name: str, t: Any) -> Step | None:
     """The reader of one field of type ``t`` (expanded schema), or None for a type the skim does not know."""
-    if _primitive(t):
-        read = _SCALARS[_primitive(t)]
+    prim = _primitive(t)
+    if prim:
+        read = _SCALARS[prim]
 
         def scalar(buf: bytes, pos: int, out: Skim) -> int:
             out.values[name], pos = read(buf, pos)
@@ -194,8 +195,9 @@ def _step(name: str, t: Any) -> Step | None:
             out.values[name] = symbols[i]
             return pos
         return enum
-    if kind == "map" and _primitive(t["values"]):
-        read_value = _SCALARS[_primitive(t["values"])]
+    value_prim = _primitive(t["values"]) if kind == "map" else None
+    if value_prim:
+        read_value = _SCALARS[value_prim]
 
         def map_(buf: bytes, pos: int, out: Skim) -> int:
             n, pos = _block_count(buf, pos)
@@ -288,7 +290,7 @@ class SkimPlan:
     @classmethod
     def build(cls, raw_schema: dict) -> "SkimPlan | None":
         """A plan, or None when a field has a type the skim does not read (arrays of strings, ...)."""
-        return cls._build(expand_schema(parse_schema(raw_schema)))
+        return cls._build(expand_schema(parse_schema(raw_schema)))  # type: ignore[arg-type]  # a record: a dict
 
     @classmethod
     def _build(cls, expanded: dict) -> "SkimPlan | None":

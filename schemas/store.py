@@ -86,11 +86,11 @@ class SchemaEntry:
         raw = json.loads(text)
         if not isinstance(raw, dict) or raw.get("type") != "record":
             raise ValueError(f"{path or 'schema'}: top-level schema must be a record")
-        parsed = parse_schema(raw)
+        parsed: dict = parse_schema(raw)  # type: ignore[assignment]  # a record schema parses to a dict
         name = parsed["name"]  # fastavro gives the full name (namespace applied)
         canonical = to_parsing_canonical_form(parsed)
         fp = bytes.fromhex(_fastavro_fingerprint(canonical, "CRC-64-AVRO"))
-        fast = parse_schema(strip_logical_types(raw))
+        fast: dict = parse_schema(strip_logical_types(raw))  # type: ignore[assignment]
         return cls(name, version, path, text, raw, parsed, fast, canonical, fp)
 
 
@@ -115,7 +115,7 @@ class SchemaStore:
                 m = _VERSION_FILE.match(path.name)
                 if m:
                     versions.append(SchemaEntry.from_text(path.read_text(), int(m.group(1)), path))
-            versions.sort(key=lambda e: e.version)
+            versions.sort(key=lambda e: e.version or 0)  # (history entries always have one)
             for entry in versions:
                 if entry.name != name:
                     raise ValueError(f"{entry.path}: declares {entry.name}, expected {name}")

@@ -77,8 +77,8 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
         stream = stream.noack()
         ingest.stream = stream
         # Transaction markers (exactly_once) are real gaps in joined: watch it only at least once.
-        ingest.watch(DeliveryGuard.for_faust(app.consumer, quiet_s=sc.redelivery_quiet_s),
-                     {topo.raw} | ({topo.joined} if sc.processing_guarantee == "at_least_once" else set()))
+        watched = {topo.raw} | ({topo.joined} if sc.processing_guarantee == "at_least_once" else set())
+        ingest.watch(DeliveryGuard.for_faust(app.consumer, watched, quiet_s=sc.redelivery_quiet_s), watched)
         async for event in stream.events():
             try:
                 await ingest.handle(event)
@@ -110,7 +110,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
             ingest.guard.forget(mine)
         ingest.revoke({tp.partition for tp in mine})
 
-    app.on_partitions_revoked.connect(on_revoked)
+    app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]  # faust's signal typing
 
     @app.task
     async def quiet_libraries() -> None:

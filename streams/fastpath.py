@@ -44,10 +44,12 @@ class _Continue:
     __slots__ = ("_coro", "_yielded")
 
     def __init__(self, coro: Coroutine, yielded: Any):
-        self._coro, self._yielded = coro, yielded
+        self._coro: Coroutine | None = coro
+        self._yielded: Any = yielded
 
     def __await__(self) -> Generator[Any, Any, Any]:
         coro, yielded = self._coro, self._yielded
+        assert coro is not None, "a _Continue is awaited once"
         self._coro = self._yielded = None
         while True:
             try:
@@ -124,7 +126,7 @@ async def _drain_messages(self: Consumer, fetcher: Service) -> None:  # pragma: 
                             if self._n_acked >= commit_every:
                                 self._n_acked = 0
                                 await self.commit()
-                        rest = run_eager(callback(message))
+                        rest = run_eager(callback(message))  # type: ignore[arg-type]  # (it is a coroutine)
                         if rest is not None:  # it would block: Faust's own escape on a flow suspension
                             await self.wait_first(rest, self.suspend_flow.wait())
                         set_read_offset(tp, offset)
@@ -162,7 +164,7 @@ class _Done:
     __slots__ = ()
 
     def __await__(self) -> Generator[Any, Any, None]:
-        return iter(())
+        yield from ()
 
 
 _DONE = _Done()
@@ -213,7 +215,7 @@ def tune_fetch(min_bytes: int, max_wait_ms: int) -> None:
         consumer._fetch_max_wait_ms = max_wait_ms
         return consumer
 
-    AIOKafkaConsumerThread._create_worker_consumer = _create_worker_consumer
+    AIOKafkaConsumerThread._create_worker_consumer = _create_worker_consumer  # type: ignore[method-assign]  # the patch, by design
 
 
 def require_faust(installed: str | None = None) -> None:
@@ -230,7 +232,7 @@ def require_faust(installed: str | None = None) -> None:
 
 def install() -> None:
     require_faust()
-    Consumer._drain_messages = _drain_messages
+    Consumer._drain_messages = _drain_messages  # type: ignore[method-assign,assignment]  # the patch
     try:
         from faust._cython import streams as cstreams
     except ImportError:  # pure-Python Faust: its own iterator, left as it is
@@ -240,11 +242,11 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    Consumer._drain_messages = _original_drain
+    Consumer._drain_messages = _original_drain  # type: ignore[method-assign]  # the patch, by design
     if _original_create is not None:
         from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
 
-        AIOKafkaConsumerThread._create_worker_consumer = _original_create
+        AIOKafkaConsumerThread._create_worker_consumer = _original_create  # type: ignore[method-assign]  # the patch, by design
     try:
         from faust._cython import streams as cstreams
     except ImportError:

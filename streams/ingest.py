@@ -12,12 +12,14 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from typing import Any
 
 from rftbus.streams import offsets
 from rftbus.streams.curate import Decision, decide
 from rftbus.streams.live import LiveGroups
 from rftbus.streams.outputs import H_KIND, H_SAMPLE, H_T0, Output
 from rftbus.streams.recovery import Landed, scan
+from rftbus.streams.redelivery import DeliveryGuard
 from rftbus.streams.verify import Verdict, needs_feedback, read_group, sample_drops
 from rftbus.streams.view import GroupReader, GroupView
 
@@ -37,8 +39,8 @@ class Ingest:
         self.raw_topic = raw_topic
         self.live = live
         self.landed: dict[int, Landed] = {}  # from the recovery scan, per input partition
-        self.stream = None  # the noack stream, set by the agent
-        self.guard = None  # DeliveryGuard: every fetched offset of `watched` topics must arrive here
+        self.stream: Any = None  # the noack Faust stream, set by the agent
+        self.guard: DeliveryGuard | None = None  # every fetched offset of `watched` topics must arrive here
         self.watched: set[str] = set()
 
     def watch(self, guard, topics: set[str]) -> None:
@@ -66,7 +68,7 @@ class Ingest:
         msg = event.message
         p = msg.partition
         offsets.seen(msg.tp, msg.offset)
-        if msg.topic in self.watched:
+        if self.guard is not None and msg.topic in self.watched:
             self.guard.delivered(msg.tp, msg.offset)
         headers = dict(msg.headers or [])
         kind = headers.get(H_KIND)

@@ -114,7 +114,9 @@ class Join:
 def _current_partition() -> int:
     from faust.streams import current_event
 
-    return current_event().message.partition
+    event = current_event()
+    assert event is not None  # (called from the join agent, inside its event)
+    return event.message.partition
 
 
 class FeedbackFanout:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import OrderedDict, defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
@@ -78,14 +79,16 @@ def scan(cfg: Config, outputs: list[tuple[str, int]], ingest_partition: int, sin
             for msg in read_to_end(cfg, topic, partitions=[part], since_ms=since_ms, timeout_s=timeout_s,
                                    consumer=consumer):
                 landed.scanned += 1
-                h = dict(msg.headers() or [])
+                pairs: Any = msg.headers() or []  # [(name, value)]
+                h: dict[str, bytes] = {k: v for k, v in pairs if isinstance(v, bytes)}
                 if h.get(H_IN) != mine or H_SRC not in h or H_K not in h:
                     continue
                 src = h[H_SRC].decode()
                 seen[src].add(int(h[H_K]))
-                if msg.key() is not None:
-                    landed.groups.add(msg.key().decode(errors="replace"))
-                sizes[src] = (int(h[H_N]), int(h.get(H_LATEST, b"-1")))
+                key = msg.key()
+                if isinstance(key, bytes):
+                    landed.groups.add(key.decode(errors="replace"))
+                sizes[src] = (int(h.get(H_N, b"1")), int(h.get(H_LATEST, b"-1")))
     finally:
         consumer.close()
     for src, ks in seen.items():

@@ -12,7 +12,8 @@ never reached the curated topic (2 of 14 runs); in the chaos run a restarted wor
 curating while raw lag stayed at 135.
 
 Rather than patch each path, the agent reports every delivered offset here. A delivered offset past
-the next expected one, or a fetch position past it with nothing delivered for `quiet_s`, means a
+the next expected one, a fetch position past it with nothing delivered for `quiet_s`, or a fetch position
+past the committed offset of a partition that delivered nothing at all since it was assigned, means a
 hole: the partition is sought back to the hole (replays are deduplicated downstream). A hole that
 is still not delivered after `max_tries` seeks is a real gap in the log (e.g. transaction markers)
 and is accepted.
@@ -47,26 +48,30 @@ def aiokafka_position(consumer: Any, tp: Any) -> int | None:
 
 class DeliveryGuard:
     def __init__(self, position: Callable[[Any], int | None], seek: Callable[[Any, int], None],
-                 committed: Callable[[Any], int | None], *, quiet_s: float = 10.0, retry_s: float = 10.0,
-                 max_tries: int = 3, clock: Callable[[], float] = time.monotonic):
-        self.position, self.seek, self.committed = position, seek, committed
+                 committed: Callable[[Any], int | None], *, assigned: Callable[[], set] = set,
+                 quiet_s: float = 10.0, retry_s: float = 10.0, max_tries: int = 3,
+                 clock: Callable[[], float] = time.monotonic):
+        self.position, self.seek, self.committed, self.assigned = position, seek, committed, assigned
         self.quiet_s, self.retry_s, self.max_tries, self.clock = quiet_s, retry_s, max_tries, clock
         self.next: dict[Any, int] = {}  # tp -> next offset the agent should see
         self.last_at: dict[Any, float] = {}
         self.holes: dict[Any, _Hole] = {}
+        self.silent_since: dict[Any, float] = {}  # assigned, nothing delivered yet: since when
         self.stats = {"refetches": 0, "gaps_accepted": 0}
 
     @classmethod
-    def for_faust(cls, consumer: Any, **kw: Any) -> "DeliveryGuard":
+    def for_faust(cls, consumer: Any, topics: set[str], **kw: Any) -> "DeliveryGuard":
         def seek(tp: Any, offset: int) -> None:
             # What Faust's own Consumer.seek does: move aiokafka's position, and the read mark below
             # which Faust drops records as already delivered (or the re-read records are dropped).
             consumer._thread.seek(tp, offset)
             consumer._read_offset[tp] = offset if offset else None
-        return cls(lambda tp: aiokafka_position(consumer, tp), seek, lambda tp: consumer._committed_offset.get(tp), **kw)
+        return cls(lambda tp: aiokafka_position(consumer, tp), seek, lambda tp: consumer._committed_offset.get(tp),
+                   assigned=lambda: {tp for tp in consumer.assignment() if tp.topic in topics}, **kw)
 
     def delivered(self, tp: Any, offset: int) -> None:
         self.last_at[tp] = self.clock()
+        self.silent_since.pop(tp, None)
         hole = self.holes.get(tp)
         if hole is not None:
             if offset == hole.offset:
@@ -106,12 +111,28 @@ class DeliveryGuard:
             pos = self.position(tp)
             if pos is not None and pos > nxt and now - self.last_at.get(tp, now) >= self.quiet_s:
                 self._refetch(tp, nxt, pos - nxt, tries=0)
+        self._check_silent(now)
+
+    def _check_silent(self, now: float) -> None:
+        """A partition that delivered nothing at all since it was assigned, although the fetch position
+        passed its committed offset: everything fetched was dropped (measured: a partition taken over
+        after a kill, whose whole backlog came in one fetch around the rebalance, sat at its commit)."""
+        for tp in self.assigned():
+            if tp in self.next or tp in self.holes:
+                continue
+            since = self.silent_since.setdefault(tp, now)
+            committed, pos = self.committed(tp), self.position(tp)
+            if committed is None or pos is None or pos <= committed or now - since < self.quiet_s:
+                continue
+            self.next[tp] = committed
+            self._refetch(tp, committed, pos - committed, tries=0)
 
     def forget(self, tps: set[Any]) -> None:
         for tp in tps:
             self.next.pop(tp, None)
             self.last_at.pop(tp, None)
             self.holes.pop(tp, None)
+            self.silent_since.pop(tp, None)
 
     def _refetch(self, tp: Any, offset: int, n: int | None, tries: int) -> None:
         pos = self.position(tp)

@@ -99,7 +99,7 @@ class GroupReader:
                 return out
         g = self.full(view)
         samples = [replace(s, **sample_changes[i]) if i in sample_changes else s for i, s in enumerate(g.samples)]
-        return self.encode(replace(g, **changes, samples=samples), ctx)
+        return _encoded(self.encode(replace(g, **changes, samples=samples), ctx))
 
     def single(self, view: GroupView, i: int, changes: dict[str, Any], sample_changes: dict[str, Any],
                ctx: Any = None) -> bytes:
@@ -112,4 +112,9 @@ class GroupReader:
                 return out
         g = self.full(view)
         one: Experience = replace(g.samples[i], **sample_changes)
-        return self.encode(replace(g, **changes, samples=[one]), ctx)
+        return _encoded(self.encode(replace(g, **changes, samples=[one]), ctx))
+
+
+def _encoded(data: bytes | None) -> bytes:
+    assert data is not None  # (a record always encodes; only None is a tombstone)
+    return data

@@ -47,7 +47,7 @@ def run(cfg: Config, wid: str | None = None, on_ready=None) -> int:
     else:
         code = 0
     finally:
-        if profiler is not None:
+        if profiler is not None and profile_path:
             profiler.disable()
             profiler.dump_stats(profile_path)
         sa.follower.stop()

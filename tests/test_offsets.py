@@ -68,10 +68,11 @@ def test_the_worker_refuses_another_faust_release():
 
 
 def test_a_record_faust_skipped_is_fetched_again_and_curated(broker, tmp_path):
-    """The worker's ingest agent never sees raw offset 5 the first time (tests/hooks/sitecustomize.py does
+    """The worker's ingest agent never sees raw offset 25 the first time (tests/hooks/sitecustomize.py does
     what Faust's stream does to an event it drops around a rebalance): the delivery guard seeks back to
     it, and the commit rule keeps the committed offset from passing it meanwhile. Without the guard the
-    group is never curated and the partition's commit stays at 5."""
+    group is never curated and the partition's commit stays at 25. The first 20 groups go through before
+    (so no start-up rebalance can re-deliver the skipped record instead of the guard)."""
     tag = uuid.uuid4().hex[:6]
     keys = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
     cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"of{tag}.{k}" for k in keys},
@@ -79,11 +80,10 @@ def test_a_record_faust_skipped_is_fetched_again_and_curated(broker, tmp_path):
                          "streams.redelivery_quiet_s": 2.0})
     create_topics(cfg, make_admin(cfg))
     worker = WorkerProcess(cfg, "skip", tmp_path / "skip.log",
-                           extra_env={"PYTHONPATH": str(HOOKS), "STREAMS_TEST_SKIP_RAW": "0:5"})
-    try:
-        worker.wait_ready(90)
-        groups = [make_group(rewards=[1.0, 0.0], response_tokens=20, seed=i) for i in range(20)]
-        p = make_producer(cfg)
+                           extra_env={"PYTHONPATH": str(HOOKS), "STREAMS_TEST_SKIP_RAW": "0:25"})
+    p = make_producer(cfg)
+
+    def send_and_wait(groups) -> set[str]:
         for g in groups:
             p.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=CODEC.encode(g))
         p.flush(10)
@@ -95,7 +95,14 @@ def test_a_record_faust_skipped_is_fetched_again_and_curated(broker, tmp_path):
             if got >= want:
                 break
             time.sleep(0.5)
-        assert got == want, f"{len(want - got)} groups never curated: {worker.tail()}"
+        return want - got
+
+    try:
+        worker.wait_ready(90)
+        groups = [make_group(rewards=[1.0, 0.0], response_tokens=20, seed=i) for i in range(40)]
+        assert not send_and_wait(groups[:20]), worker.tail()
+        missing = send_and_wait(groups[20:])  # offset 25 is among these
+        assert not missing, f"{len(missing)} groups never curated: {worker.tail()}"
         st = worker.status()
         assert st["redelivery"]["refetches"] >= 1 and st["redelivery"]["gaps_accepted"] == 0
     finally:

@@ -104,3 +104,33 @@ def test_a_revoked_partition_is_forgotten():
     g.delivered(RAW3, 0)
     g.delivered(RAW3, 9)  # position None: not assigned any more
     assert f.seeks == [] and RAW3 not in g.next
+
+
+def test_a_partition_that_delivered_nothing_since_assignment_is_fetched_from_its_commit():
+    """Taken over after a kill, its whole backlog came in one fetch around the rebalance and was dropped:
+    the fetch position is at the end, nothing was delivered, nothing new will come."""
+    f = _Fetcher(committed=53)
+    assigned = {RAW3}
+    g = DeliveryGuard(f.pos.get, lambda tp, off: (f.seeks.append((tp, off)), f.pos.__setitem__(tp, off)),
+                      lambda tp: f.commit, assigned=lambda: assigned, clock=lambda: f.now, quiet_s=10)
+    f.pos[RAW3] = 126
+    g.check()  # first seen now
+    f.now = 5
+    g.check()
+    assert f.seeks == []  # records may still be on their way to the agent
+    f.now = 11
+    g.check()
+    assert f.seeks == [(RAW3, 53)] and g.stats["refetches"] == 1
+    for off in range(53, 126):
+        g.delivered(RAW3, off)
+    assert g.holes == {} and g.next[RAW3] == 126
+
+
+def test_a_caught_up_silent_partition_is_left_alone():
+    f = _Fetcher(committed=40)
+    g = DeliveryGuard(f.pos.get, lambda tp, off: f.seeks.append((tp, off)), lambda tp: f.commit,
+                      assigned=lambda: {RAW3}, clock=lambda: f.now, quiet_s=10)
+    f.pos[RAW3] = 40  # nothing new since the commit
+    for f.now in (0, 20, 40):
+        g.check()
+    assert f.seeks == []

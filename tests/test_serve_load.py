@@ -43,7 +43,9 @@ async def pair(c: httpx.AsyncClient, i: int, inf: str, fb: str) -> dict:
 
 
 async def run_pairs(url: str, inf: str, fb: str) -> list[dict]:
-    limits = httpx.Limits(max_connections=PAIRS, max_keepalive_connections=PAIRS)
+    # No keep-alive: uvicorn closes an idle connection after 5 s, and a request sent on it in that instant
+    # fails with ReadError (a client-side race, seen once on a loaded machine), not a refusal by serve.
+    limits = httpx.Limits(max_connections=PAIRS, max_keepalive_connections=0)
     async with httpx.AsyncClient(base_url=url, timeout=DEADLINE_S, limits=limits) as c:
         return await asyncio.wait_for(asyncio.gather(*(pair(c, i, inf, fb) for i in range(PAIRS))), DEADLINE_S)
 

@@ -68,7 +68,8 @@ def check_record(r: Polled) -> Verdict:
 
 def split_stale(g: ExperienceGroup, indices: list[int], version: int, eta: int) -> tuple[list[int], list[int]]:
     """(fresh, stale) among `indices`, for the step that will publish version+1."""
-    fresh, stale = [], []
+    fresh: list[int] = []
+    stale: list[int] = []
     for i in indices:
         (stale if is_stale(g.samples[i].model_version, version, eta) else fresh).append(i)
     return fresh, stale

@@ -59,6 +59,11 @@ class Trainer:
         self.rank, self.world = self.dist.rank, self.dist.world
         self.stop_reason = ""
         self.summary = RunSummary()
+        self.step = self.version = 0
+        self.pending_lineage: list[dict] = []  # lineage lines of the steps since the last checkpoint
+        self.verdicts: dict[tuple[str, int, int], list[int]] = {}  # record -> samples it may still train
+        self.last_ckpt, self.dirty = 0, False
+        self.last_ckpt_at, self.rejected_at_ckpt = time.monotonic(), 0
 
     # -- setup -----------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -102,6 +107,7 @@ class Trainer:
 
         sd = policy_state_dict(self.c.engine)  # collective under ZeRO-3
         if self.rank == 0:
+            assert self.c.publisher is not None  # rank 0 has one
             rec = self.c.publisher.publish(sd, version, self.step)
             self.c.status.update(version=version, weights_uri=rec.uri)
 
@@ -126,7 +132,7 @@ class Trainer:
             self._reject(r, v.rejects)
             idx = self.verdicts[key] = v.train
         check_expert = self.tc.staleness_for_expert
-        if idx and self.opts.enforce_staleness and (r.lane != "expert" or check_expert):
+        if idx and r.group is not None and self.opts.enforce_staleness and (r.lane != "expert" or check_expert):
             fresh, stale = split_stale(r.group, idx, self.version, self.cfg.rl.max_staleness)
             if stale:
                 v0 = min(r.group.samples[i].model_version for i in stale)
@@ -200,7 +206,8 @@ class Trainer:
         from rftbus.trainer.step import train_step
 
         t0 = time.perf_counter()
-        rows = [row for r, idx in take if idx for row in rows_of(r.group, r.lane == "expert", idx)]
+        groups = [(r, r.group, idx) for r, idx in take if idx and r.group is not None]  # (trainable: decoded)
+        rows = [row for r, g, idx in groups for row in rows_of(g, r.lane == "expert", idx)]
         batch = collate(rows, self.c.pad_id, self.c.max_len)
         parts = train_step(self.c.engine, self.loss, batch, self.c.ref_model, self.tc.update_epochs)
         self._finish(bc, [r for r, _ in take])
@@ -214,11 +221,11 @@ class Trainer:
             "step": self.step, "rank": self.rank, "version": self.version,
             "experience_ids": [row.sample.experience_id for row in rows],
             "staleness": [staleness(self.version, row.sample.model_version) for row in rows],  # per id (analytics)
-            "groups": [r.group.group_id for r, idx in take if idx],
+            "groups": [g.group_id for _, g, _ in groups],
             "offsets": [[r.topic, r.partition, r.offset] for r, _ in take],
             "staleness_max": max(stal, default=0), "time_ms": int(time.time() * 1000),
         })
-        values = {**parts, "experiences": len(rows), "groups": len({r.group.group_id for r, idx in take if idx and r.lane != "expert"}),
+        values = {**parts, "experiences": len(rows), "groups": len({g.group_id for r, g, _ in groups if r.lane != "expert"}),
                   "tokens": tokens, "step_s": dt,
                   "tokens_per_s": tokens / dt if dt > 0 else 0.0, "experiences_per_s": len(rows) / dt if dt else 0.0,
                   "staleness_mean": sum(stal) / len(stal) if stal else 0.0, "staleness_max": max(stal, default=0)}
@@ -233,6 +240,7 @@ class Trainer:
             self._publish(self.version)
         values["busy_s"] = time.perf_counter() - t0  # step + checkpoint + publish: `bench async`'s T
         if self.rank == 0:
+            assert self.c.metrics is not None  # rank 0 has one
             self.c.metrics.emit(self.step, self.version, values)
             self.c.status.update(state="training", step=self.step, version=self.version,
                                  last_reward=values.get("reward_mean"), staleness=values["staleness_mean"],
@@ -248,6 +256,7 @@ class Trainer:
 
         res = evaluate(self.c.engine.module.lm, self.c.tokenizer, self.c.taskset(), self.tc.eval_n,
                        self.tc.eval_max_new_tokens)
+        assert self.c.metrics is not None  # evals run on rank 0, which has one
         self.c.metrics.emit(self.step, self.version, res, kind="eval")
 
     def _rejected_since_checkpoint(self) -> bool:
@@ -261,6 +270,7 @@ class Trainer:
         self.ckpts.save(self.c.engine, self.step, version, all_pos, segment, self.loss.name)
         bc.commit(positions)  # only now: the checkpoint holding these offsets is durable
         if self.rank == 0:
+            assert self.c.metrics is not None  # rank 0 has one
             self.c.metrics.emit_trained(segment)  # lineage for analytics, never of a step a restart rolls back
         self.pending_lineage, self.last_ckpt, self.dirty = [], self.step, False
         self.last_ckpt_at, self.rejected_at_ckpt = time.monotonic(), sum(self.c.rejector.count.values())
@@ -279,10 +289,8 @@ class Trainer:
             self.c.consumer.close()
             self.c.close()
             raise
-        self.pending_lineage: list[dict] = []
-        self.verdicts: dict[tuple[str, int, int], list[int]] = {}
         self.last_ckpt, self.dirty = self.step, False
-        self.last_ckpt_at, self.rejected_at_ckpt = time.monotonic(), 0
+        self.last_ckpt_at = time.monotonic()
         idle_since = time.monotonic()
         try:
             while True:
@@ -306,6 +314,7 @@ class Trainer:
                     self.summary.stopped_by = stops[0]
                     break
                 if all(f[0] for f in flags):
+                    assert records is not None  # (this rank's own flag)
                     self._train(bc, records)
                     idle_since = time.monotonic()
                     continue
@@ -313,6 +322,7 @@ class Trainer:
                     records = records or self._select(bc, partial=True)
                     left = all_gather(records is not None, self.world)
                     if all(left):
+                        assert records is not None
                         self._train(bc, records)
                         continue
                     self.summary.stopped_by = "end"

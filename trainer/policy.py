@@ -5,6 +5,8 @@ DeepSpeed wraps this module; only `.lm` is published as weights (explorers never
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -12,7 +14,7 @@ from rftbus.trainer.losses.base import TrainBatch
 
 
 class PolicyWithValue(nn.Module):
-    def __init__(self, lm: nn.Module, value_head: bool):
+    def __init__(self, lm: Any, value_head: bool):  # a transformers causal LM
         super().__init__()
         self.lm = lm
         hidden = lm.config.hidden_size

@@ -112,7 +112,7 @@ class Report:
             return s
         import matplotlib.pyplot as plt
 
-        by = defaultdict(dict)
+        by: defaultdict[str, dict] = defaultdict(dict)
         for r in rows:
             by[r["reason"]][r["b"]] = r["n"]
         xs = sorted({r["b"] for r in rows})
@@ -137,7 +137,7 @@ class Report:
         rows = self.q(Q.THROUGHPUT)
         thr.points = len(rows)
         if rows:
-            by = defaultdict(dict)
+            by: defaultdict[str, dict] = defaultdict(dict)
             for r in rows:
                 by[r["stage"]][r["b"]] = r["n"]
             fig, ax = plt.subplots(figsize=(8, 4))
@@ -204,7 +204,7 @@ class Report:
         import matplotlib.pyplot as plt
 
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
-        by = defaultdict(dict)
+        by: defaultdict[str, dict] = defaultdict(dict)
         for r in vol:
             by[r["kind"]][r["b"]] = r["n"]
         xs = sorted({r["b"] for r in vol})

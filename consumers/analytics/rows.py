@@ -121,7 +121,7 @@ def _trained(m: TrainerMetric) -> list[Row]:
             for eid, s in m.values.items() if s is not None and math.isfinite(s)]
 
 
-_CONVERT = {Task: ("tasks", _task), Rejection: ("rejections", _rejection),
+_CONVERT: dict[type, tuple[str, Any]] = {Task: ("tasks", _task), Rejection: ("rejections", _rejection),
             Feedback: ("feedback", _feedback), WeightVersion: ("weights", _weights), TrainerMetric: ("metrics", _metric)}
 
 
@@ -148,13 +148,13 @@ def to_rows(decode, pos: Position, value: bytes | None) -> list[tuple[str, Row]]
         return undecodable(pos, value, "wrong_record_type",
                            f"{type(rec).__name__} on a topic that carries {want.__name__}")
     try:
-        if want is ExperienceGroup:
+        if isinstance(rec, ExperienceGroup):
             return [("experiences", {**pos.columns(), **row}) for row in _experiences(rec, pos.topic)]
         table, convert = _CONVERT[want]
         row = convert(rec)
     except (TypeError, ValueError, AttributeError, IndexError) as e:  # a value a column cannot hold
         return undecodable(pos, value, "unconvertible", f"{type(e).__name__}: {e}")
     out = [(table, {**pos.columns(), **row})]
-    if want is TrainerMetric and rec.kind == TRAINED_KIND:
+    if isinstance(rec, TrainerMetric) and rec.kind == TRAINED_KIND:
         out += [("trained", {**pos.columns(), **r}) for r in _trained(rec)]
     return out

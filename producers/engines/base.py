@@ -42,5 +42,5 @@ class RolloutEngine(ABC):
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Swap in new weights; called only between generations."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook: most engines hold nothing to release
         """Release resources (servers, GPU memory)."""

@@ -12,6 +12,7 @@ distribution is not something the trainer can recompute, so keep them off for RL
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -33,7 +34,7 @@ class TransformersEngine(RolloutEngine):
     def __init__(self, cfg: Config, tokenizer, model: torch.nn.Module | None = None):
         self.tok = tokenizer
         self.device = pick_device(cfg.explorer.engine.device)
-        self.model = (model or load_policy(cfg.model, tokenizer)).to(self.device).eval()
+        self.model: Any = (model or load_policy(cfg.model, tokenizer)).to(self.device).eval()
         self.version = 0
         self.eos_id = tokenizer.eos_token_id
         self.max_context = getattr(self.model.config, "max_position_embeddings", None)

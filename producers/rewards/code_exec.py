@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from rftbus.producers.rewards.base import RewardFn
-from rftbus.producers.rewards.sandbox import SandboxLimits, run_sandboxed
+from rftbus.producers.rewards.sandbox import SandboxResult, SandboxLimits, run_sandboxed
 from rftbus.schemas import Task
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
@@ -27,7 +27,7 @@ class CodeExecReward(RewardFn):
     def __init__(self, tests_field: str = "tests", **limits):
         self.tests_field = tests_field
         self.limits = SandboxLimits(**limits)
-        self.last = None  # the last SandboxResult, for inspection
+        self.last: SandboxResult | None = None  # the last result, for inspection
 
     def __call__(self, task: Task, response: str) -> dict[str, float]:
         tests = task.metadata.get(self.tests_field) or task.answer or ""

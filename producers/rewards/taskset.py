@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rftbus.producers.rewards.base import RewardFn
 from rftbus.schemas import Task
 from rftbus.tasksets import get_taskset
@@ -12,7 +14,7 @@ class TasksetReward(RewardFn):
 
     def __init__(self, **taskset_params):
         self.params = taskset_params
-        self._cache: dict[str, object] = {}
+        self._cache: dict[str, Any] = {}  # taskset name -> taskset
 
     def __call__(self, task: Task, response: str) -> dict[str, float]:
         if task.answer is None:

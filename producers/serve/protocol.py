@@ -124,10 +124,11 @@ def completion_prompt(tokenizer, req: CompletionRequest) -> tuple[list[int], str
     if isinstance(p, str):
         return list(tokenizer(p, add_special_tokens=False)["input_ids"]), p
     vocab = len(tokenizer)
-    bad = next((t for t in p if not 0 <= t < vocab), None)
+    ids = [t for t in p if isinstance(t, int)]
+    bad = next((t for t in p if not isinstance(t, int) or not 0 <= t < vocab), None)
     if bad is not None:
         raise BadRequest(f"prompt: token id {bad} is outside the vocabulary (size {vocab})", param="prompt")
-    return list(p), tokenizer.decode(p, skip_special_tokens=False)
+    return ids, tokenizer.decode(ids, skip_special_tokens=False)
 
 
 def default_task_id(prompt_ids: list[int]) -> str:

@@ -41,7 +41,7 @@ class BackgroundServer:
     def __init__(self, cfg: Config, service: LiveService | None = None, log_level: str = "warning"):
         self.cfg = cfg
         self.server = uvicorn.Server(uvicorn_config(cfg, service, log_level))
-        self.service: LiveService = self.server.config.app.state.service
+        self.service: LiveService = self.server.config.app.state.service  # type: ignore[union-attr]  # our FastAPI app
         self._thread = threading.Thread(target=self.server.run, name="serve-uvicorn", daemon=True)
 
     @property

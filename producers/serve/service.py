@@ -160,8 +160,8 @@ class LiveService:
             meta["temperature"] = repr(sampling.temperature)
         group = live_group(prompt, comps, gen.version, self.id, gen.generation_ms, meta)
         await self._record(group)
-        for e in group.samples:
-            self.recent.add(e.experience_id, prompt)
+        for s in group.samples:
+            self.recent.add(s.experience_id, prompt)
         self.counts["completions"] += 1
         self.counts["experiences_recorded"] += len(group.samples)
         self.snapshot()
@@ -170,7 +170,7 @@ class LiveService:
     async def _record(self, group: ExperienceGroup) -> None:
         topic = self.cfg.topics.raw.name
         try:
-            futs = self.records.send_many([(topic, group.group_id, self.encode_group(group, topic_context(topic)))])
+            futs = self.records.send_many([(topic, group.group_id, _bytes(self.encode_group(group, topic_context(topic))))])
         except BufferFull as e:
             self.counts["records_refused"] += 1
             raise Unavailable(f"cannot record the completion: {e}", code="record_buffer_full") from None
@@ -196,7 +196,7 @@ class LiveService:
 
     # -- feedback -----------------------------------------------------------------------------
     async def publish_feedback(self, req: FeedbackRequest) -> tuple[Feedback, ExperienceGroup | None]:
-        problem = req.check_rating(tuple(self.cfg.streams.rating_scale))
+        problem = req.check_rating(self.cfg.streams.rating_scale)
         if problem:
             raise BadRequest(problem, param="rating", code="out_of_range")
         fb = req.to_record()
@@ -204,9 +204,10 @@ class LiveService:
         if req.correction is not None:
             expert = self._correction(fb, req)
         fb_topic, expert_topic = self.cfg.topics.feedback.name, self.cfg.topics.expert.name
-        out = [(fb_topic, fb.experience_id, self.encode_fb(fb, topic_context(fb_topic)))]
+        out: list[tuple[str, bytes | str | None, bytes]] = [
+            (fb_topic, fb.experience_id, _bytes(self.encode_fb(fb, topic_context(fb_topic))))]
         if expert is not None:
-            out.insert(0, (expert_topic, expert.group_id, self.encode_group(expert, topic_context(expert_topic))))
+            out.insert(0, (expert_topic, expert.group_id, _bytes(self.encode_group(expert, topic_context(expert_topic)))))
         try:
             futs = self.feedback.send_many(out)
         except BufferFull as e:
@@ -227,3 +228,8 @@ class LiveService:
             return correction_group(fb, ids, req.prompt, default_task_id(ids), self.tokenizer, self.id)
         raise BadRequest(f"experience_id {fb.experience_id} was not recorded by this server recently: send `prompt` "
                          f"with the correction so it can become an expert experience", param="prompt")
+
+
+def _bytes(data: bytes | None) -> bytes:
+    assert data is not None  # (a record always encodes; only None is a tombstone)
+    return data

@@ -48,7 +48,7 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
                 report.expert += 1
         return cb
 
-    def produce(topic: str, key: str, value: bytes, kind: str) -> None:
+    def produce(topic: str, key: str, value: bytes | None, kind: str) -> None:
         while True:
             try:
                 producer.produce(topic, key=key, value=value, on_delivery=delivered(kind))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow, encode_prompt
 
 __all__ = ["RolloutContext", "Sample", "Workflow", "encode_prompt", "load_workflow"]
@@ -12,10 +14,13 @@ _cache: dict[str, Workflow] = {}
 def load_workflow(kind: str) -> Workflow:
     """single_turn | multi_turn | an entry point in `rftbus.workflows` | a dotted path to a class."""
     if kind not in _cache:
+        cls: Any
         if kind == "single_turn":
-            from rftbus.producers.workflows.single_turn import SingleTurn as cls
+            from rftbus.producers.workflows.single_turn import SingleTurn
+            cls = SingleTurn
         elif kind == "multi_turn":
-            from rftbus.producers.workflows.multi_turn import MultiTurn as cls
+            from rftbus.producers.workflows.multi_turn import MultiTurn
+            cls = MultiTurn
         else:
             from rftbus.producers.plugins import load_object
             cls = load_object(kind, group="rftbus.workflows", what="workflow")

@@ -121,7 +121,7 @@ def _measure(cfg: Config, steps: int) -> dict:
             m = dec(msg.value(), None)
         except DecodeError:
             continue
-        if m.kind == "metric" and "busy_s" in m.values:
+        if m is not None and m.kind == "metric" and "busy_s" in m.values:
             busy[m.step] = m.values["busy_s"]
             staleness.append(m.values.get("staleness_mean", 0.0))
     explorer = [s for s in read_statuses(cfg.state_dir) if s.get("role") == "explorer"]

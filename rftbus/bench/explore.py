@@ -41,8 +41,8 @@ def explore(
 
     try:
         codec, producer = make_codec(None), make_producer(cfg)
-        for t in get_taskset(cfg.taskset.name, **cfg.taskset.params).tasks("train", tasks, seed=int(time.time())):
-            producer.produce(cfg.topics.tasks.name, key=t.task_id, value=codec.encode(t))
+        for task in get_taskset(cfg.taskset.name, **cfg.taskset.params).tasks("train", tasks, seed=int(time.time())):
+            producer.produce(cfg.topics.tasks.name, key=task.task_id, value=codec.encode(task))
         producer.flush(30)
         explorer = Explorer(cfg, report=lambda s: None)
         with st.err.status(f"rolling out {tasks} groups of {n} ..."):

@@ -12,6 +12,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import typer
 from confluent_kafka import KafkaError
@@ -232,7 +233,7 @@ def streams(
     finally:
         if not keep_topics:  # each run writes ~0.5 GB (raw, outputs, baseline copies): do not leave it behind
             _delete_topics(admin, f"bench{tag}")
-    result = {"experiences_per_s": round(rate, 1), "baseline_experiences_per_s": round(base, 1),
+    result: dict[str, Any] = {"experiences_per_s": round(rate, 1), "baseline_experiences_per_s": round(base, 1),
               "ratio_to_baseline": round(rate / base, 3), "worker_cpu_ms_per_experience": round(cpu_ms, 3),
               "p50_ms": round(_pct(lat, 0.5), 1), "p99_ms": round(_pct(lat, 0.99), 1),
               "produced_p50_ms": round(_pct(produced, 0.5), 1), "produced_p99_ms": round(_pct(produced, 0.99), 1),
@@ -242,7 +243,7 @@ def streams(
               "response_tokens": tokens, "group_size": group,
               "worker_exit": code, "processing_guarantee": cfg.streams.processing_guarantee}
     if profile and prof.exists():
-        stats = pstats.Stats(str(prof))
+        stats: Any = pstats.Stats(str(prof))  # (total_tt and stats are attributes its stub leaves out)
         total = stats.total_tt
         top = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:15]
         result["profile_top_tottime"] = [

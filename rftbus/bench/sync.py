@@ -8,6 +8,8 @@ generate. The bench uses its own weights topic and store folder, so it never dis
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 import queue
 import statistics
@@ -31,6 +33,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def _reader(proc: subprocess.Popen, idx: int, out: queue.Queue) -> None:
+    assert proc.stdout is not None  # (started with stdout=PIPE)
     for line in proc.stdout:
         try:
             out.put((idx, json.loads(line)))
@@ -126,7 +129,7 @@ def sync(
         for p in procs:
             p.kill()
             p.wait()
-    result = {
+    result: dict[str, Any] = {
         "kind": kind, "followers": followers, "versions": versions, "checkpoint_bytes": n_bytes,
         "p50_s": statistics.median(latencies), "p99_s": _pct(latencies, 0.99), "max_s": max(latencies),
         "floor_s": statistics.median(floors), "write_s": statistics.median(writes), "read_s": statistics.median(reads),

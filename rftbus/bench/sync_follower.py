@@ -70,6 +70,8 @@ def run_minimal(cfg) -> None:
         if msg is None or msg.error():
             continue
         rec = decode(msg.value(), None)
+        if rec is None:
+            continue
         model.load_state_dict(load_weights(rec.uri, rec.sha256))
         with torch.inference_mode():
             model.generate(**ids, max_new_tokens=1, do_sample=False, pad_token_id=tok.pad_token_id)

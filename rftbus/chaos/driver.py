@@ -22,6 +22,7 @@ import time
 from dataclasses import replace
 
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
 from rftbus.chaos import faults as F
@@ -61,7 +62,7 @@ class ChaosDriver:
         self.res = ChaosResult(plan)
         self.t0 = time.monotonic()
         self.proc: subprocess.Popen | None = None
-        self._admin = None  # for streams' lag while a restarted worker catches up; made on first use
+        self._admin: AdminClient | None = None  # for streams' lag while a restarted worker catches up; made on first use
         self._committed = CommittedOffsets(cfg)  # its consumers too: kept, as they recover from a broker restart
 
     # ---- helpers -----------------------------------------------------------------------------
@@ -74,6 +75,12 @@ class ChaosDriver:
 
     def running(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def run_proc(self) -> subprocess.Popen:
+        """`rftbus run`, once started."""
+        assert self.proc is not None, "rftbus run is started first"
+        return self.proc
 
     def version(self) -> int:
         from rftbus.status import read_statuses
@@ -129,15 +136,15 @@ class ChaosDriver:
                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                      start_new_session=True)
         log.close()
-        self.say(f"rftbus run started (pid {self.proc.pid}); its log: {self.workdir / 'run.log'}")
+        self.say(f"rftbus run started (pid {self.run_proc.pid}); its log: {self.workdir / 'run.log'}")
 
     def _warm_up(self) -> None:
         deadline = time.monotonic() + 600
         with self.console.status("warming up: waiting for every process and the first trainer steps ..."):
             while time.monotonic() < deadline:
                 if not self.running():
-                    raise RftbusError(f"rftbus run exited ({self.proc.returncode}) during warm-up; see {self.workdir / 'run.log'}")
-                kids = F.children(self.proc.pid)
+                    raise RftbusError(f"rftbus run exited ({self.run_proc.returncode}) during warm-up; see {self.workdir / 'run.log'}")
+                kids = F.children(self.run_proc.pid)
                 ready = all(any(F.is_ready(k, F.status_of(self.cfg.state_dir, k, p.pid)) for p in kids[k])
                             for k in ("explorer", "streams", "trainer"))
                 if ready and F.trainer_step(self.cfg.state_dir) >= self.plan.warmup_steps:
@@ -145,7 +152,7 @@ class ChaosDriver:
                 time.sleep(1)
             else:
                 raise RftbusError("the run did not warm up within 10 minutes")
-        kinds = [k for k, ps in F.children(self.proc.pid).items() if ps]
+        kinds = [k for k, ps in F.children(self.run_proc.pid).items() if ps]
         self.say(f"warm: trainer at step {F.trainer_step(self.cfg.state_dir)}; processes: {', '.join(kinds)}")
         for k in F.KINDS:
             if k not in kinds:
@@ -167,7 +174,7 @@ class ChaosDriver:
         self.faults_t0 = time.monotonic()
         for what, arg in self._schedule():
             if not self.running():
-                raise RftbusError(f"rftbus run exited ({self.proc.returncode}) during the faults; see {self.workdir / 'run.log'}")
+                raise RftbusError(f"rftbus run exited ({self.run_proc.returncode}) during the faults; see {self.workdir / 'run.log'}")
             if time.monotonic() - self.faults_t0 > self.plan.max_minutes * 60:
                 self.res.skipped.append(f"{what} {arg}: past the {self.plan.max_minutes:g}-minute fault budget")
                 continue
@@ -190,7 +197,7 @@ class ChaosDriver:
 
     def _kill(self, kinds: list[str]) -> None:
         """kill -9 one process of each kind (together), wait for each replacement and for its work."""
-        kids = F.children(self.proc.pid)
+        kids = F.children(self.run_proc.pid)
         victims = {k: kids[k][0] for k in kinds if kids[k]}
         if not victims:
             return
@@ -205,7 +212,7 @@ class ChaosDriver:
                 fault = F.Fault(f"kill:{kind}", f"kill -9 {kind} pid {victim.pid}{together} at trainer step {step}",
                                 self.now())
                 left = max(1.0, self.plan.recover_timeout_s - (time.monotonic() - started))
-                new = F.wait_back(self.proc.pid, self.cfg.state_dir, kind, {victim.pid}, left, self.running)
+                new = F.wait_back(self.run_proc.pid, self.cfg.state_dir, kind, {victim.pid}, left, self.running)
                 if new is None:
                     self._record(fault, False, started, "no ready replacement process")
                     continue
@@ -268,7 +275,7 @@ class ChaosDriver:
             rep = burst(self.cfg, self.plan.burst_groups, version, seed=self.plan.seed)
             self.res.load.append(rep)
             note = f"{rep.experiences} experiences acknowledged in {rep.seconds:.1f} s"
-            if F.children(self.proc.pid)["serve"] and self.plan.live_requests:
+            if F.children(self.run_proc.pid)["serve"] and self.plan.live_requests:
                 live = live_traffic(self.cfg, self.plan.live_requests)
                 self.res.load.append(live)
                 note += f"; live: {live.live_ok} answered, {live.live_failed} failed, {live.feedback_ok} graded"
@@ -290,7 +297,7 @@ class ChaosDriver:
 
     def _drain(self) -> None:
         with self.console.status("draining ...") as status:
-            self.res.drain = drain(self.cfg, self.proc.pid, self.plan.drain_timeout_s,
+            self.res.drain = drain(self.cfg, self.run_proc.pid, self.plan.drain_timeout_s,
                                    tick=lambda s: status.update(f"draining: {s}"))
         d = self.res.drain
         self.say(f"drain: {'complete' if d.complete else '[red]INCOMPLETE[/]'} in {d.seconds:.0f} s"
@@ -303,23 +310,23 @@ class ChaosDriver:
             return
         if self.proc.poll() is None:
             with self.console.status("stopping rftbus run (clean stop, final eval and summary) ..."):
-                os.kill(self.proc.pid, signal.SIGINT)
+                os.kill(self.run_proc.pid, signal.SIGINT)
                 try:
                     self.proc.wait(420)
                 except subprocess.TimeoutExpired:
                     self.res.failures.append("rftbus run did not stop within 7 minutes of SIGINT; killed")
-                    for p in F.children(self.proc.pid).values():
+                    for p in F.children(self.run_proc.pid).values():
                         for c in p:
                             F.kill9(c)
                     self.proc.kill()
                     self.proc.wait(30)
-        self.res.run_exit = self.proc.returncode
+        self.res.run_exit = self.run_proc.returncode
         summary = self.workdir / "summary.json"
         if summary.exists():
             self.res.run_summary = json.loads(summary.read_text())
-        self.say(f"rftbus run exited with {self.proc.returncode}; restarts: {self.res.run_summary.get('restarts')}")
-        if self.proc.returncode != 0:
-            self.res.failures.append(f"rftbus run exited with {self.proc.returncode} (see {self.workdir / 'run.log'})")
+        self.say(f"rftbus run exited with {self.run_proc.returncode}; restarts: {self.res.run_summary.get('restarts')}")
+        if self.run_proc.returncode != 0:
+            self.res.failures.append(f"rftbus run exited with {self.run_proc.returncode} (see {self.workdir / 'run.log'})")
 
     def _broker_up(self) -> bool:
         from rftbus.kafka.clients import BrokerUnreachable

@@ -192,7 +192,9 @@ def start_broker(broker_cfg: Config, timeout_s: float = 90.0) -> int:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return embedded.start(broker_cfg).pid
+            pid = embedded.start(broker_cfg).pid
+            assert pid is not None  # a started broker has a process
+            return pid
         except embedded.BrokerError as e:
             if "already in use" not in str(e) or time.monotonic() > deadline:
                 raise

@@ -170,7 +170,8 @@ def _keep(led: Ledger, cfg: Config, key: str, msg, rec) -> None:
         if not isinstance(rec, Rejection):
             led.undecodable_rejections += 1
             return
-        src = (rec.source_topic, rec.partition, rec.offset) if rec.source_topic is not None and rec.offset is not None else None
+        src = ((rec.source_topic, rec.partition or 0, rec.offset)
+               if rec.source_topic is not None and rec.offset is not None else None)
         led.rejections.append(RejRecord(rec.rejection_id, rec.covers(), rec.reason, rec.stage, src))
     elif key == "weights":
         if isinstance(rec, WeightVersion):

@@ -19,7 +19,7 @@ from rftbus.kafka.clients import make_producer
 from rftbus.schemas import Experience, ExperienceGroup, Feedback, FeedbackKind, Source, Task, WeightVersion, make_codec
 
 ANY = frozenset({"*"})  # valid but odd input: any accounted outcome (trained or rejected) is right
-NONE = frozenset()  # no rejection path (followers skip it): liveness is the check
+NONE: frozenset[str] = frozenset()  # no rejection path (followers skip it): liveness is the check
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Poison:
 
     @property
     def where(self) -> tuple[str, int, int] | None:
-        return None if self.offset is None else (self.topic, self.partition, self.offset)
+        return None if self.offset is None else (self.topic, self.partition or 0, self.offset)
 
     def to_json(self) -> dict:
         return {"topic": self.topic or self.topic_key, "label": self.label, "partition": self.partition,
@@ -159,8 +159,11 @@ def inject(cfg: Config, poisons: list[Poison], timeout_s: float = 60.0) -> list[
         return done
 
     for i, p in enumerate(poisons):
-        extra = {} if p.at_partition is None else {"partition": p.at_partition}
-        producer.produce(names[p.topic_key].name, value=p.value, key=p.key, on_delivery=cb(i), **extra)
+        if p.at_partition is None:
+            producer.produce(names[p.topic_key].name, value=p.value, key=p.key, on_delivery=cb(i))
+        else:
+            producer.produce(names[p.topic_key].name, value=p.value, key=p.key, on_delivery=cb(i),
+                             partition=p.at_partition)
         producer.poll(0)
     left = producer.flush(timeout_s)
     out = []

@@ -87,7 +87,7 @@ def report(ctx: typer.Context, out: Path = typer.Option(..., "--out", "-o", help
     st = state(ctx)
     with st.err.status("querying and plotting ..."):
         summary = build_report(st.config(), out)
-    for key, sec in summary["sections"].items():
+    for sec in summary["sections"].values():
         shown = f"[green]{sec['png']}[/]" if sec["png"] else "[dim]no data[/]"
         st.console.print(f"{escape(sec['title']):40} {sec['points']:6} points  {shown}")
     st.console.print(f"report: {escape(str(out / 'README.md'))}")

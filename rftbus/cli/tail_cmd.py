@@ -99,13 +99,14 @@ def tail(
                 if follow and idle_timeout is not None and time.monotonic() - last_seen > idle_timeout:
                     break
                 continue
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    at_end.add(msg.partition())
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    at_end.add(msg.partition() or 0)
                     if not follow and len(at_end) == len(tmeta.partitions):
                         break
                     continue
-                raise RftbusError(f"reading {name}: {msg.error().str()}")
+                raise RftbusError(f"reading {name}: {err.str()}")
             at_end.discard(msg.partition())
             last_seen = time.monotonic()
             line = render(msg, deserializer, as_json)

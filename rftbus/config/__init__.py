@@ -51,7 +51,7 @@ class TopicSpec(_Strict):
 
     def topic_config(self) -> dict[str, str]:
         """The topic-level configs rftbus declares (what `topics create` sets and compares)."""
-        out = {"cleanup.policy": self.cleanup_policy}
+        out: dict[str, str] = {"cleanup.policy": self.cleanup_policy}
         if self.retention_ms is not None:
             out["retention.ms"] = str(self.retention_ms)
         out.update(self.config)

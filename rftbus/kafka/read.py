@@ -73,19 +73,19 @@ def read_to_end(cfg: Config, topic: str, *, partitions: Iterable[int] | None = N
             msg = c.poll(poll_s)
             if msg is None:
                 continue
-            p = msg.partition()
-            if msg.error():
-                if msg.error().code() == KafkaError._PARTITION_EOF:
+            p, off, err = msg.partition() or 0, msg.offset(), msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
                     if p in todo:
                         done(p)
                     continue
-                raise RuntimeError(f"reading {topic}: {msg.error().str()}")
-            if p not in todo:
+                raise RuntimeError(f"reading {topic}: {err.str()}")
+            if p not in todo or off is None:
                 continue
-            if msg.offset() >= ends[p]:  # past the end asked for (the record at end-1 was a marker)
+            if off >= ends[p]:  # past the end asked for (the record at end-1 was a marker)
                 done(p)
                 continue
-            if msg.offset() >= ends[p] - 1:
+            if off >= ends[p] - 1:
                 done(p)
             yield msg
     finally:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rftbus.config import Config
 from rftbus.errors import RftbusError
+from rftbus.schemas import WeightVersion
 
 MANIFEST = "rftbus-export.json"
 
@@ -37,7 +38,7 @@ class ExportReport:
     seconds: float
 
 
-def published_versions(cfg: Config) -> dict[int, object] | None:
+def published_versions(cfg: Config) -> dict[int, WeightVersion] | None:
     """WeightVersion records for cfg.model.name on the weights topic by version; None without a broker."""
     from rftbus.kafka.clients import BrokerUnreachable, check_reachable
     from rftbus.weights.follower import published

@@ -7,7 +7,8 @@ process (explorers, trainer) constructs the identical version-0 weights without 
 from __future__ import annotations
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerBase
+from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel,
+                          PreTrainedTokenizerBase)
 
 from rftbus.models.config import ModelConfig
 from rftbus.models.tokenizer import build_char_tokenizer
@@ -23,7 +24,7 @@ def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     return tok
 
 
-def load_policy(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase | None = None) -> torch.nn.Module:
+def load_policy(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedModel:
     """Version-0 weights: the tiny model from `cfg.seed`, or the pretrained weights at `cfg.path`."""
     dtype = getattr(torch, cfg.dtype)
     if cfg.path is not None:

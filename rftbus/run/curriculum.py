@@ -72,7 +72,7 @@ class Curriculum:
             return events
         if not self.records:
             self._begin(0, step, events)
-        while not self.done and step >= self.stages[self.stage].until_step:
+        while self.stage is not None and step >= self.stages[self.stage].until_step:
             rec = self.records[-1]
             rec.ended_step, rec.ended_s = step, round(time.time() - self.started, 1)
             events.append(f"curriculum: stage {rec.stage + 1} done at step {step} "
@@ -83,7 +83,7 @@ class Curriculum:
                 self.done = True
                 events.append("curriculum: done; publishing the configured taskset")
                 self.then()
-        if not self.done:
+        if self.stage is not None:
             pass_size = len(self.tasks[self.stage])
             need = max(0, 2 * pass_size - backlog) // pass_size if backlog < pass_size else 0
             for _ in range(need):

@@ -27,6 +27,7 @@ from rftbus.kafka.clients import BrokerUnreachable, check_reachable
 from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.inspect import group_lag, groups_info
 from rftbus.kafka.topics import create_topics
+from rftbus.run.curriculum import Curriculum
 from rftbus.run.display import render
 from rftbus.run.plots import plot_eval
 from rftbus.run.supervisor import ChildSpec, Supervisor
@@ -50,7 +51,7 @@ class MainJob:
         self.committed = CommittedOffsets(cfg)  # the live view's lags (kept: read every 2 s)
         self._stop_requested = False
         self.exit_codes: dict[str, int | None] = {}
-        self.curriculum = None  # rftbus.run.curriculum.Curriculum with `run.curriculum`
+        self.curriculum: Curriculum | None = None  # with `run.curriculum`
 
     # ---- setup -------------------------------------------------------------------------------
     def ensure_broker(self) -> None:
@@ -72,7 +73,6 @@ class MainJob:
             self._publish_configured()
             return
         from rftbus.producers.tasks.publish import publish_tasks
-        from rftbus.run.curriculum import Curriculum
 
         def publish(rows) -> int:
             rep = publish_tasks(self.cfg, rows)
@@ -83,8 +83,8 @@ class MainJob:
         def then() -> None:
             threading.Thread(target=self._publish_configured_logged, name="taskset", daemon=True).start()
 
-        self.curriculum = Curriculum(self.cfg, publish, then, started=self.started)
-        self._log(self.curriculum.tick(0, self._tasks_backlog(admin, wait_s=30)))
+        self.curriculum = curriculum = Curriculum(self.cfg, publish, then, started=self.started)
+        self._log(curriculum.tick(0, self._tasks_backlog(admin, wait_s=30)))
 
     def _tasks_backlog(self, admin, wait_s: float = 0.0) -> int:
         """Tasks published and not yet rolled out (the explorers commit a task once its group is acked).
@@ -105,7 +105,8 @@ class MainJob:
         except (KafkaException, TimeoutError) as e:  # a broker restart: the next look retries
             self.events.append(f"curriculum: tasks backlog unreadable ({type(e).__name__}: {e}); retrying")
             return
-        self._log(self.curriculum.tick(step, backlog))
+        if self.curriculum is not None:
+            self._log(self.curriculum.tick(step, backlog))
 
     def _publish_configured_logged(self) -> None:
         try:

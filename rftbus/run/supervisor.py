@@ -50,24 +50,25 @@ class Supervisor:
         self.children = {s.name: Child(s) for s in specs}
         self.backoff_s = backoff_s
 
-    def _spawn(self, child: Child) -> None:
+    def _spawn(self, child: Child) -> subprocess.Popen:
         spec = child.spec
-        out = open(spec.log, "ab") if spec.log else subprocess.DEVNULL
+        out = open(spec.log, "ab") if spec.log else None
         try:
             child.proc = subprocess.Popen(
-                spec.argv, env={**os.environ, **spec.env}, stdout=out, stderr=subprocess.STDOUT,
+                spec.argv, env={**os.environ, **spec.env}, stdout=out or subprocess.DEVNULL, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
         finally:
-            if spec.log:
+            if out is not None:
                 out.close()
         child.started_at = time.monotonic()
+        return child.proc
 
     def start(self) -> list[Event]:
         events = []
         for child in self.children.values():
-            self._spawn(child)
-            events.append(Event(child.spec.name, "started", f"pid {child.proc.pid}"))
+            proc = self._spawn(child)
+            events.append(Event(child.spec.name, "started", f"pid {proc.pid}"))
         return events
 
     def poll(self) -> list[Event]:
@@ -81,8 +82,8 @@ class Supervisor:
                 if now >= child.restart_at:
                     child.restart_at = None
                     child.restarts += 1
-                    self._spawn(child)
-                    events.append(Event(child.spec.name, "restarted", f"pid {child.proc.pid} (restart {child.restarts})"))
+                    proc = self._spawn(child)
+                    events.append(Event(child.spec.name, "restarted", f"pid {proc.pid} (restart {child.restarts})"))
                 continue
             if child.proc is None:
                 continue

@@ -82,7 +82,7 @@ class WeightStore:
             return []
         return sorted(int(m.group(1)) for n in names if (m := _NAME.match(n)))
 
-    def gc(self, model: str, keep: int, protect: set[int] = frozenset()) -> list[int]:
+    def gc(self, model: str, keep: int, protect: frozenset[int] | set[int] = frozenset()) -> list[int]:
         """Delete all but the newest `keep` versions, never one in `protect` (still being loaded)."""
         versions = self.versions(model)
         doomed = [v for v in versions[:-keep] if v not in protect] if keep > 0 else []

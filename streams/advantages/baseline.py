@@ -15,6 +15,7 @@ class MeanBaseline(AdvantageEstimator):
     name = "baseline"
 
     def __init__(self, eps: float = 1e-6, default: float = 0.5):
+        super().__init__(eps)
         self.default = default
 
     def advantages(self, rewards: Sequence[float], baseline: float | None = None) -> list[float]:

@@ -18,9 +18,6 @@ from .base import AdvantageEstimator
 class DrGRPO(AdvantageEstimator):
     name = "drgrpo"
 
-    def __init__(self, eps: float = 1e-6):
-        self.eps = eps  # unused: there is no division; kept for make_estimator's one signature
-
     def advantages(self, rewards: Sequence[float], baseline: float | None = None) -> list[float]:
         if not rewards:
             return []

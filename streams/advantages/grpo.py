@@ -11,9 +11,6 @@ from .base import AdvantageEstimator
 class GRPO(AdvantageEstimator):
     name = "grpo"
 
-    def __init__(self, eps: float = 1e-6):
-        self.eps = eps
-
     def advantages(self, rewards: Sequence[float], baseline: float | None = None) -> list[float]:
         n = len(rewards)
         if n == 0:
