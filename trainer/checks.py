@@ -3,16 +3,27 @@
 The streams verify raw records, but anything can write to a curated lane, so the trainer decides for
 itself: a record that is not a usable group is rejected whole, a sample it cannot train costs only
 itself, and samples over the staleness bound are rejected as `stale` when a batch is taken (the bound
-moves with every published version). Pure logic, unit-tested.
+moves with every published version). A value that would poison a step (a NaN advantage, a token id
+past the embedding table, a sequence past the model's context) is caught here, by name, before any
+tensor is built: one bad record costs one rejection, never the run. Pure logic, unit-tested.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from rftbus.consumers.batch_consumer import Polled
-from rftbus.schemas import ExperienceGroup
+from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.weights.staleness import is_stale
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What the model can take: token ids in [0, vocab), prompt + response at most `context` tokens."""
+
+    vocab: int
+    context: int
 
 
 @dataclass(slots=True)
@@ -29,8 +40,39 @@ class Verdict:
     rejects: list[Reject] = field(default_factory=list)
 
 
-def check_record(r: Polled) -> Verdict:
-    """The samples of record `r` the trainer can use at all (staleness aside)."""
+def _oov(ids: list[int], vocab: int) -> int | None:
+    """The first token id outside [0, vocab), if any."""
+    return next((t for t in ids if not 0 <= t < vocab), None)
+
+
+def _sample_problem(g: ExperienceGroup, s: Experience, rl: bool, limits: Limits | None) -> tuple[str, str] | None:
+    k = len(s.response_ids)
+    if not k or len(s.logprobs) != k or len(s.loss_mask) != k:
+        return "length_mismatch", (f"response_ids {k}, logprobs {len(s.logprobs)}, loss_mask {len(s.loss_mask)} "
+                                   "(must be equal and non-zero)")
+    if rl and s.advantage is None:
+        return "schema", "a survivor on a curated lane without an advantage"
+    if s.advantage is not None and not math.isfinite(s.advantage):
+        return "non_finite_advantage", f"advantage {s.advantage}"
+    if s.reward is not None and not math.isfinite(s.reward):
+        return "non_finite_reward", f"reward {s.reward}"
+    bad = next((j for j, x in enumerate(s.logprobs) if not math.isfinite(x)), None)
+    if bad is not None:
+        return "non_finite_logprobs", f"logprobs[{bad}] = {s.logprobs[bad]}"
+    if limits is not None:
+        t = _oov(s.response_ids, limits.vocab)
+        if t is not None:
+            return "token_out_of_vocab", f"response token id {t} outside the model's vocabulary [0, {limits.vocab})"
+        n = len(g.prompt_ids) + k
+        if n > limits.context:
+            return "over_context", (f"prompt {len(g.prompt_ids)} + response {k} = {n} tokens > the model's "
+                                    f"context {limits.context}")
+    return None
+
+
+def check_record(r: Polled, limits: Limits | None = None) -> Verdict:
+    """The samples of record `r` the trainer can use at all (staleness aside). `limits`: the model's
+    vocabulary and context (None: shape and numbers only)."""
     g = r.group
     if r.problem is not None or g is None:
         reason, detail = r.problem or ("malformed", "no record")
@@ -47,22 +89,30 @@ def check_record(r: Polled) -> Verdict:
     if any(not 0 <= i < n for i in chosen) or len(set(chosen)) != len(chosen):
         return Verdict(rejects=[Reject("schema", f"group {g.group_id}: survivors {chosen} do not index its "
                                                  f"{n} samples", everyone)])
+    if limits is not None:
+        t = _oov(g.prompt_ids, limits.vocab)
+        if t is not None:
+            return Verdict(rejects=[Reject("token_out_of_vocab", f"group {g.group_id}: prompt token id {t} outside "
+                                                                 f"the model's vocabulary [0, {limits.vocab})", chosen)])
+        if len(g.prompt_ids) >= limits.context:
+            return Verdict(rejects=[Reject("over_context", f"group {g.group_id}: prompt of {len(g.prompt_ids)} tokens "
+                                                           f"leaves no room in the model's context {limits.context}",
+                                           chosen)])
     out = Verdict()
-    mismatched, no_advantage = [], []
+    failed: dict[tuple[str, str], list[int]] = {}
     for i in chosen:
-        s = g.samples[i]
-        k = len(s.response_ids)
-        if not k or len(s.logprobs) != k or len(s.loss_mask) != k:
-            mismatched.append(i)
-        elif rl and s.advantage is None:
-            no_advantage.append(i)
-        else:
+        problem = _sample_problem(g, g.samples[i], rl, limits)
+        if problem is None:
             out.train.append(i)
-    if mismatched:
-        out.rejects.append(Reject("length_mismatch", "empty response, or response_ids, logprobs and loss_mask of "
-                                  "different lengths", mismatched))
-    if no_advantage:
-        out.rejects.append(Reject("schema", "a survivor on a curated lane without an advantage", no_advantage))
+        else:
+            failed.setdefault(problem, []).append(i)
+    by_reason: dict[str, Reject] = {}
+    for (reason, detail), idx in failed.items():  # one rejection per reason, naming the first detail
+        if reason in by_reason:
+            by_reason[reason].indices.extend(idx)
+        else:
+            by_reason[reason] = Reject(reason, detail, list(idx))
+    out.rejects.extend(by_reason.values())
     return out
 
 

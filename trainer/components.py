@@ -13,6 +13,7 @@ from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
 from rftbus.schemas import ExperienceGroup, Rejection, TrainerMetric, WeightVersion, make_codec
+from rftbus.trainer.checks import Limits
 from rftbus.trainer.losses import Loss, make_loss
 from rftbus.trainer.metrics import MetricsSink
 from rftbus.trainer.publish import WeightPublisher
@@ -32,6 +33,7 @@ class Components:
     ref_model: Any
     pad_id: int
     max_len: int
+    limits: Limits
     producer: Any
     consumer: Any
     codec: Any
@@ -92,7 +94,9 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
         ref_model = load_policy(cfg.model, tokenizer).eval()
         ref_model.requires_grad_(False)
     engine = build_engine(module, tc)
-    max_len = tc.max_seq_len or int(getattr(lm.config, "max_position_embeddings", 2048))
+    context = int(getattr(lm.config, "max_position_embeddings", 0) or 0) or tc.max_seq_len or 2048
+    max_len = min(tc.max_seq_len or context, context)  # rows are cut at max_len; records past `context` are rejected
+    limits = Limits(vocab=int(lm.get_input_embeddings().num_embeddings), context=context)
 
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     producer = make_producer(cfg, **{"linger.ms": 0})
@@ -115,7 +119,7 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     ckpt_dir = Path(tc.checkpoint_dir) if tc.checkpoint_dir else cfg.state_dir / "checkpoints"
     return Components(
         cfg=cfg, rank=rank, world=world, loss=loss, tokenizer=tokenizer, engine=engine, ref_model=ref_model,
-        pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, max_len=max_len,
+        pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, max_len=max_len, limits=limits,
         producer=producer, consumer=consumer, codec=codec, deserializer=codec.deserializer(ExperienceGroup),
         lane_topics=lane_topics, rejector=rejector, publisher=publisher, metrics=metrics, status=status,
         checkpoint_dir=ckpt_dir,

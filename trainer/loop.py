@@ -47,6 +47,7 @@ class RunSummary:
     version: int = 0
     trained: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
+    skipped_steps: int = 0  # batches with a non-finite loss: not trained, their records rejected
     resumed_from: str | None = None
     stopped_by: str = ""
 
@@ -128,7 +129,7 @@ class Trainer:
         key = (r.topic, r.partition, r.offset)
         idx = self.verdicts.get(key)
         if idx is None:
-            v = check_record(r)
+            v = check_record(r, self.c.limits)
             self._reject(r, v.rejects)
             idx = self.verdicts[key] = v.train
         check_expert = self.tc.staleness_for_expert
@@ -203,13 +204,18 @@ class Trainer:
     # -- steps -----------------------------------------------------------------------------------
     def _train(self, bc: BatchConsumer, take: Take) -> None:
         from rftbus.trainer.batch import collate, rows_of
-        from rftbus.trainer.step import train_step
+        from rftbus.trainer.step import NonFiniteLoss, train_step
 
         t0 = time.perf_counter()
         groups = [(r, r.group, idx) for r, idx in take if idx and r.group is not None]  # (trainable: decoded)
         rows = [row for r, g, idx in groups for row in rows_of(g, r.lane == "expert", idx)]
         batch = collate(rows, self.c.pad_id, self.c.max_len)
-        parts = train_step(self.c.engine, self.loss, batch, self.c.ref_model, self.tc.update_epochs)
+        try:
+            parts = train_step(self.c.engine, self.loss, batch, self.c.ref_model, self.tc.update_epochs,
+                               agree=lambda ok: all(all_gather(ok, self.world)))
+        except NonFiniteLoss as e:
+            self._skip_step(bc, take, e.detail)
+            return
         self._finish(bc, [r for r, _ in take])
         dt = time.perf_counter() - t0
         self.step += 1
@@ -250,6 +256,19 @@ class Trainer:
                      f"{len(rows)} exps {values['tokens_per_s']:.0f} tok/s")
         if self.tc.eval_interval and self.step % self.tc.eval_interval == 0 and self.rank == 0:
             self._eval()
+
+    def _skip_step(self, bc: BatchConsumer, take: Take, detail: str) -> None:
+        """A batch whose loss is not finite: no update; its records are rejected (`non_finite_loss`, with
+        their bytes, since one of them is the cause) and done, so the same batch is never tried again."""
+        for r, idx in take:
+            if idx:
+                self._reject(r, [Reject("non_finite_loss", f"the step's batch had a non-finite loss: {detail}", idx)])
+        self._finish(bc, [r for r, _ in take])
+        self.summary.skipped_steps += 1
+        if self.rank == 0:
+            self.c.status.update(skipped_steps=self.summary.skipped_steps, last_skip=detail[:300])
+        self.log(f"step {self.step + 1} skipped: {detail[:300]}; {sum(len(i) for _, i in take)} experiences "
+                 "rejected as non_finite_loss")
 
     def _eval(self) -> None:
         from rftbus.trainer.evaluate import evaluate

@@ -1,6 +1,13 @@
-"""One trainer step on a collated batch: recompute current-policy logprobs, loss, backward, step."""
+"""One trainer step on a collated batch: recompute current-policy logprobs, loss, backward, step.
+
+A non-finite loss is never backpropagated: the checks keep NaN and out-of-range values out, but a
+finite record can still overflow a loss (an advantage of 1e300). Every rank must agree before anyone
+calls backward (it is a collective), so the decision goes through `agree`.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 
@@ -9,7 +16,22 @@ from rftbus.trainer.losses.terms import masked_mean, num
 from rftbus.trainer.policy import reference_logp, token_logp_entropy
 
 
-def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epochs: int = 1) -> dict[str, float]:
+class NonFiniteLoss(Exception):
+    """The first update epoch's loss was not finite on some rank: nothing was updated."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail = detail
+
+
+def _all_true(ok: bool) -> bool:
+    return ok
+
+
+def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epochs: int = 1,
+               agree: Callable[[bool], bool] = _all_true) -> dict[str, float]:
+    """The step's metrics. Raises NonFiniteLoss (weights untouched) when epoch 0's loss is not finite on
+    any rank; a later epoch's non-finite loss ends the step there (`non_finite_epochs` = 1)."""
     ref_logp = reference_logp(ref_model, batch) if ref_model is not None else None
     prox_logp = prox_values = None
     parts: dict[str, float] = {}
@@ -26,8 +48,12 @@ def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epo
         out = PolicyOut(logp=logp, entropy=entropy, prox_logp=prox_logp, values=values,
                         prox_values=prox_values, ref_logp=ref_logp)
         res = loss(out, batch)
-        if not torch.isfinite(res.loss):
-            raise FloatingPointError(f"non-finite {loss.name} loss at update epoch {epoch}: {res.parts}")
+        if not agree(bool(torch.isfinite(res.loss))):
+            detail = f"{loss.name} loss {num(res.loss)} at update epoch {epoch} (on this or another rank): {res.parts}"
+            if epoch == 0:
+                raise NonFiniteLoss(detail)
+            parts["non_finite_epochs"] = 1.0
+            break
         engine.backward(res.loss)
         with torch.no_grad():  # ZeRO-1/2 all-gathers into views of flat params; gloo on CPU must not track them
             engine.step()
