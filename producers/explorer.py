@@ -210,6 +210,9 @@ class Explorer:
                 continue
             if (task.workflow or ex.workflow.kind) == "single_turn":
                 prompt = encode_prompt(self.tokenizer, task.prompt, ex.workflow.chat_template)
+                ctx = self.engine.max_context
+                if ctx is not None and len(prompt) >= ctx:  # its own call rejects it before generating
+                    continue
                 requests.append((tuple(prompt), task.n_samples or self.cfg.rl.group_size))
         if len(requests) < 2:
             return
@@ -264,9 +267,10 @@ class Explorer:
         outcome = run_task(task, n, self.ctx, ex.workflow.kind, ex.task_timeout_s, ex.task_retries)
         self.t.generate_s += time.perf_counter() - t0
         if outcome.samples is None:
-            self.report(f"task {task.task_id} -> {outcome.reason} after {outcome.attempts} attempt(s): "
+            took = f"after {time.perf_counter() - t0:.3f}s, {outcome.attempts} attempt(s)"
+            self.report(f"task {task.task_id} -> {outcome.reason} {took}: "
                         f"{outcome.detail.splitlines()[0] if outcome.detail else ''}")
-            self._reject(msg, outcome.reason or "task_failed", outcome.detail)
+            self._reject(msg, outcome.reason or "task_failed", f"{outcome.detail} ({took})")
             self.stats["tasks_rejected"] += 1
             return
         group = group_of(task, outcome.samples, version, self.id)

@@ -287,3 +287,28 @@ def test_static_member_restart_gets_its_partitions_back_at_once(broker, tmp_path
                 p.kill()
         for f in logs:
             f.close()
+
+
+def test_a_task_never_holds_its_partition_past_its_deadline(broker, tmp_path):
+    """#18: a prompt past the model's context is rejected before generating (well under a second), and a
+    task that runs out of time is rejected within its own deadline (no second full attempt)."""
+    cfg = fresh_config(make_config, tmp_path, broker, **{
+        "explorer.admission": False, "explorer.idle_exit_s": 6.0, "explorer.task_timeout_s": 60.0,
+        "explorer.task_retries": 1, "topics.tasks.partitions": 1})
+    long = Task(taskset="addition", prompt="12+7=" * 4000, answer="19")  # 20,000 tokens; the context is 64
+    hang = Task(taskset="addition", prompt="2+2=", answer="4", workflow="explorer_plugins.Hanging",
+                metadata={"timeout_s": "1.5"})
+    good = list(get_taskset("addition").tasks("train", 1))
+    publish(cfg, [long, hang, *good])
+    reports: list[str] = []
+    result = Explorer(cfg, report=reports.append).run()
+    assert result["groups_produced"] == 1 and result["tasks_rejected"] == 2, (result, reports)
+    rejected = {r.reason: r for _, r in read_topic(cfg, "rejected")}
+    assert set(rejected) == {"prompt_too_long", "task_timeout"}, rejected
+    too_long = rejected["prompt_too_long"]
+    assert "20000 tokens" in too_long.detail and "context of 64" in too_long.detail, too_long.detail
+    took = float(too_long.detail.rsplit("(after ", 1)[1].split("s,")[0])
+    assert took < 1.0 and "1 attempt(s)" in too_long.detail, too_long.detail
+    timeout = rejected["task_timeout"]
+    took = float(timeout.detail.rsplit("(after ", 1)[1].split("s,")[0])
+    assert 1.5 <= took < 3.0 and "1 attempt(s)" in timeout.detail and "deadline of 1.5s" in timeout.detail

@@ -27,11 +27,29 @@ class Completion:
     metadata: dict[str, str] = field(default_factory=dict)
 
 
+class PromptTooLong(ValueError):
+    """A prompt that leaves no room for one new token in the model's context. Deterministic, so the
+    explorer rejects the task at once (`prompt_too_long`) instead of retrying it."""
+
+
 class RolloutEngine(ABC):
     """Generates continuations and hot-swaps weights; one instance per explorer process."""
 
     name: str = "base"
     version: int = 0
+    max_context: int | None = None  # tokens the model can attend to (None: unknown, e.g. a remote server)
+
+    def budget(self, prompts: Sequence[list[int]], max_new_tokens: int) -> int:
+        """New tokens every prompt can get: `max_new_tokens`, cut to what the context leaves after the
+        longest prompt. Raises PromptTooLong before any work when a prompt leaves no room at all."""
+        if self.max_context is None or not prompts:
+            return max_new_tokens
+        longest = max(len(p) for p in prompts)
+        room = self.max_context - longest
+        if room < 1:
+            raise PromptTooLong(f"the prompt is {longest} tokens: no room for a new token in the model's "
+                                f"context of {self.max_context}")
+        return min(max_new_tokens, room)
 
     @abstractmethod
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,

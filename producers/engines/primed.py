@@ -36,6 +36,10 @@ class PrimedEngine(RolloutEngine):
     def version(self) -> int:  # type: ignore[override]
         return self.engine.version
 
+    @property
+    def max_context(self) -> int | None:  # type: ignore[override]
+        return self.engine.max_context
+
     def prime(self, requests: list[Request], sampling: SamplingConfig) -> None:
         """Generate every request in one engine call."""
         prompts = [list(p) for p, n in requests for _ in range(n)]

@@ -37,13 +37,14 @@ class TransformersEngine(RolloutEngine):
         self.model: Any = (model or load_policy(cfg.model, tokenizer)).to(self.device).eval()
         self.version = 0
         self.eos_id = tokenizer.eos_token_id
-        self.max_context = getattr(self.model.config, "max_position_embeddings", None)
+        self.max_context = getattr(self.model.config, "max_position_embeddings", None) or None
         if cfg.explorer.sampling.seed is not None:
             torch.manual_seed(cfg.explorer.sampling.seed)
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
                  max_new_tokens: int | None = None) -> list[Completion]:
+        limit = self.budget(prompts, max_new_tokens or sampling.max_new_tokens)  # before any work
         width = max(len(p) for p in prompts)
         pad = self.tok.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
@@ -52,8 +53,8 @@ class TransformersEngine(RolloutEngine):
         out = self.model.generate(
             input_ids=input_ids, attention_mask=attention,
             do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-            max_new_tokens=max_new_tokens or sampling.max_new_tokens, return_dict_in_generate=True,
-            min_new_tokens=min(sampling.min_new_tokens, max_new_tokens or sampling.max_new_tokens) or None,
+            max_new_tokens=limit, return_dict_in_generate=True,
+            min_new_tokens=min(sampling.min_new_tokens, limit) or None,
             output_scores=not raw, output_logits=raw, pad_token_id=self.tok.pad_token_id,
             eos_token_id=self.eos_id,
         )

@@ -42,13 +42,15 @@ class VllmEngine(RolloutEngine):
                        gpu_memory_utilization=cfg.explorer.engine.gpu_memory_utilization,
                        seed=cfg.explorer.sampling.seed or 0)
         self.version = 0
+        self.max_context = int(self.llm.llm_engine.model_config.max_model_len)
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
                  max_new_tokens: int | None = None) -> list[Completion]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         params = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p,
-                                top_k=sampling.top_k or -1, max_tokens=max_new_tokens or sampling.max_new_tokens,
+                                top_k=sampling.top_k or -1,
+                                max_tokens=self.budget(prompts, max_new_tokens or sampling.max_new_tokens),
                                 min_tokens=sampling.min_new_tokens, logprobs=0, seed=sampling.seed)
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
         results = []

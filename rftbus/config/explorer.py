@@ -60,8 +60,9 @@ class ExplorerConfig(_Strict):
     sampling: SamplingConfig = SamplingConfig()
     workflow: WorkflowConfig = WorkflowConfig()
     rewards: list[RewardSpec] = Field(default_factory=lambda: [RewardSpec(name="taskset")])
-    task_timeout_s: float = Field(120.0, gt=0, description="per attempt; over it -> retry, then task_timeout")
-    task_retries: int = Field(1, ge=0, description="extra attempts before a task becomes a Rejection")
+    task_timeout_s: float = Field(120.0, gt=0, description="a task's deadline, every attempt included (a task may "
+                                  "set its own in metadata timeout_s); past it -> task_timeout, not retried")
+    task_retries: int = Field(1, ge=0, description="extra attempts, within the deadline, after an attempt raised")
     admission: bool = Field(True, description="staleness admission control (off only for tests/benchmarks)")
     admission_refresh_s: float = Field(0.5, gt=0, description="how often consumer lags are re-read")
     admission_min_acceptance: float = Field(
