@@ -15,14 +15,15 @@ import faust
 from confluent_kafka import Producer
 
 from rftbus.config import Config
-from rftbus.kafka.clients import make_producer
+from rftbus.kafka.clients import make_admin, make_producer
+from rftbus.kafka.topics import max_message_bytes
 from rftbus.schemas import make_codec
 from rftbus.streams import fastpath, offsets
 from rftbus.streams.faust_conf import faust_settings
 from rftbus.streams.ingest import Ingest
 from rftbus.streams.join import FeedbackFanout, Join
 from rftbus.streams.live import LiveGroups
-from rftbus.streams.outputs import H_KIND, Emitter
+from rftbus.streams.outputs import H_KIND, Emitter, value_limits
 from rftbus.streams.priority import PassRates
 from rftbus.streams.redelivery import DeliveryGuard
 from rftbus.streams.telemetry import Counters, StatusFile, flat_counts, metric
@@ -54,7 +55,9 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     counters = Counters()
     pass_rates = PassRates(sc.pass_rate_alpha)
     follower = WeightFollower(cfg, prefetch=False)
-    emit = Emitter(app, codec.encode, topo.names, topo.partitions, sc.rejection_original_max_bytes)
+    topic_limits = max_message_bytes(make_admin(cfg), list(topo.names.values()))
+    emit = Emitter(app, codec.encode, topo.names, topo.partitions, sc.rejection_original_max_bytes,
+                   value_limits(topic_limits, topo.names, settings.kwargs["producer_max_request_size"]))
     n = topo.raw_partitions
     pending = app.Table("pending", partitions=n,
                         changelog_topic=app.topic(topo.changelog, partitions=n, compacting=True))

@@ -20,7 +20,7 @@ from rftbus.streams.live import LiveGroups
 from rftbus.streams.outputs import H_KIND, H_SAMPLE, H_T0, Output
 from rftbus.streams.recovery import Landed, scan
 from rftbus.streams.redelivery import DeliveryGuard
-from rftbus.streams.verify import Verdict, needs_feedback, read_group, sample_drops
+from rftbus.streams.verify import Drop, Verdict, needs_feedback, read_group, sample_drops
 from rftbus.streams.view import GroupReader, GroupView
 
 log = logging.getLogger("rftbus.streams.ingest")
@@ -154,9 +154,24 @@ class Ingest:
             self.counters.inc("expert_promoted")
 
     def _outputs(self, g: GroupView, d: Decision, src: str) -> list[Output]:
-        """Rejections (one per reason, naming its samples), the promoted copy, then the curated group."""
+        """Rejections (one per reason, naming its samples), the promoted copy, then the curated group.
+        A curated record over its topic's limit becomes a `too_large` rejection of its survivors (the raw
+        record fitted, but advantages and headers make the output a little bigger)."""
         key = g.group_id.encode()
         outs = []
+        curated: bytes | None = None
+        lane_role = "curated_priority" if d.priority_lane else "curated"
+        if d.survivors:
+            lane = "priority" if d.priority_lane else "normal"
+            curated = self.read.write(g, {"survivors": d.survivors, "priority": d.priority,
+                                          "metadata": {**g.metadata, "lane": lane}},
+                                      {i: {"advantage": a} for i, a in d.advantages.items()})
+            if not self.emit.fits(lane_role, curated):
+                limit = self.emit.max_bytes[lane_role]
+                for i in d.survivors:
+                    d.drops[i] = Drop("too_large", f"curated record of {len(curated)} bytes > {limit} bytes that "
+                                                   f"topic {self.emit.names[lane_role]} takes", "streams")
+                d.survivors, d.promoted, curated = [], None, None
         by_reason: dict[tuple[str, str], list[int]] = defaultdict(list)
         for i, drop in sorted(d.drops.items()):
             by_reason[(drop.reason, drop.stage)].append(i)
@@ -167,21 +182,21 @@ class Ingest:
             outs.append(Output("rejected", key, self.emit.rejection(
                 reason=reason, detail=detail, stage=stage, src=src, original=evidence, group_id=g.group_id,
                 experience_ids=g.ids(idx))))
-        if not d.survivors:
+        if curated is None:
             return outs
         if d.promoted is not None:
             # A promoted copy is a new record (its own stable ids): the trainer may learn from the original
             # as an RL sample and from the copy as a demonstration, each exactly once.
             s = g.samples[d.promoted]
-            outs.append(Output("expert", f"{g.group_id}:expert".encode(), self.read.single(
+            copy = self.read.single(
                 g, d.promoted, {"group_id": f"{g.group_id}:expert", "survivors": [], "priority": 0.0,
                                 "metadata": {**g.metadata, "promoted": "1", "promoted_from": s.experience_id}},
-                {"experience_id": f"{s.experience_id}:expert", "advantage": None})))
-        lane = "priority" if d.priority_lane else "normal"
-        curated = self.read.write(g, {"survivors": d.survivors, "priority": d.priority,
-                                      "metadata": {**g.metadata, "lane": lane}},
-                                  {i: {"advantage": a} for i, a in d.advantages.items()})
-        outs.append(Output("curated_priority" if d.priority_lane else "curated", key, curated))
+                {"experience_id": f"{s.experience_id}:expert", "advantage": None})
+            if self.emit.fits("expert", copy):  # (a copy is extra: one that does not fit is not made)
+                outs.append(Output("expert", f"{g.group_id}:expert".encode(), copy))
+            else:
+                d.promoted = None
+        outs.append(Output(lane_role, key, curated))
         return outs
 
     async def _reject_whole(self, v: Verdict, src: str, data: bytes | None, key: bytes | None, p: int,

@@ -56,18 +56,38 @@ class Output:
     value: bytes
 
 
+RECORD_OVERHEAD = 16 * 1024  # key, rftbus headers and record-batch framing around a value
+REJECTION_ROOM = 64 * 1024  # a rejection's fields besides the original (detail, ids, source)
+
+
+def value_limits(topic_limits: dict[str, int], names: dict[str, str], producer_max: int) -> dict[str, int]:
+    """role -> the largest value a record there may carry: the topic's max.message.bytes (or the
+    producer's max request size, if smaller) less the record's own overhead."""
+    return {role: min(topic_limits[name], producer_max) - RECORD_OVERHEAD
+            for role, name in names.items() if name in topic_limits}
+
+
 class Emitter:
     """Thin layer over Faust topics: outputs of one input record, and rejections."""
 
     def __init__(self, app: Any, encode, names: dict[str, str], partitions: dict[str, int],
-                 original_max_bytes: int):
+                 original_max_bytes: int, max_bytes: dict[str, int] | None = None):
         self.app = app
         self.encode = encode
         self.names = names
         self.partitions = partitions
-        self.original_max_bytes = original_max_bytes
+        self.max_bytes = dict(max_bytes or {})  # role -> largest value its topic takes (key, headers, batch aside)
+        room = self.max_bytes.get("rejected")
+        # a rejection's copy of the original must leave room for the rest of the rejection
+        self.original_max_bytes = min(original_max_bytes, room - REJECTION_ROOM) if room else original_max_bytes
         self.topics = {role: app.topic(name) for role, name in names.items()}
         self._producer: Any = None
+
+    def fits(self, role: str, value: bytes) -> bool:
+        """Whether `value` can be written to `role`'s topic: a record over the topic's limit would fail at
+        the broker and, replayed, fail again forever (#18)."""
+        limit = self.max_bytes.get(role)
+        return limit is None or len(value) <= limit
 
     def part(self, role: str, p: int) -> int:
         return p % self.partitions[role]

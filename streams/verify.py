@@ -42,17 +42,19 @@ def read_group(data: bytes | None, read: GroupReader, max_bytes: int) -> Verdict
     """Read and check the shape of the whole record."""
     if data is None:
         return Verdict(None, "malformed", "null value (tombstone) on the raw topic")
-    if len(data) > max_bytes:
-        return Verdict(None, "too_large", f"{len(data)} bytes > streams.max_message_bytes={max_bytes}")
     try:
         rec = read(data)
     except DecodeError as e:
+        if len(data) > max_bytes:
+            return Verdict(None, "too_large", f"{len(data)} bytes > streams.max_message_bytes={max_bytes}")
         reason = "schema" if e.reason in SCHEMA_DECODE_REASONS else "malformed"
         return Verdict(None, reason, f"{e.reason}: {e.detail}")
     if not isinstance(rec, GroupView):
         got = type(rec).SCHEMA_NAME if rec is not None else "nothing"
         return Verdict(None, "schema", f"expected {ExperienceGroup.SCHEMA_NAME}, got {got}: producers write one "
                                        "ExperienceGroup record per group")
+    if len(data) > max_bytes:  # named with its ids, so every experience in it is accounted for
+        return Verdict(rec, "too_large", f"{len(data)} bytes > streams.max_message_bytes={max_bytes}")
     return check_group(rec)
 
 

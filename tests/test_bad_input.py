@@ -33,6 +33,7 @@ KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "fe
 CODEC = make_codec(None)
 DECODE = CODEC.deserializer()
 MAX_BYTES = 200_000
+CURATED_TOPIC_MAX = 150_000  # the curated lanes take less than raw records may hold (streams.max_message_bytes)
 TESTS_DIR = Path(__file__).resolve().parent
 
 
@@ -75,6 +76,7 @@ def env(broker, tmp_path_factory):
     cfg = make_config(
         tmp_path_factory.mktemp("badinput"), broker.broker.port,
         **{f"topics.{k}.name": f"bad{tag}.{k}" for k in KEYS},
+        **{f"topics.{k}.config": {"max.message.bytes": str(CURATED_TOPIC_MAX)} for k in ("curated", "curated_priority")},
         **{"streams.app_id": f"bad{tag}", "streams.tick_interval_s": 0.5,
            "streams.version_wait_s": 0.5, "streams.commit_interval_s": 0.2, "streams.max_message_bytes": MAX_BYTES})
     create_topics(cfg, make_admin(cfg))
@@ -143,6 +145,51 @@ def test_bad_record_is_rejected_with_a_clear_reason_and_the_worker_lives(env, ca
     assert worker.proc.poll() is None and worker.proc.pid == pid, worker.tail()
     status = worker.status()
     assert status["pid"] == pid and status["errors"] == 0, status  # handled as input, not as a crash
+
+
+def _group_of_bytes(n_bytes: int, group_id: str) -> ExperienceGroup:
+    """A valid group whose encoding is about `n_bytes`: samples of up to 4,000 response tokens (under
+    streams.max_tokens), 6 bytes per token, as many as it takes (an even count, rewards 1 and 0)."""
+    tokens = min(4000, n_bytes // 12)
+    k = max(2, n_bytes // (6 * tokens) // 2 * 2)
+    g = make_group(rewards=[1.0, 0.0] * (k // 2), model_version=LATEST, response_tokens=10, seed=11, group_id=group_id)
+    return replace(g, samples=[replace(s, response_ids=[5] * tokens, logprobs=[-1.0] * tokens, loss_mask=[True] * tokens)
+                               for s in g.samples])
+
+
+@pytest.mark.parametrize("case", ["raw_at_the_broker_limit", "curated_over_its_topic_limit"])
+def test_records_at_the_size_limits_are_rejected_with_their_ids(env, case):
+    """#18: a raw record at the broker's size limit (16 MiB here), and a valid group whose curated record
+    would be over the curated topic's max.message.bytes, are rejected `too_large` naming every experience,
+    the original kept by reference (never copied past the rejected topic's limit), and the same
+    partition moves on."""
+    cfg, producer, worker = env
+    key = f"size-{case}-{uuid.uuid4().hex[:6]}"
+    size = 16 * 1024 * 1024 - 256 * 1024 if case == "raw_at_the_broker_limit" else 180_000
+    big = _group_of_bytes(size, key)
+    data = CODEC.encode(big)
+    pid = worker.proc.pid
+    part, off = _send(cfg, producer, key.encode(), data)
+    good = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=10, seed=5, group_id=f"{key}-ok")
+    _send(cfg, producer, key.encode(), CODEC.encode(good))
+
+    def mine(out):
+        return [r for r in out["rejected"] if isinstance(r, Rejection) and (r.partition, r.offset) == (part, off)
+                and r.source_topic == cfg.topics.raw.name]
+
+    out = _wait(cfg, lambda o: mine(o) and len(_curated(o, good.group_id)) == 2, timeout=120)
+    rejections = mine(out)
+    assert [r.reason for r in rejections] == ["too_large"], [(r.reason, r.detail) for r in rejections]
+    r = rejections[0]
+    assert r.group_id == key and sorted(r.covers()) == sorted(big.experience_ids()), r.experience_ids
+    if case == "raw_at_the_broker_limit":
+        assert r.stage == "verify" and str(MAX_BYTES) in r.detail and "not copied" in r.detail and r.original is None
+    else:
+        assert r.stage == "streams" and str(CURATED_TOPIC_MAX - 16 * 1024) in r.detail, r.detail
+    assert not _curated(out, key), "a too-large group reached a curated lane"
+    assert len(_curated(out, good.group_id)) == 2, "the partition did not move on"
+    assert worker.proc.poll() is None and worker.proc.pid == pid, worker.tail()
+    assert worker.status()["errors"] == 0
 
 
 def test_hostile_unicode_text_is_not_poison(env):

@@ -31,6 +31,16 @@ def describe_topic_configs(admin: AdminClient, names: list[str], timeout: float 
     return out
 
 
+def max_message_bytes(admin: AdminClient, names: list[str], timeout: float = 15.0) -> dict[str, int]:
+    """Each topic's `max.message.bytes` (the broker's default when the topic sets none): the largest
+    record batch the broker accepts there. A record over it fails at the broker, so writers size to it."""
+    out = {}
+    for name, conf in describe_topic_configs(admin, names, timeout).items():
+        if "max.message.bytes" in conf:
+            out[name] = int(conf["max.message.bytes"])
+    return out
+
+
 def _differences(spec: TopicSpec, partitions: int, replication: int, actual: dict[str, str]) -> list[str]:
     diffs = []
     if partitions != spec.partitions:
