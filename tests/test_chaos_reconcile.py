@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rftbus.chaos.ledger import Checkpoint, LaneRecord, Ledger, RawRecord, RejRecord
+from rftbus.run.ledger import Checkpoint, LaneRecord, Ledger, RawRecord, RejRecord
 from rftbus.chaos.poison import Poison
 from rftbus.chaos.reconcile import reconcile
 
@@ -51,7 +51,7 @@ def test_an_experience_missing_from_its_groups_outputs_is_lost():
     led.lanes[1].experience_ids = ["e1a"]  # e1b neither curated nor rejected, e1a curated
     led.lineage[0]["experience_ids"].remove("e1b")
     t = reconcile(led, [])
-    assert t.lost == {"streams": 1} and t.produced == 7
+    assert t.lost == {"streams": 1} and t.produced == 8 and t.lost_experiences == 1
     led.rejections.append(RejRecord("r", ["e1b"], "zero_variance", "filter", (RAW, 0, 1)))
     t = reconcile(led, [])
     assert (t.lost_total, t.rejected, t.rejected_by_reason) == (0, 1, {"zero_variance": 1})
@@ -62,6 +62,17 @@ def test_a_raw_group_not_yet_read_is_in_flight_not_lost():
     led.raw[(RAW, 0, 4)] = RawRecord(ids(4), "g4", "e0")
     t = reconcile(led, [])
     assert t.lost_total == 0 and t.in_flight == 2
+
+
+def test_a_live_group_streams_holds_for_feedback_is_in_flight_not_lost():
+    led = ledger()
+    led.raw[(RAW, 0, 4)] = RawRecord(ids(4), "g4", "serve")
+    led.committed[(RAW, 0)] = 5  # read and committed: without the live table's word it would be lost
+    assert reconcile(led, []).lost_experiences == 2
+    led.held = {f"{RAW}/0/4"}
+    t = reconcile(led, [])
+    assert t.lost_total == 0 and t.in_flight == 2
+    assert t.produced == t.trained + t.rejected + t.pending + t.in_flight + t.lost_experiences
 
 
 def test_curated_twice_or_trained_and_rejected_is_duplicated():

@@ -36,9 +36,10 @@ def test_run_turns_the_loop_and_counts_reconcile(broker, tmp_path):
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["stop_reason"].startswith("trainer reached step")
     assert s["trainer_steps"] >= 6
-    assert s["counts_reconcile"] is True and s["trained_twice"] == 0
+    assert s["counts_reconcile"] is True and s["duplicated"] == 0 and s["experiences_lost"] == 0
+    assert s["stages_dead"] == {} and s["reconcile_error"] is None
     assert s["experiences_produced"] == (s["experiences_trained"] + sum(s["experiences_rejected"].values())
-                                         + s["experiences_in_flight"])
+                                         + s["experiences_in_flight"] + s["experiences_lost"])
     assert s["experiences_trained"] > 0
     assert s["max_staleness_trained"] <= s["max_staleness"] == 1
     assert s["versions_published"] >= 2
@@ -138,3 +139,67 @@ def test_curriculum_stage_runs_first_then_the_configured_taskset(broker, tmp_pat
     rolled = {e.task_id for e in records(broker.topics.raw.name)}
     assert any(".c1p" in t for t in rolled), "no stage task was rolled out"
     assert any(".c1p" not in t for t in rolled), "the explorers never reached the configured taskset"
+
+
+def test_kill9_of_the_embedded_broker_is_recovered_without_help(tmp_path):
+    """#18: `rftbus run` supervises the broker it started: kill -9 mid-run, it comes back on the same
+    data, the loop resumes by itself, and the summary is written and balances."""
+    import time
+
+    from rftbus.broker import embedded
+    from rftbus.status import read_statuses
+    from tests.conftest import JARS, _free_pair, make_config
+
+    state = tmp_path / "state"
+    port = _free_pair()
+    cfg = make_config(state, port)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")}
+    env.update({"RFTBUS_BROKER__PORT": str(port), "RFTBUS_BROKER__LIBS_DIR": str(JARS), "RFTBUS_BROKER__HEAP": "512m",
+                "RFTBUS_RUN__TASKS": "200", "RFTBUS_RUN__EVAL_N": "16", "RFTBUS_RUN__ANALYTICS": "false",
+                "RFTBUS_RL__GROUP_SIZE": "4", "RFTBUS_RL__BATCH_GROUPS": "4"})
+    cmd = [str(Path(sys.executable).parent / "rftbus"), "--state-dir", str(state), "run",
+           str(REPO / "configs" / "toy.yaml"), "--max-steps", "14", "--minutes", "8",
+           "--summary-json", str(tmp_path / "s.json")]
+    log = open(tmp_path / "run.out", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and proc.poll() is None:
+            steps = [st.get("step", 0) for st in read_statuses(state) if st.get("role") == "trainer"]
+            if steps and max(steps) >= 3:
+                break
+            time.sleep(0.5)
+        pid = embedded.running_pid(cfg)
+        assert proc.poll() is None and pid is not None, (tmp_path / "run.out").read_text()[-3000:]
+        os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=560)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+        embedded.stop(cfg)
+    out = (tmp_path / "run.out").read_text()
+    assert proc.returncode == 0, out[-3000:]
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["stop_reason"].startswith("trainer reached step"), s["stop_reason"]
+    assert s["restarts"]["broker"] == 1 and s["stages_dead"] == {}, (s["restarts"], s["stages_dead"])
+    assert "gone" in s["crashes"]["broker"][0]
+    assert s["counts_reconcile"] is True and s["experiences_lost"] == 0 and s["duplicated"] == 0
+    events = (state / "run" / "events.log").read_text()
+    assert "broker: restarted pid" in events, events[-2000:]
+
+
+def test_a_stage_given_up_on_stops_the_run_loudly(broker, tmp_path):
+    """#18: a child that keeps crashing is not given up on silently: the run stops with its cause, exits
+    1, and the summary says which stage died (the counts cannot reconcile without it)."""
+    env = _env(broker, uuid.uuid4().hex[:6])
+    # DeepSpeed (only the trainer imports it) refuses an unknown accelerator: every start of the trainer fails
+    env.update({"DS_ACCELERATOR": "no-such-accelerator", "RFTBUS_RUN__MAX_RESTARTS": "1"})
+    out = rftbus_cli(None, "--state-dir", str(tmp_path / "state"), "run", str(REPO / "configs" / "toy.yaml"),
+                     "--minutes", "6", "--summary-json", str(tmp_path / "s.json"), env=env, timeout=600)
+    assert out.returncode == 1 and (tmp_path / "s.json").exists(), out.stdout[-3000:] + out.stderr[-3000:]
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["stop_reason"].startswith("gave up on trainer (exit code 1: "), s["stop_reason"]
+    assert list(s["stages_dead"]) == ["trainer"] and s["counts_reconcile"] is False
+    assert len(s["crashes"]["trainer"]) == 2 and s["restarts"]["trainer"] == 1
+    assert "stopping the run: gave up on trainer" in out.stderr

@@ -47,3 +47,16 @@ def test_stubborn_child_is_killed(tmp_path):
     codes = sup.stop(timeout=1)
     assert codes["stubborn"] == -9
     assert time.monotonic() - t0 < 8
+
+
+def test_a_give_up_names_the_last_crash_s_cause(tmp_path):
+    """#18: a child that keeps crashing on the same input is given up on with the exception it died of."""
+    code = "raise FloatingPointError('non-finite mix loss at update epoch 0')"
+    crash = ChildSpec("trainer", [sys.executable, "-c", code], max_restarts=1, log=tmp_path / "t.log")
+    sup = Supervisor([crash], backoff_s=0.05)
+    sup.start()
+    events = _wait(sup, {"gave_up"})
+    crashed = [e.detail for e in events if e.kind == "crashed"]
+    assert crashed == ["exit code 1: FloatingPointError: non-finite mix loss at update epoch 0"] * 2
+    assert sup.gave_up() == {"trainer": crashed[-1]}
+    assert "last crash: exit code 1: FloatingPointError" in next(e.detail for e in events if e.kind == "gave_up")

@@ -27,7 +27,7 @@ from rich.console import Console
 
 from rftbus.chaos import faults as F
 from rftbus.chaos.drain import drain, lag
-from rftbus.chaos.ledger import read_ledger
+from rftbus.run.ledger import read_ledger
 from rftbus.chaos.load import burst, live_traffic
 from rftbus.chaos.plan import ChaosPlan
 from rftbus.chaos.poison import Poison, catalogue, inject

@@ -33,7 +33,8 @@ def run(
         summary_json.write_text(text)
     keys = ["stop_reason", "eval_reward_initial", "eval_reward_final", "trainer_steps", "versions_published",
             "experiences_produced", "experiences_trained", "experiences_rejected", "experiences_in_flight",
-            "counts_reconcile", "max_staleness_trained", "wall_seconds", "plots"]
+            "experiences_lost", "counts_reconcile", "restarts", "stages_dead", "max_staleness_trained",
+            "wall_seconds", "plots"]
     table = Table("", "", title="summary", show_header=False)
     for k in keys:
         table.add_row(k, str(summary.get(k)))

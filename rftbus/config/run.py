@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -35,7 +35,11 @@ class RunConfig(BaseModel):
     target_eval_reward: float | None = Field(None, description="stop early once eval reaches this")
     eval_n: int = Field(64, ge=1, description="held-out eval tasks scored per evaluation")
     eval_every_versions: int = Field(1, ge=1, description="evaluate every k-th published version")
-    max_restarts: int = Field(3, ge=0, description="restarts per crashed child before giving up on it")
+    max_restarts: int = Field(3, ge=0, description="restarts per crashed child (and of the embedded broker) "
+                              "before giving up on it")
+    on_give_up: Literal["stop", "continue"] = Field(
+        "stop", description="a child given up on stops the run, loudly with its last crash's cause (exit 1); "
+        "`continue` keeps the other stages running (the summary still reports the dead stage and fails)")
     analytics: bool = Field(True, description="run the analytics sink too, when it is installed")
     serve: bool = Field(False, description="also run `rftbus serve` (the live-traffic proxy, on serve.host:"
                         "serve.port) as a supervised child")

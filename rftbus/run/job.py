@@ -27,6 +27,7 @@ from rftbus.kafka.clients import BrokerUnreachable, check_reachable
 from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.inspect import group_lag, groups_info
 from rftbus.kafka.topics import create_topics
+from rftbus.run.broker_watch import BrokerWatch
 from rftbus.run.curriculum import Curriculum
 from rftbus.run.display import render
 from rftbus.run.plots import plot_eval
@@ -52,6 +53,7 @@ class MainJob:
         self._stop_requested = False
         self.exit_codes: dict[str, int | None] = {}
         self.curriculum: Curriculum | None = None  # with `run.curriculum`
+        self.broker: BrokerWatch | None = None  # the embedded broker this job started
 
     # ---- setup -------------------------------------------------------------------------------
     def ensure_broker(self) -> None:
@@ -64,6 +66,8 @@ class MainJob:
             with self.err.status(f"starting the embedded Kafka {self.cfg.broker.kafka_version} ..."):
                 info = embedded.start(self.cfg, self.err)
             self.started_broker = info.started
+            if info.started:  # ours: supervised like a child (one that was already running is someone else's)
+                self.broker = BrokerWatch(self.cfg, self.cfg.run.max_restarts, info.pid)
             self.console.print(f"embedded Kafka broker running (pid {info.pid}) at {info.bootstrap}")
 
     def publish_tasks(self, admin) -> None:
@@ -214,6 +218,8 @@ class MainJob:
                 signal.signal(s, h)
             self.committed.close()
             if self.started_broker:  # on success and on any error: leave nothing running
+                if self.broker is not None:
+                    self.broker.wait()
                 embedded.stop(self.cfg)
                 self.console.print("embedded Kafka broker stopped")
 
@@ -239,22 +245,28 @@ class MainJob:
             with Live(console=self.console, refresh_per_second=2, transient=False) as live:
                 while not self._stop_requested:
                     self._note(sup.poll())
+                    if self.broker is not None:
+                        self._log(self.broker.poll())
                     statuses = read_statuses(self.cfg.state_dir)
                     if time.monotonic() - last_lag > 2:
                         lags, last_lag = self._lags(admin, lags), time.monotonic()
                     if self.curriculum and not self.curriculum.done and time.monotonic() - last_feed > 1:
                         self._feed_curriculum(admin, statuses)
                         last_feed = time.monotonic()
-                    children = {n: ("gave up" if c.gave_up else "restarting" if c.restart_at else "running")
+                    children = {n: (f"gave up: {c.cause}" if c.gave_up else "restarting" if c.restart_at else "running")
                                 for n, c in sup.children.items()}
+                    if self.broker is not None:
+                        children["broker"] = self.broker.state
                     live.update(render(started=self.started, statuses=statuses, lags=lags,
                                        evals=evaluator.points, events=self.events, children=children))
                     done = self._done(statuses, evaluator.points)
                     if done:
                         reason = done
                         break
-                    if all(c.gave_up for c in sup.children.values()):
-                        reason = "every child process gave up"
+                    dead = self._dead(sup)
+                    if dead and (self.cfg.run.on_give_up == "stop" or len(dead) == len(children)):
+                        reason = "gave up on " + "; ".join(f"{n} ({cause})" for n, cause in dead.items())
+                        self.err.print(f"[red]stopping the run: {reason}[/]")
                         break
                     time.sleep(0.5)
             self.console.print(f"stopping: {reason}")
@@ -267,12 +279,26 @@ class MainJob:
             sup.stop(timeout=10)  # no-op when already stopped; a safety net on errors
         return self.summarize(evaluator.points, reason, sup)
 
+    def _dead(self, sup: Supervisor) -> dict[str, str]:
+        """Stages given up on (children and the broker) -> the cause of their last crash."""
+        dead = sup.gave_up()
+        if self.broker is not None and self.broker.gave_up:
+            dead["broker"] = self.broker.cause
+        return dead
+
     # ---- the end -----------------------------------------------------------------------------
     def summarize(self, evals: list[dict], reason: str, sup: Supervisor) -> dict:
-        from rftbus.run.summary import reconcile
+        """The summary, written even when the broker cannot be read any more (the reconciliation then
+        fails and says why)."""
+        from rftbus.run.summary import Reconciliation, reconcile
 
-        ckpt = Path(self.cfg.trainer.checkpoint_dir or self.cfg.state_dir / "checkpoints")
-        rec = reconcile(self.cfg, ckpt / "lineage.jsonl")
+        dead = self._dead(sup)
+        try:
+            rec = reconcile(self.cfg, dead=list(dead))
+            reconcile_error = None
+        except (KafkaException, TimeoutError, RftbusError, OSError) as e:  # the summary is written regardless
+            rec, reconcile_error = Reconciliation(dead=list(dead)), f"{type(e).__name__}: {e}"
+            self.err.print(f"[red]could not reconcile the counts: {reconcile_error}[/]")
         versions = sorted({p["version"] for p in evals})
         plots = plot_eval(evals, self.run_dir, title=f"{self.cfg.taskset.name}: held-out eval reward")
         summary = {
@@ -288,13 +314,22 @@ class MainJob:
             "experiences_rejected": rec.rejected_by_reason,
             "tasks_rejected": rec.tasks_rejected_by_reason,
             "experiences_in_flight": rec.in_flight,
-            "counts_reconcile": rec.ok,
-            "trained_twice": rec.trained_twice,
+            "trainer_skipped_steps": sum(int(st.get("skipped_steps") or 0) for st in read_statuses(self.cfg.state_dir)
+                                         if st.get("role") == "trainer"),
+            "experiences_lost": rec.lost,
+            "duplicated": rec.duplicated,
+            "lost_or_duplicated_examples": rec.examples[:10],
+            "counts_reconcile": rec.ok and reconcile_error is None,
+            "reconcile_error": reconcile_error,
+            "stages_dead": dead,
             "max_staleness_trained": rec.max_staleness_trained,
             "explorer_versions_used": len(rec.explorer_versions),
             "explorer_newest_version": max(rec.explorer_versions, default=0),
             "max_staleness": self.cfg.rl.max_staleness,
-            "restarts": {n: c.restarts for n, c in sup.children.items()},
+            "restarts": {n: c.restarts for n, c in sup.children.items()}
+                        | ({"broker": self.broker.restarts} if self.broker is not None else {}),
+            "crashes": {n: c.causes for n, c in sup.children.items() if c.causes}
+                       | ({"broker": self.broker.causes} if self.broker is not None and self.broker.causes else {}),
             "exit_codes": self.exit_codes,
             "curriculum": self.curriculum.summary() if self.curriculum else [],
             "wall_seconds": round(time.time() - self.started, 1),

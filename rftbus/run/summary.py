@@ -1,19 +1,23 @@
-"""What a run did, from the log itself: counts per topic, rejections by reason, the trainer's lineage.
+"""What a run did, from evidence: the topics, the consumer groups' committed offsets, the live table and
+the trainer's lineage and final checkpoint (rftbus.run.ledger), tallied per experience
+(rftbus.run.tally, the same tally `rftbus chaos` uses).
 
-Reconciliation: every experience produced to the raw topic is trained (it is in the lineage), rejected
-(it is on the rejected topic) or still in flight when the job stopped; none is both trained and rejected.
+Every experience produced to the raw topic is trained, rejected (any reason), in flight (a raw record
+streams has not read, a live group it holds for feedback, a curated record behind the trainer's
+checkpoint) or lost (nothing of the above, though a stage moved past it). In flight is what the logs
+show as not yet consumed, never a difference, so a loss cannot hide in it: `lost` is reported, and
+`ok` is false when it is not zero, when anything was trained twice, or when a stage is dead.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from rftbus.config import Config
-from rftbus.kafka.read import read_to_end
-from rftbus.schemas import DecodeError, ExperienceGroup, Rejection, make_codec
-from rftbus.trainer.checkpoint import read_lineage
+from rftbus.run.ledger import read_ledger
+from rftbus.run.tally import tally
+
+KEYS = ("raw", "curated", "curated_priority", "rejected", "weights")  # what the tally reads (not tasks, expert, ...)
 
 
 @dataclass
@@ -22,64 +26,45 @@ class Reconciliation:
     trained: int = 0
     rejected: int = 0
     in_flight: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    other_lost: int = 0  # weight versions never published, lineage steps missing
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
     tasks_rejected_by_reason: dict[str, int] = field(default_factory=dict)  # explorer: task failed, no experience
-    trained_twice: int = 0
-    trained_and_rejected: int = 0
+    examples: list[str] = field(default_factory=list)  # the first lost / duplicated experiences, named
     trainer_steps: int = 0
     max_staleness_trained: int = 0
     expert_trained: int = 0
     explorer_versions: list[int] = field(default_factory=list)  # weight versions experiences were made with
+    dead: list[str] = field(default_factory=list)  # stages the supervisor gave up on
+
+    @property
+    def balances(self) -> bool:
+        return self.produced == self.trained + self.rejected + self.in_flight + self.lost
 
     @property
     def ok(self) -> bool:
-        return (self.in_flight >= 0 and self.trained_twice == 0 and self.trained_and_rejected == 0
-                and self.produced == self.trained + self.rejected + self.in_flight)
+        return self.lost == self.other_lost == self.duplicated == 0 and not self.dead and self.balances
 
 
-def reconcile(cfg: Config, lineage_path: Path) -> Reconciliation:
-    codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
-    dec_group, dec_rej = codec.deserializer(ExperienceGroup), codec.deserializer(Rejection)
-    produced: set[str] = set()
-    versions: set[int] = set()
-    for msg in read_to_end(cfg, cfg.topics.raw.name):
-        try:
-            group = dec_group(msg.value(), None)
-        except DecodeError:
-            continue  # malformed raw bytes are not produced experiences; streams reject them
-        if group is None:
-            continue  # a tombstone (the codec passes null values through): not an experience either
-        for e in group.samples:
-            produced.add(e.experience_id)
-            versions.add(e.model_version)
-    reasons: Counter[str] = Counter()
-    task_reasons: Counter[str] = Counter()
-    rejected: set[str] = set()
-    for msg in read_to_end(cfg, cfg.topics.rejected.name):
-        try:
-            rej = dec_rej(msg.value(), None)
-        except DecodeError:
-            continue
-        if rej is None:
-            continue
-        if rej.source_topic == cfg.topics.tasks.name:
-            task_reasons[rej.reason] += 1
-            continue
-        for eid in rej.covers():
-            if eid in produced and eid not in rejected:
-                rejected.add(eid)
-                reasons[rej.reason] += 1
-    lineage = read_lineage(lineage_path)
-    trained_list = [eid for seg in lineage for eid in seg["experience_ids"] if eid in produced]
-    trained = set(trained_list)
-    r = Reconciliation(
-        produced=len(produced), trained=len(trained), rejected=len(rejected - trained),
-        rejected_by_reason=dict(reasons), tasks_rejected_by_reason=dict(task_reasons), trained_twice=len(trained_list) - len(trained),
-        trained_and_rejected=len(trained & rejected),
+def reconcile(cfg: Config, dead: list[str] | None = None, timeout_s: float = 120.0) -> Reconciliation:
+    """Raises KafkaException / TimeoutError when the broker cannot be read (the caller reports it)."""
+    led = read_ledger(cfg, timeout_s=timeout_s, keys=KEYS)
+    t = tally(led)
+    produced_ids = {i for raw in led.raw.values() for i in raw.experience_ids or []}
+    task_reasons: dict[str, int] = {}
+    for r in led.rejections:
+        if r.source is not None and r.source[0] == cfg.topics.tasks.name:
+            task_reasons[r.reason] = task_reasons.get(r.reason, 0) + 1
+    lineage = led.lineage
+    return Reconciliation(
+        produced=t.produced, trained=t.trained, rejected=t.rejected, in_flight=t.in_flight + t.pending,
+        lost=t.lost_experiences, duplicated=t.duplicated_total,
+        other_lost=t.lost_total - t.lost["streams"] - t.lost["trainer"], rejected_by_reason=t.rejected_by_reason,
+        tasks_rejected_by_reason=task_reasons, examples=t.examples,
         trainer_steps=max((seg["step"] for seg in lineage), default=0),
         max_staleness_trained=max((seg.get("staleness_max", 0) for seg in lineage), default=0),
-        expert_trained=sum(1 for seg in lineage for eid in seg["experience_ids"] if eid not in produced),
-        explorer_versions=sorted(versions),
+        expert_trained=sum(1 for seg in lineage for eid in seg["experience_ids"] if eid not in produced_ids),
+        explorer_versions=sorted({raw.model_version for raw in led.raw.values() if raw.experience_ids}),
+        dead=list(dead or []),
     )
-    r.in_flight = r.produced - r.trained - r.rejected
-    return r

@@ -1,6 +1,7 @@
-"""Supervised child processes: a crashed child is reported and restarted, within limits.
+"""Supervised child processes: a crashed child is reported with its cause and restarted, within limits.
 
-Children are rftbus commands (`rftbus explore`, `rftbus streams`, ...) in their own process groups,
+A crash's cause is the last error line its log shows (the exception of a Python traceback, a fatal
+signal), so a give-up says why, not only that (#18). Children are rftbus commands (`rftbus explore`, `rftbus streams`, ...) in their own process groups,
 so Ctrl-C reaches only the supervisor, which then stops them in order with SIGTERM (clean stop),
 escalating to SIGKILL for any that do not exit in time.
 """
@@ -8,6 +9,7 @@ escalating to SIGKILL for any that do not exit in time.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -16,6 +18,19 @@ from pathlib import Path
 
 
 STOPPED = (-signal.SIGTERM, -signal.SIGINT)  # exit codes of a child that a stop signal ended
+ERROR_LINE = re.compile(r"^(?:\[rank\d+\]: )?((?:[\w.]+(?:Error|Exception|Interrupt|Exit)\b|Fatal Python error).*)")
+
+
+def crash_cause(log: Path | None, code: int, tail_bytes: int = 64 * 1024) -> str:
+    """The last error line in the child's log (the exception a traceback ends with), else its exit."""
+    how = f"signal {-code}" if code < 0 else f"exit code {code}"
+    if log is None or not log.exists():
+        return how
+    with open(log, "rb") as f:
+        f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
+        lines = f.read().decode(errors="replace").splitlines()
+    errors = [m.group(1).strip() for m in map(ERROR_LINE.match, lines) if m]
+    return f"{how}: {errors[-1][:300]}" if errors else how
 
 
 @dataclass
@@ -36,6 +51,11 @@ class Child:
     gave_up: bool = False
     restart_at: float | None = None  # monotonic time of a scheduled restart (backoff without blocking)
     exit_codes: list[int] = field(default_factory=list)
+    causes: list[str] = field(default_factory=list)  # one per crash, from the log
+
+    @property
+    def cause(self) -> str:
+        return self.causes[-1] if self.causes else ""
 
 
 @dataclass
@@ -97,14 +117,19 @@ class Supervisor:
                 # before the child could install its handler; restarting it would fight whoever asked.
                 events.append(Event(child.spec.name, "exited", "clean exit" if code == 0 else f"stopped by signal {-code}"))
                 continue
-            reason = f"signal {-code}" if code < 0 else f"exit code {code}"
-            events.append(Event(child.spec.name, "crashed", reason))
+            cause = crash_cause(child.spec.log, code)
+            child.causes.append(cause)
+            events.append(Event(child.spec.name, "crashed", cause))
             if child.restarts >= child.spec.max_restarts:
                 child.gave_up = True
-                events.append(Event(child.spec.name, "gave_up", f"after {child.restarts} restarts"))
+                events.append(Event(child.spec.name, "gave_up", f"after {child.restarts} restarts; last crash: {cause}"))
             else:
                 child.restart_at = now + min(self.backoff_s * (2 ** child.restarts), 10.0)
         return events
+
+    def gave_up(self) -> dict[str, str]:
+        """Children given up on -> the cause of their last crash."""
+        return {n: c.cause for n, c in self.children.items() if c.gave_up}
 
     def alive(self) -> list[str]:
         return [n for n, c in self.children.items() if c.proc is not None and c.proc.poll() is None]

@@ -1,4 +1,4 @@
-"""Everything the tally needs, read back from the logs after the run: every declared topic in full,
+"""Everything the tally (rftbus.run.tally) needs, read back from the logs after a run: every declared topic in full,
 the trainer's lineage and its final checkpoint's positions, the committed offsets of the groups that
 read raw, feedback and tasks, and the distinct record ids per topic (what the ClickHouse sink counts:
 group ids on the experience topics).
@@ -76,6 +76,7 @@ class Ledger:
     # committed offsets of the consumer groups reading raw / feedback (streams) and tasks (explorers):
     # a record at or past them was never read, so it is in flight, not lost
     committed: dict[tuple[str, int], int] = field(default_factory=dict)
+    held: set[str] = field(default_factory=set)  # raw records (src) of live groups streams holds for feedback
     topic_counts: dict[str, int] = field(default_factory=dict)  # distinct record ids per topic key (as the sink counts)
     messages: dict[str, int] = field(default_factory=dict)  # messages per topic key
 
@@ -124,13 +125,38 @@ ID_OF = {
 }
 
 
-def read_ledger(cfg: Config, progress=lambda s: None, timeout_s: float = 300.0) -> Ledger:
+def held_live_groups(cfg: Config, timeout_s: float = 60.0) -> set[str]:
+    """The raw records of live groups the streams hold for feedback right now, from the live table's
+    changelog (the last value per group; a released group is a DONE marker or deleted)."""
+    from rftbus.streams.live import WAITING, unpack
+    from rftbus.streams.topology import live_table_changelog
+
+    name = live_table_changelog(cfg)
+    if name not in make_admin(cfg).list_topics(timeout=10).topics:
+        return set()
+    last: dict[bytes, bytes | None] = {}
+    for msg in read_to_end(cfg, name, timeout_s=timeout_s):
+        last[msg.key() or b""] = msg.value()
+    held = set()
+    for value in last.values():
+        if value:
+            h = unpack(value)
+            if h.state == WAITING:
+                held.add(h.src)
+    return held
+
+
+def read_ledger(cfg: Config, progress=lambda s: None, timeout_s: float = 300.0,
+                keys: tuple[str, ...] | None = None) -> Ledger:
+    """`keys`: the topics to read (default all; the run's summary skips the ones it does not tally)."""
     from rftbus.trainer.checkpoint import read_lineage
 
     decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer()
     t = cfg.topics
     led = Ledger(raw_topic=t.raw.name)
     for key, spec in t.all().items():
+        if keys is not None and key not in keys:
+            continue
         progress(f"reading {spec.name}")
         cls, ident = ID_OF[key]
         ids: set[str] = set()
@@ -151,6 +177,7 @@ def read_ledger(cfg: Config, progress=lambda s: None, timeout_s: float = 300.0) 
     led.checkpoint = final_checkpoint(ckpt_dir)
     led.committed = {**committed(cfg, cfg.streams.app_id, [t.raw.name, t.feedback.name]),
                      **committed(cfg, cfg.explorer.group_id, [t.tasks.name])}
+    led.held = held_live_groups(cfg, timeout_s)
     return led
 
 
