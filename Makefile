@@ -8,8 +8,9 @@ STAMP  := $(VENV)/.rftbus-installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml constraints.txt scripts/system_deps.sh
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "rftbus needs Python 3.10+ ($(PYTHON) is older)"; exit 1; }
+	@scripts/system_deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@# PYTHONWARNINGS: setuptools prints an informational banner for every editable install

@@ -210,9 +210,10 @@ def test_hostile_unicode_text_is_not_poison(env):
 
 
 # ---- hostile reward code: a real `rftbus explore` process with the sandboxed code reward ----------------
-GUARD = "import os, signal, sys\nif os.getpid() != 1:\n    print('not in a PID namespace: no attack'); sys.exit(42)\n"
+# bwrap's own init is pid 1 of the sandbox's PID namespace, the code pid 2
+GUARD = "import os, signal, sys\nif os.getpid() > 2:\n    print('not in a PID namespace: no attack'); sys.exit(42)\n"
 HOSTILE = {
-    # Each attack runs only as pid 1 of its own PID namespace (the guard), so a sandbox that lost its
+    # Each attack runs only as pid 2 of its own PID namespace (the guard), so a sandbox that lost its
     # isolation makes the test fail instead of taking this machine's processes down.
     "kill_everything": GUARD + "os.kill(-1, signal.SIGKILL)\nprint('survived kill -1')",
     "kill_parent_group": GUARD + "os.killpg(0, signal.SIGKILL)",

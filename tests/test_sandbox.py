@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import textwrap
+import uuid
+from pathlib import Path
 
 import pytest
 from conftest import make_config
@@ -27,23 +30,76 @@ HOSTILE = {
 def test_hostile_code_is_stopped(broker, name):
     r = run_sandboxed(HOSTILE[name].format(port=broker.broker.port), LIMITS)
     assert not r.ok and r.stdout == "", (name, r)
-    assert r.held.get("network") in ("netns", "socket_block")
+    assert r.held.get("network") == "netns" and r.held.get("filesystem", "").startswith("bwrap")
     if name == "socket":
         assert "unreachable" in r.stderr.lower() or "refused" in r.stderr.lower() or "disabled" in r.stderr
     if name == "forks":
         assert "BlockingIOError" in r.stderr or "Resource temporarily unavailable" in r.stderr
+        assert "pids" in r.limits_hit
         if os.geteuid() == 0:
-            assert r.held["procs"].startswith("cgroup"), r.held  # root ignores RLIMIT_NPROC
+            assert r.held["user"] == "nobody", r.held  # root ignores RLIMIT_NPROC; nobody does not
     if name == "memory":
-        assert "MemoryError" in r.stderr
+        assert "MemoryError" in r.stderr and r.limits_hit == ["memory"]
     if name == "sleep":
-        assert r.timed_out and r.wall_s < LIMITS.wall_s + 2
+        assert r.timed_out and r.wall_s < LIMITS.wall_s + 2 and r.limits_hit == ["wall"]
 
 
 def test_good_code_passes_and_cpu_limit_kills():
     assert run_sandboxed("def add(a, b):\n    return a + b\nassert add(2, 3) == 5\nprint('ok')", LIMITS).stdout == "ok\n"
     spin = run_sandboxed("while True:\n    pass", SandboxLimits(wall_s=6, cpu_s=1))
     assert not spin.ok and not spin.timed_out and spin.returncode != 0 and spin.wall_s < 4
+    assert spin.limits_hit == ["cpu"]
+
+
+def test_the_sandbox_sees_no_home_and_writes_only_its_own_dirs(tmp_path):
+    """#18: a read-only system view; the explorer's home and files are not there; writes go only to the
+    private work dir and /tmp, which are gone afterwards."""
+    secret = Path.home() / f".rftbus-sandbox-probe-{uuid.uuid4().hex[:8]}"
+    mine = tmp_path / "explorer-state.txt"  # stands for the explorer's own files (its state folder)
+    secret.write_text("home secret")
+    mine.write_text("explorer secret")
+    probe = textwrap.dedent(f"""
+        import os
+        for path in ({str(secret)!r}, {str(mine)!r}, "/etc/shadow"):
+            try:
+                print("READ", path, open(path).read())
+            except OSError as e:
+                print("no read", path, type(e).__name__)
+        for path in ("/etc/rftbus-evil", "/usr/rftbus-evil", {str(tmp_path / 'evil')!r}, "/rftbus-evil"):
+            try:
+                open(path, "w").write("x")
+                print("WROTE", path)
+            except OSError as e:
+                print("no write", path, type(e).__name__)
+        open("/tmp/scratch", "w").write("x")
+        open("here.txt", "w").write("x")
+        print("home", os.path.expanduser("~"), "uid", os.getuid())
+    """)
+    try:
+        r = run_sandboxed(probe, LIMITS)
+    finally:
+        secret.unlink()
+    assert r.ok, r.stderr
+    assert "READ" not in r.stdout and "WROTE" not in r.stdout, r.stdout
+    assert r.stdout.count("no read") == 3 and r.stdout.count("no write") == 4
+    assert "home /sandbox" in r.stdout and not (tmp_path / "evil").exists()
+    if os.geteuid() == 0:
+        assert "uid 65534" in r.stdout
+
+
+def test_a_limit_hit_is_recorded_and_the_reward_function_decides():
+    """#18: a program that tries to fork 1,000 times, is stopped, catches the error and exits 0 does not
+    score 1: the limit is in the components, and `on_limit` (default 0) is what it is worth."""
+    from rftbus.producers.rewards.code_exec import CodeExecReward
+
+    greedy = ("import os, time\nfor i in range(1000):\n    try:\n        if os.fork() == 0:\n            time.sleep(3)\n"
+              "            os._exit(0)\n    except OSError:\n        pass\n"
+              "def add(a, b):\n    return a + b\n")
+    task = Task(taskset="code", prompt="add", metadata={"tests": "assert add(2, 3) == 5"})
+    strict = CodeExecReward(wall_s=10.0, max_procs=8)(task, greedy)
+    assert strict["reward"] == 0.0 and strict["sandbox.limit.pids"] == 1.0 and strict["exit_code"] == 0.0
+    lenient = CodeExecReward(on_limit=None, wall_s=10.0, max_procs=8)(task, greedy)
+    assert lenient["reward"] == 1.0 and lenient["sandbox.limit.pids"] == 1.0
 
 
 def test_explorer_scores_hostile_code_zero_and_lives(broker, tmp_path):
@@ -63,3 +119,8 @@ def test_explorer_scores_hostile_code_zero_and_lives(broker, tmp_path):
     assert by_prompt == {"good": 1.0, "socket": 0.0, "forks": 0.0, "memory": 0.0, "sleep": 0.0}
     sleeper = next(t for t in tasks if t.prompt == "sleep")
     assert raw[sleeper.task_id].reward_components["code.timed_out"] == 1.0
+    # the limit each hit is on the Experience itself (its reward components), for the record and analytics
+    limit_of = {t.prompt: sorted(k for k in raw[t.task_id].reward_components if k.startswith("code.sandbox.limit."))
+                for t in tasks}
+    assert limit_of["forks"] == ["code.sandbox.limit.pids"] and limit_of["sleep"] == ["code.sandbox.limit.wall"]
+    assert limit_of["memory"] == ["code.sandbox.limit.memory"] and limit_of["good"] == []

@@ -96,7 +96,8 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     engine = build_engine(module, tc)
     context = int(getattr(lm.config, "max_position_embeddings", 0) or 0) or tc.max_seq_len or 2048
     max_len = min(tc.max_seq_len or context, context)  # rows are cut at max_len; records past `context` are rejected
-    limits = Limits(vocab=int(lm.get_input_embeddings().num_embeddings), context=context)
+    embeddings: Any = lm.get_input_embeddings()
+    limits = Limits(vocab=int(embeddings.num_embeddings), context=context)
 
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     producer = make_producer(cfg, **{"linger.ms": 0})
