@@ -82,6 +82,14 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
     curated_mismatch = exp(rewards=(1.0, 0.0), curated=True, logprobs=[-1.0] * 5)
     model = cfg.model.name.encode()
     hostile = _unicode_group(rng, latest_version)
+    cur = lambda **o: _group(rng, latest_version, rewards=(1.0, 0.0), curated=True, **o)  # noqa: E731
+    oov = [5, 6, 10**6, 7]  # a token id far past any vocabulary
+    long = dict(response_ids=[5] * 4096, logprobs=[-1.0] * 4096, loss_mask=[True] * 4096)  # past any toy context
+    demo = lambda **o: replace(_group(rng, latest_version, **{"logprobs": [0.0] * 6, **o}),  # noqa: E731
+                               source=Source.expert)
+    # a valid group just under the broker's own limit (16 MiB; streams take up to max_message_bytes)
+    at_limit = _group(rng, latest_version, rewards=(1.0, 0.0) * 340, response_ids=[5] * 4000,
+                      logprobs=[-1.0] * 4000, loss_mask=[True] * 4000)
     out = [
         # tasks -> explorers (stage explorer)
         Poison("tasks", "garbage bytes", b"\x13\x37 not avro at all", k(), frozenset({"malformed"})),
@@ -89,6 +97,8 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
         Poison("tasks", "an ExperienceGroup on the tasks topic", enc(good), k(), frozenset({"malformed"})),
         Poison("tasks", "tombstone (null value)", None, k(), frozenset({"malformed"})),
         Poison("tasks", "garbage under a key that is not UTF-8", b"\x00garbage", b"\xff\xfe\xfd", frozenset({"malformed"})),
+        Poison("tasks", "a prompt of 40,000 tokens (far past the model's context)",
+               enc(replace(task, prompt="12+34=" * 8000)), k(), frozenset({"prompt_too_long"})),
         # raw -> streams (stage verify)
         Poison("raw", "garbage bytes", b"hello, not avro", k(), frozenset({"malformed"})),
         Poison("raw", "wrong schema id (Confluent framing, id 99999)", b"\x00" + (99999).to_bytes(4, "big") + b"body",
@@ -102,6 +112,8 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
                frozenset({"unknown_version"})),
         Poison("raw", "invalid UTF-8 in prompt_text", _bad_utf8(codec, exp()), k(), frozenset({"malformed"})),
         Poison("raw", "tombstone (null value)", None, k(), frozenset({"malformed"})),
+        Poison("raw", "a valid group of 680 samples at the broker's size limit (~16 MiB)", enc(at_limit), k(),
+               frozenset({"too_large"})),
         Poison("raw", "a Task on the raw topic", enc(task), k(), frozenset({"schema"})),
         Poison("raw", "length mismatch (logprobs shorter than response)", enc(mismatch), k(),
                frozenset({"length_mismatch"})),
@@ -118,10 +130,26 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
         Poison("curated", "length mismatch", enc(curated_mismatch), k(), frozenset({"length_mismatch"})),
         Poison("curated", "a raw group (no survivors) on a curated lane", enc(good), k(), frozenset({"schema"})),
         Poison("curated", "tombstone (null value)", None, k(), frozenset({"malformed"})),
+        Poison("curated", "NaN advantage", enc(cur(advantage=math.nan)), k(), frozenset({"non_finite_advantage"})),
+        Poison("curated", "a token id past the vocabulary", enc(cur(response_ids=oov, logprobs=[-1.0] * 4,
+                                                                    loss_mask=[True] * 4)),
+               k(), frozenset({"token_out_of_vocab"})),
+        Poison("curated", "4,096 response tokens (past the model's context)", enc(cur(**long)), k(),
+               frozenset({"over_context"})),
         Poison("curated_priority", "truncated frame", enc(exp())[:-9], k(), frozenset({"malformed"})),
         Poison("curated_priority", "a Task on a curated lane", enc(task), k(), frozenset({"schema"})),
+        Poison("curated_priority", "NaN advantage", enc(cur(advantage=math.nan)), k(),
+               frozenset({"non_finite_advantage"})),
+        Poison("curated_priority", "a token id past the vocabulary",
+               enc(cur(response_ids=oov, logprobs=[-1.0] * 4, loss_mask=[True] * 4)), k(),
+               frozenset({"token_out_of_vocab"})),
         Poison("expert", "garbage bytes", b"\xc3\x01garbage", k(), frozenset({"malformed", "schema"})),
         Poison("expert", "a Task on the expert topic", enc(task), k(), frozenset({"schema"})),
+        Poison("expert", "a demonstration with a NaN advantage", enc(demo(advantage=math.nan)), k(),
+               frozenset({"non_finite_advantage"})),
+        Poison("expert", "a demonstration with a token id past the vocabulary",
+               enc(demo(response_ids=oov, logprobs=[0.0] * 4, loss_mask=[True] * 4)), k(),
+               frozenset({"token_out_of_vocab"})),
         # weights -> explorers, streams, trainer (followers: skip and carry on)
         Poison("weights", "garbage under the model's own key", b"\xc3\x01" + rng.randbytes(40), model, NONE),
         Poison("weights", "a WeightVersion of another model",
