@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 
@@ -60,3 +61,21 @@ def test_a_give_up_names_the_last_crash_s_cause(tmp_path):
     assert crashed == ["exit code 1: FloatingPointError: non-finite mix loss at update epoch 0"] * 2
     assert sup.gave_up() == {"trainer": crashed[-1]}
     assert "last crash: exit code 1: FloatingPointError" in next(e.detail for e in events if e.kind == "gave_up")
+
+
+def test_the_live_view_shows_restarts_and_causes():
+    """The causes show as written, markup-like text included (a traceback's `[rank0]:` is no style)."""
+    from rich.console import Console
+
+    from rftbus.run.display import render
+    from rftbus.run.job import child_state
+    from rftbus.run.supervisor import Child
+
+    dead = Child(ChildSpec("trainer", []), restarts=3, gave_up=True, causes=["exit code 1: [rank0]: IndexError: boom"])
+    flaky = Child(ChildSpec("streams-0", []), restarts=1, causes=["signal 9"])
+    children = {c.spec.name: child_state(c) for c in (dead, flaky)}
+    console = Console(width=200, record=True)
+    console.print(render(started=time.time(), statuses=[], lags={}, evals=[], events=[], children=children))
+    text = console.export_text()
+    assert re.search(r"trainer\s+gave up after 3 restarts: exit code 1: \[rank0\]: IndexError: boom", text), text
+    assert re.search(r"streams-0\s+running \(restarts 1, last crash: signal 9\)", text), text

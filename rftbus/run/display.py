@@ -42,7 +42,7 @@ def render(*, started: float, statuses: list[dict], lags: dict[str, int], evals:
         procs.add_row(f"{st.get('role')}-{st.get('id')}", _fields(st) + stale)
     for name, state in children.items():
         if state != "running":
-            procs.add_row(name, f"[red]{state}[/]")
+            procs.add_row(name, f"[red]{escape(state)}[/]")
     lag = "  ".join(f"{k}={v}" for k, v in lags.items()) or "n/a"
     ev = "n/a"
     if evals:

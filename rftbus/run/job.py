@@ -37,6 +37,14 @@ from rftbus.status import read_statuses
 STOP_ORDER = ["serve", "explorer", "streams", "trainer", "analytics"]  # producers first, so the rest can drain
 
 
+def child_state(c) -> str:
+    """For the live view: running, or what went wrong with it and why (its last crash's cause)."""
+    if c.gave_up:
+        return f"gave up after {c.restarts} restarts: {c.cause}"
+    state = "restarting" if c.restart_at else "running"
+    return f"{state} (restarts {c.restarts}, last crash: {c.cause})" if c.causes else state
+
+
 def trainer_step(statuses: list[dict]) -> int:
     """The trainer's latest step from the status files (0 before its first)."""
     return max((s.get("step", 0) for s in statuses if s.get("role") == "trainer"), default=0)
@@ -253,8 +261,7 @@ class MainJob:
                     if self.curriculum and not self.curriculum.done and time.monotonic() - last_feed > 1:
                         self._feed_curriculum(admin, statuses)
                         last_feed = time.monotonic()
-                    children = {n: (f"gave up: {c.cause}" if c.gave_up else "restarting" if c.restart_at else "running")
-                                for n, c in sup.children.items()}
+                    children = {n: child_state(c) for n, c in sup.children.items()}
                     if self.broker is not None:
                         children["broker"] = self.broker.state
                     live.update(render(started=self.started, statuses=statuses, lags=lags,
