@@ -43,6 +43,13 @@ def _status(state: Path) -> dict:
         return {}
 
 
+def _trainer_step(state: Path) -> int:
+    try:
+        return int(json.loads((state / "status" / "trainer-0.json").read_text()).get("step", 0))
+    except (OSError, ValueError):
+        return 0
+
+
 def _wait(pred, timeout: float, what: str, proc: subprocess.Popen):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -85,7 +92,7 @@ def test_run_with_sink_counts_match_kafka_and_report_plots(broker, tmp_path):
     state = tmp_path / "state"
     cfg = load_config(REPO / "configs" / "toy.yaml", {"state_dir": str(state)}, environ={**os.environ, **env})
     cmd = [str(Path(sys.executable).parent / "rftbus"), "--state-dir", str(state), "run",
-           str(REPO / "configs" / "toy.yaml"), "--max-steps", "4", "--minutes", "6",
+           str(REPO / "configs" / "toy.yaml"), "--minutes", "8",
            "--summary-json", str(tmp_path / "s.json")]
     log = open(tmp_path / "run.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **env})
@@ -98,6 +105,8 @@ def test_run_with_sink_counts_match_kafka_and_report_plots(broker, tmp_path):
         os.kill(first["pid"], signal.SIGKILL)  # mid-run; the supervisor restarts the sink
         _wait(lambda: _status(state).get("pid") not in (None, first["pid"]) and _status(state).get("messages", 0) > 0,
               120, "the restarted sink's first batch", proc)
+        _wait(lambda: _trainer_step(state) >= 4, 300, "trainer step 4", proc)
+        proc.send_signal(signal.SIGINT)  # the user's clean stop (a step budget could end the run before the sink is back)
         assert proc.wait(600) == 0, (tmp_path / "run.log").read_text()[-3000:]
     finally:
         if proc.poll() is None:

@@ -107,6 +107,9 @@ def openai_server(cfg, tok):
             raise HTTPException(400, "empty prompt")
         sampling = SamplingConfig(temperature=max(body.get("temperature", 1.0), 1e-3), top_p=body.get("top_p", 1.0),
                                   max_new_tokens=body.get("max_tokens", 16))
+        # the tiny model's context is 64: keep the prompt's tail, as vLLM's truncate_prompt_tokens does (the
+        # LLM judge's grading prompt is longer than that)
+        ids = ids[-(engine.max_context - sampling.max_new_tokens):]
         outs = engine.generate([ids] * body.get("n", 1), sampling)
         choices = []
         for i, c in enumerate(outs):

@@ -103,7 +103,10 @@ def test_a_record_faust_skipped_is_fetched_again_and_curated(broker, tmp_path):
         assert not send_and_wait(groups[:20]), worker.tail()
         missing = send_and_wait(groups[20:])  # offset 25 is among these
         assert not missing, f"{len(missing)} groups never curated: {worker.tail()}"
+        deadline = time.monotonic() + 10  # the status file is written every second: it may lag the curation
+        while worker.status()["redelivery"]["refetches"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
         st = worker.status()
-        assert st["redelivery"]["refetches"] >= 1 and st["redelivery"]["gaps_accepted"] == 0
+        assert st["redelivery"]["refetches"] >= 1 and st["redelivery"]["gaps_accepted"] == 0, st["redelivery"]
     finally:
         assert worker.stop() == 0, worker.tail()

@@ -121,7 +121,7 @@ def test_curriculum_stage_runs_first_then_the_configured_taskset(broker, tmp_pat
                      env=_env(broker, tag), timeout=700)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     s = json.loads((tmp_path / "s.json").read_text())
-    assert s["counts_reconcile"] is True and s["trained_twice"] == 0
+    assert s["counts_reconcile"] is True and s["duplicated"] == 0
     [stage] = s["curriculum"]
     assert stage["stage"] == 1 and stage["params"] == {"length": 2}
     assert stage["ended_step"] is not None and stage["ended_step"] >= 2

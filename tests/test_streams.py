@@ -205,7 +205,7 @@ def test_each_filter_has_its_own_reason(env):
     def done(o):
         got = rejected_ids(o)
         return all(got.get(k) == v for k, v in expect.items()) and any(
-            r.reason == "duplicate" and r.group_id == dup.group_id for r in o["rejected"])
+            r.reason == "duplicate" and r.group_id == dup.group_id for r in o["rejected"]) and curated_of(o, dup.group_id)
 
     out = wait_outputs(cfg, done, timeout=40)
     got = rejected_ids(out)
