@@ -11,6 +11,13 @@ groups for the same trainer steps, and more `stale`; docs/BENCHMARKS.md.) Lags a
 `explorer.admission_refresh_s`; in between, counting our own output keeps the estimate
 conservative. Several explorers may each admit one group at the bound, so the overshoot is at most
 (explorers − 1) groups; the trainer's `stale` check is the hard guarantee.
+
+Staleness by construction (#19): a group admitted now trains after pending ÷ g more versions, where g is
+the curated groups the trainer finishes per published version (measured over the same window; B until
+measured). When the trainer steps with fewer than B groups (MIX steps on demonstrations while RL groups
+are scarce, or `trainer.step_wait_s` ends a step early) versions advance faster than B groups a step, and
+a bound of (η+1)·B lets groups go stale. So the bound is (η + 1 − lag) · g, where lag is how many
+versions the explorer's own weights are behind the newest published: the group is already that old.
 """
 
 from __future__ import annotations
@@ -27,32 +34,53 @@ from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.inspect import group_lag
 
 
-class AcceptanceRate:
-    """Curated output ÷ raw input of streams over a sliding window, in [floor, 1]; 1 until measured."""
+class WindowRatio:
+    """Δnumerator ÷ Δdenominator over a sliding window, clamped to [floor, ceiling]; `initial` until
+    `min_den` of the denominator has accrued (too little is noise: the last figure is kept)."""
 
-    def __init__(self, floor: float, min_records: int, window_s: float = 30.0):
-        self.floor, self.min_records, self.window_s = floor, min_records, window_s
-        self.samples: deque[tuple[float, int, int]] = deque()
-        self.value = 1.0
+    def __init__(self, floor: float, ceiling: float, min_den: float, initial: float, window_s: float = 30.0):
+        self.floor, self.ceiling, self.min_den, self.window_s = floor, ceiling, min_den, window_s
+        self.samples: deque[tuple[float, float, float]] = deque()
+        self.value = initial
 
-    def update(self, t: float, raw_done: int, curated_end: int) -> float:
-        self.samples.append((t, raw_done, curated_end))
+    def update(self, t: float, den: float, num: float) -> float:
+        self.samples.append((t, den, num))
         while len(self.samples) > 2 and t - self.samples[1][0] >= self.window_s:
             self.samples.popleft()  # the anchor is the newest sample at least window_s old
-        _, r0, c0 = self.samples[0]
-        if raw_done - r0 >= self.min_records:  # too few records is noise: keep the last figure
-            self.value = min(1.0, max(self.floor, (curated_end - c0) / (raw_done - r0)))
+        _, d0, n0 = self.samples[0]
+        if den - d0 >= self.min_den:
+            self.value = min(self.ceiling, max(self.floor, (num - n0) / (den - d0)))
         return self.value
 
 
+def AcceptanceRate(floor: float, min_records: int, window_s: float = 30.0) -> WindowRatio:
+    """Curated groups out ÷ raw groups in of streams, in [floor, 1]; 1 until measured."""
+    return WindowRatio(floor, 1.0, min_records, 1.0, window_s)
+
+
+def ConsumptionRate(batch_groups: int, min_versions: int = 3, window_s: float = 30.0) -> WindowRatio:
+    """Curated groups the trainer finishes per published version, in [0, B]; B until measured."""
+    return WindowRatio(0.0, float(batch_groups), min_versions, float(batch_groups), window_s)
+
+
+def admission_bound(max_staleness: int, groups_per_version: float, lag: int) -> float:
+    """Groups that may be pending ahead of a new group so that it trains within η of its version."""
+    return max(0.0, max_staleness + 1 - lag) * groups_per_version
+
+
 class Admission:
-    def __init__(self, cfg: Config, admin: AdminClient, unacked: Callable[[], int] = lambda: 0):
-        self.cfg, self.admin, self.unacked = cfg, admin, unacked
+    def __init__(self, cfg: Config, admin: AdminClient, unacked: Callable[[], int] = lambda: 0,
+                 versions: Callable[[], tuple[int | None, int]] = lambda: (None, 0)):
+        """`versions`: (the newest published version or None, the explorer's own version)."""
+        self.cfg, self.admin, self.unacked, self.versions = cfg, admin, unacked, versions
         self.committed = CommittedOffsets(cfg)  # not the admin API: it can SIGSEGV (kafka/committed.py)
-        self.bound = (cfg.rl.max_staleness + 1) * cfg.rl.batch_groups
+        self.max_bound = (cfg.rl.max_staleness + 1) * cfg.rl.batch_groups
+        self.bound = float(self.max_bound)
+        self.lag = 0
         self.lanes = [(cfg.streams.app_id, [cfg.topics.raw.name]),
                       (cfg.trainer.group_id, [cfg.topics.curated.name, cfg.topics.curated_priority.name])]
         self.acceptance = AcceptanceRate(cfg.explorer.admission_min_acceptance, min_records=cfg.rl.batch_groups)
+        self.consumption = ConsumptionRate(cfg.rl.batch_groups)
         self._lag_groups = 0.0
         self._since_refresh = 0
         self._read_at = -1e9
@@ -66,6 +94,11 @@ class Admission:
         now = time.monotonic()
         a = self.acceptance.update(now, raw.done, curated.end)
         self._lag_groups = a * raw.lag + curated.lag
+        latest, own = self.versions()
+        if latest is not None and self.cfg.explorer.admission_by_consumption:
+            g = self.consumption.update(now, latest, curated.done)
+            self.lag = max(0, latest - own)
+            self.bound = admission_bound(self.cfg.rl.max_staleness, g, self.lag)
         self._since_refresh = unseen
         self._read_at = now
 
@@ -78,7 +111,18 @@ class Admission:
         self.committed.close()
 
     def admit(self) -> bool:
-        return self.pending() < self.bound
+        return self.blocked(self.pending()) is None
+
+    def blocked(self, pending: float) -> str | None:
+        """Why a new group may not start with `pending` groups ahead of it, or None. With nothing
+        pending one group always may (unless the explorer's weights are already past η): the measured
+        rate can be below one group per version, and the trainer's `stale` check stays the guarantee."""
+        if pending < self.bound or (pending == 0 and self.lag <= self.cfg.rl.max_staleness):
+            return None
+        if self.bound < self.max_bound:
+            return (f"pending {pending:.1f} groups >= (η+1−lag)·g = ({self.cfg.rl.max_staleness}+1−{self.lag})·"
+                    f"{self.consumption.value:.2f} = {self.bound:.1f} (g: groups the trainer takes per version)")
+        return f"pending {pending:.1f} groups >= bound (η+1)·B = {self.max_bound}"
 
     def produced_group(self) -> None:
         self._since_refresh += 1

@@ -26,6 +26,7 @@ from rftbus.producers.admission import Admission, AdmissionUnavailable
 from rftbus.producers.engines import RolloutEngine, make_engine
 from rftbus.producers.engines.primed import PrimedEngine
 from rftbus.producers.experience import expert_group, group_of
+from rftbus.producers.no_signal import NoSignalMemory
 from rftbus.producers.rewards import make_rewards
 from rftbus.producers.rollout import run_task
 from rftbus.producers.seen_tasks import SeenTasks
@@ -70,14 +71,16 @@ class Explorer:
                 raise ConfigError("explorer.static_membership needs an explicit explorer id (explorer.id / --id)")
             static = {"group.instance.id": f"{ex.group_id}-{ex.id}"}
         self.consumer = make_consumer(cfg, ex.group_id, **static)
-        self.admission = Admission(cfg, make_admin(cfg), lambda: self.acks.unacked_groups()) if ex.admission else None
         syncs = getattr(self.engine, "supports_weight_sync", True)
         self.follower = WeightFollower(cfg, report=self.report) if syncs else None
+        self.admission = Admission(cfg, make_admin(cfg), lambda: self.acks.unacked_groups(),
+                                   self._versions) if ex.admission else None
         self.acks, self.seen = AckTracker(), SeenTasks(cfg)
+        self.no_signal = NoSignalMemory(ex.no_signal_floor) if ex.no_signal_floor is not None else None
         self.status = StatusFile(cfg.state_dir, "explorer", self.id, ex.status_interval_s)
         self.t = Timings()
         self.stats = {"groups_produced": 0, "experiences_produced": 0, "tasks_rejected": 0,
-                      "tasks_skipped_duplicate": 0, "expert_produced": 0}
+                      "tasks_skipped_duplicate": 0, "tasks_skipped_no_signal": 0, "expert_produced": 0}
         self._stop = False
         self._held: Message | None = None  # a fetched task waiting for admission
         self._headroom = float("inf")  # groups admission would still let in (set by _blocked_reason)
@@ -128,9 +131,10 @@ class Explorer:
                     continue
                 msg, self._held = self._held, None
                 batch = [(m, self._decode(m)) for m in [msg] + self._more_tasks()]
-                self._prime(batch)
+                skips = self._no_signal_skips(batch)
+                self._prime([(m, t) for m, t in batch if id(m) not in skips])
                 for m, task in batch:  # a fetched task is always handled (or it would have to be rewound)
-                    self._handle(m, task)
+                    self._handle(m, task, skip=id(m) in skips)
                 if self.primed:
                     self.primed.clear()
                 self._last_activity = time.monotonic()
@@ -173,11 +177,19 @@ class Explorer:
             pending = self.admission.pending()
         except AdmissionUnavailable as e:
             return f"consumer lags unreadable ({e})"
-        self.status.update(pending_groups=round(pending, 2))
-        self._headroom = self.admission.bound - pending
-        if pending >= self.admission.bound:
-            return f"pending {pending:.1f} groups >= bound (η+1)·B = {self.admission.bound}"
-        return None
+        self.status.update(pending_groups=round(pending, 2), admission_bound=round(self.admission.bound, 2))
+        why = self.admission.blocked(pending)
+        self._headroom = max(1.0, self.admission.bound - pending) if why is None else 0.0
+        return why
+
+    def _versions(self) -> tuple[int | None, int]:
+        """(newest published version that is not refused, this explorer's own) for admission."""
+        if self.follower is None:
+            return None, self.engine.version
+        latest = self.follower.latest_version()
+        if latest is not None and latest in self.follower.refused:
+            latest = self.engine.version
+        return latest, self.engine.version
 
     # -- a batch of tasks ------------------------------------------------------------------------
     def _more_tasks(self) -> list:
@@ -236,7 +248,15 @@ class Explorer:
         assert isinstance(task, Task)  # (the deserializer accepts only Task)
         return task
 
-    def _handle(self, msg, task: Task | DecodeError) -> None:
+    def _no_signal_skips(self, batch: list[tuple[Message, Task | DecodeError]]) -> set[int]:
+        """The fetched tasks (by id of their message) not to generate now: no reward variance lately."""
+        if self.no_signal is None:
+            return set()
+        return {id(m) for m, t in batch
+                if isinstance(t, Task) and (m.partition() or 0, t.task_id) not in self.seen
+                and not self.no_signal.roll_out(t)}
+
+    def _handle(self, msg, task: Task | DecodeError, skip: bool = False) -> None:
         p, off = msg.partition(), msg.offset()
         self.acks.begin(p, off)
         handled = True
@@ -248,7 +268,10 @@ class Explorer:
                 self.stats["tasks_skipped_duplicate"] += 1
                 return
             self._handled += 1
-            self._roll_out(task, msg)
+            if skip:  # handled: committed with no output, like a duplicate (a redo decides the same)
+                self.stats["tasks_skipped_no_signal"] += 1
+            else:
+                self._roll_out(task, msg)
             self.seen.add(p, task.task_id)
         except BaseException:
             handled = False  # never sealed, so never committed: the task is redone, not silently skipped
@@ -280,7 +303,10 @@ class Explorer:
         self.stats["experiences_produced"] += n_exp
         self.t.groups += 1
         self.t.experiences += n_exp
-        self.status.update(last_reward_mean=sum(s.reward or 0.0 for s in group.samples) / n_exp)
+        rewards = [s.reward or 0.0 for s in group.samples]
+        self.status.update(last_reward_mean=sum(rewards) / n_exp)
+        if self.no_signal is not None:
+            self.no_signal.record(task, rewards)
         if self.admission:
             self.admission.produced_group()
         if ex.expert and task.taskset in taskset_names():

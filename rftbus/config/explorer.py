@@ -69,6 +69,12 @@ class ExplorerConfig(_Strict):
         1.0, gt=0, le=1, description="groups not yet through streams count at streams' recent acceptance rate, "
         "at least this; 1 (default) counts every group in full. Lower it where explorers have their own "
         "hardware and streams drops most groups; see producers/admission.py")
+    admission_by_consumption: bool = Field(
+        True, description="bound pending groups by (η+1−lag)·g, g = curated groups the trainer takes per version "
+        "(measured), instead of (η+1)·B: staleness by construction when steps take fewer than B groups")
+    no_signal_floor: float | None = Field(
+        None, gt=0, le=1, description="roll out a prompt whose last k groups had zero reward variance with "
+        "probability max(floor, 2^-k) (producers/no_signal.py); None = always")
     batch_tasks: int = Field(1, ge=1, description="single-turn tasks generated together in one engine call "
                              "(those already fetched, within admission's headroom); each is still its own group, "
                              "produced and committed as before. On CPU 8 gives about 3x the samples/s of 1")

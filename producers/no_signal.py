@@ -1,0 +1,55 @@
+"""Don't generate what cannot teach: prompts whose recent groups had no reward variance are rolled out
+less often (#19).
+
+GRPO learns nothing from a group whose samples all scored the same (all pass, all fail, or a policy that
+gives one answer per prompt): streams drop it as `zero_variance`. The explorer computes the rewards
+itself, so it knows this about every group it makes before streams see it, with no extra topic to read.
+A prompt whose last k groups all had zero variance is rolled out with probability max(floor, 2^-k);
+one group with variance resets it. So a solved or hopeless prompt is revisited now and then (the policy
+moves, and may make it teachable again) instead of costing a full group every pass.
+
+Keyed by (taskset, prompt), not task id: `rftbus run` gives every pass over the tasks new ids, and the
+streams' pass rates are per task id. The draw is seeded by the task id, so a task redone after a
+crash gets the same decision from the same memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from rftbus.schemas import Task
+
+
+def _key(task: Task) -> bytes:
+    return hashlib.blake2b(f"{task.taskset}\0{task.prompt}".encode(), digest_size=12).digest()
+
+
+class NoSignalMemory:
+    """Per prompt: how many groups in a row had zero reward variance (bounded LRU)."""
+
+    def __init__(self, floor: float, eps: float = 1e-6, capacity: int = 1_000_000):
+        self.floor, self.eps, self.capacity = floor, eps, capacity
+        self.streaks: OrderedDict[bytes, int] = OrderedDict()
+
+    def probability(self, task: Task) -> float:
+        k = self.streaks.get(_key(task), 0)
+        return max(self.floor, 0.5 ** k)
+
+    def roll_out(self, task: Task) -> bool:
+        """Whether to generate this task's group now."""
+        p = self.probability(task)
+        return p >= 1.0 or random.Random(task.task_id).random() < p
+
+    def record(self, task: Task, rewards: Sequence[float]) -> None:
+        """A group was made for `task` with these rewards."""
+        if len(rewards) < 2:  # a group of one never has variance; it is not the prompt's fault
+            return
+        key = _key(task)
+        flat = max(rewards) - min(rewards) <= self.eps
+        self.streaks[key] = self.streaks.get(key, 0) + 1 if flat else 0
+        self.streaks.move_to_end(key)
+        if len(self.streaks) > self.capacity:
+            self.streaks.popitem(last=False)
