@@ -65,6 +65,7 @@ class Trainer:
         self.verdicts: dict[tuple[str, int, int], list[int]] = {}  # record -> samples it may still train
         self.last_ckpt, self.dirty = 0, False
         self.last_ckpt_at, self.rejected_at_ckpt = time.monotonic(), 0
+        self.last_step_at = time.monotonic()  # the end of the last step (or the start): `step_wait_s`
 
     # -- setup -----------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -184,7 +185,7 @@ class Trainer:
         for lane in primary:
             take += self._walk(bc, lane, B - sum(1 for _, idx in take if idx))
         groups = sum(1 for _, idx in take if idx)
-        if not groups or (groups < self._min_groups(bc) and not partial):
+        if not groups or (groups < self._min_groups(bc) and not partial and not self._waited_enough()):
             return None
         if any(r.lane == "curated" for r, _ in take) and not bc.lane_drained("priority"):
             return None  # the priority lane has records not read yet: they go first
@@ -192,6 +193,13 @@ class Trainer:
             n_exp = self.tc.mix_expert_per_batch if self.tc.mix_expert_per_batch is not None else B
             take += self._walk(bc, "expert", n_exp)
         return take
+
+    def _waited_enough(self) -> bool:
+        """`trainer.step_wait_s`: a step takes the RL groups that are ready once this long has passed since
+        the last one, so the step rate holds up when streams drop most groups (a sharp policy makes
+        mostly zero-variance groups) instead of waiting unboundedly for B survivors."""
+        wait = self.tc.step_wait_s
+        return wait is not None and time.monotonic() - self.last_step_at >= wait
 
     def _min_groups(self, bc: BatchConsumer) -> int:
         """RL groups a step waits for: B, or for MIX `mix_min_groups` while demonstrations are waiting,
@@ -219,6 +227,7 @@ class Trainer:
         self._finish(bc, [r for r, _ in take])
         dt = time.perf_counter() - t0
         self.step += 1
+        self.last_step_at = time.monotonic()
         rl = [row for row in rows if not row.expert]
         stal = [staleness(self.version, row.sample.model_version) for row in rl]
         rewards = [row.sample.reward for row in rl if row.sample.reward is not None]
@@ -248,6 +257,8 @@ class Trainer:
         if self.rank == 0:
             assert self.c.metrics is not None  # rank 0 has one
             self.c.metrics.emit(self.step, self.version, values)
+            if self.step == self.summary.start_step + 1:
+                self.c.status.update(first_step_at=time.time())  # the run's summary: how soon it learned
             self.c.status.update(state="training", step=self.step, version=self.version,
                                  last_reward=values.get("reward_mean"), staleness=values["staleness_mean"],
                                  throughput_tokens_s=values["tokens_per_s"], last_loss=values.get("loss"))
@@ -309,7 +320,7 @@ class Trainer:
             self.c.close()
             raise
         self.last_ckpt, self.dirty = self.step, False
-        self.last_ckpt_at = time.monotonic()
+        self.last_ckpt_at = self.last_step_at = time.monotonic()
         idle_since = time.monotonic()
         try:
             while True:

@@ -36,6 +36,9 @@ class TrainerConfig(BaseModel):
     mix_expert_per_batch: int | None = Field(None, ge=0, description="expert experiences per MIX batch; default B")
     mix_min_groups: int | None = Field(None, ge=1, description="MIX: step once this many RL groups (≤ B) are "
                                        "ready while demonstrations wait; default B (always wait for B)")
+    step_wait_s: float | None = Field(None, gt=0, description="step with the RL groups that are ready (at least "
+                                      "one) once this long has passed since the last step, instead of waiting "
+                                      "for B: a steady step rate when streams drop most groups; None = wait for B")
     dpo_beta: float = Field(0.1, gt=0)
     gamma: float = Field(1.0, ge=0, le=1)
     gae_lambda: float = Field(0.95, ge=0, le=1)
