@@ -45,6 +45,16 @@ def test_run_turns_the_loop_and_counts_reconcile(broker, tmp_path):
     assert s["versions_published"] >= 2
     assert s["explorer_newest_version"] >= 2, "the explorer never generated with a newer version"
     assert s["eval_reward_initial"] is not None and s["eval_reward_final"] is not None
+    # How soon it learned, and whether it kept stepping (#19).
+    assert 0 < s["first_step_after_broker_s"] < 120 and s["broker_ready_s"] is not None
+    assert s["step_rate_first_third"] is not None and s["steps_timeline"][-1][1] >= 6
+    # The best eval's weights are kept and export as a Hugging Face folder.
+    best = s["eval_best"]
+    assert best["reward"] == max(p["reward"] for p in s["eval_points"]), best
+    out = rftbus_cli(None, "--config", str(REPO / "configs" / "toy.yaml"), "--state-dir", str(state),
+                     "export", str(tmp_path / "best"), "--best", env=env, timeout=300)
+    assert out.returncode == 0 and f"best eval: v{best['version']}" in out.stdout, out.stdout + out.stderr
+    assert (tmp_path / "best" / "model.safetensors").is_file()
     # Each eval point was also written as it was scored, for following a run while it goes.
     logged = [json.loads(line) for line in (state / "run" / "eval.jsonl").read_text().splitlines()]
     assert logged == s["eval_points"]
@@ -55,7 +65,7 @@ def test_run_turns_the_loop_and_counts_reconcile(broker, tmp_path):
 
 
 def test_ctrl_c_during_start_up_stops_cleanly(broker, tmp_path):
-    """SIGINT while the job is still starting (here: during the v0 eval) is a clean stop, not lost."""
+    """SIGINT while the job is still starting (here: topics and tasks, before any child) is a clean stop."""
     cmd = [str(Path(sys.executable).parent / "rftbus"), "--state-dir", str(tmp_path / "state"), "run",
            str(REPO / "configs" / "toy.yaml"), "--summary-json", str(tmp_path / "s.json")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -64,7 +74,7 @@ def test_ctrl_c_during_start_up_stops_cleanly(broker, tmp_path):
     try:
         for line in proc.stdout:
             seen.append(line)
-            if "evaluating the initial weights" in line:
+            if "broker answered" in line:
                 proc.send_signal(signal.SIGINT)
                 break
         rest, _ = proc.communicate(timeout=120)

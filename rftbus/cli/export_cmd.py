@@ -4,6 +4,7 @@ Use it to start one run from where another stopped, e.g. pure GRPO from a short 
 
     rftbus --config warm.yaml export .rftbus/warm-start            # newest version in the store
     rftbus --config warm.yaml export .rftbus/warm-start --version 120
+    rftbus --config warm.yaml export .rftbus/best --best      # the run's best-scoring eval version
     # then in the next config:  model: {path: .rftbus/warm-start}
 """
 
@@ -21,16 +22,33 @@ def export(
     out: Path = typer.Argument(..., help="Folder to write (config.json, model.safetensors, tokenizer, rftbus-export.json)."),
     version: int = typer.Option(None, "--version", "-v", help="Weight version to export (default: the newest in the store)."),
     weights: Path = typer.Option(None, "--weights", help="Export this safetensors state dict instead of a stored version."),
+    best: bool = typer.Option(False, "--best", help="Export the version the run's held-out eval scored best "
+                              "(kept by `rftbus run` in <state_dir>/run/best.safetensors)."),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
     """Write a weight version of the configured model as a Hugging Face folder for `model.path`."""
-    from rftbus.models.export import export_weights
+    import json
+
+    from rftbus.models.export import ExportError, export_weights
+    from rftbus.run.evaluator import BEST_META, BEST_WEIGHTS
+    from rftbus.weights import sha256_hex
 
     st = state(ctx)
     cfg = st.config()
+    note = ""
+    if best:
+        if version is not None or weights is not None:
+            raise ExportError("--best picks the weights itself: give it without --version or --weights")
+        meta = cfg.state_dir / "run" / BEST_META
+        if not meta.is_file():
+            raise ExportError(f"no best eval kept in {meta.parent} (it is written by `rftbus run` with this state dir)")
+        b = json.loads(meta.read_text())
+        weights, note = cfg.state_dir / "run" / BEST_WEIGHTS, f" (best eval: v{b['version']}, reward {b['reward']:.3f})"
+        if not weights.is_file() or sha256_hex(weights.read_bytes()) != b["sha256"]:
+            raise ExportError(f"{weights} is missing or is not the file {meta.name} recorded (sha256 {b['sha256'][:12]}…)")
     with st.err.status("exporting ..."):
         r = export_weights(cfg, out, version=version, weights_file=weights, force=force)
-    what = f"v{r.version} of {r.model}" if r.version is not None else r.source
+    what = (f"v{r.version} of {r.model}" if r.version is not None else r.source) + note
     st.console.print(f"exported {what} ({r.parameters:,} parameters, sha256 {r.sha256[:12]}…) to {r.out} "
                      f"in {r.seconds:.1f} s; {r.verified}")
     st.console.print(f"start a run from it with  model: {{path: {r.out}}}")

@@ -1,7 +1,10 @@
 """Held-out eval during the main job: v0 at start, every k-th published version, the last one at the end.
 
 It runs in the main job's process, beside (not inside) the trainer, so eval never delays a training
-step. It follows the weights topic exactly as an explorer does (sha256-verified checkpoints).
+step; v0 too is scored in its thread while the loop starts (it used to stand in front of everything).
+It follows the weights topic exactly as an explorer does (sha256-verified checkpoints). The best-scoring
+version's weights are kept in `<state_dir>/run/best.safetensors` (+ `best.json`): the store keeps only
+the newest few versions, and a run's last eval is not always its best (`rftbus export OUT --best`).
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from rftbus.consumers.weight_sync import WeightFollower
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.tasksets import get_taskset
 from rftbus.trainer.evaluate import evaluate
+from rftbus.weights import sha256_hex
+from rftbus.weights.store import state_bytes
+
+BEST_WEIGHTS, BEST_META = "best.safetensors", "best.json"
 
 
 class Evaluator:
@@ -33,6 +40,7 @@ class Evaluator:
         self.taskset = get_taskset(cfg.taskset.name, **cfg.taskset.params)
         self.points: list[dict] = []
         self.version = 0
+        self.best: dict | None = None  # the best point so far, with where its weights are kept
         self.follower = WeightFollower(cfg, report=report)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -45,10 +53,24 @@ class Evaluator:
             point = {"version": version, "seconds": round(time.time() - self.started, 2),
                      "reward": res["mean_reward"], **{k: v for k, v in res.items() if k != "mean_reward"}}
             self.points.append(point)
+            if self.log_path is not None and (self.best is None or point["reward"] > self.best["reward"]):
+                self._keep_best(point)
         if self.log_path is not None:
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(point) + "\n")
         return point
+
+    def _keep_best(self, point: dict) -> None:
+        """Write the weights just scored as the run's best (atomically: a crash leaves the old best)."""
+        assert self.log_path is not None
+        folder = self.log_path.parent
+        data = state_bytes(self.model.state_dict())
+        tmp = folder / (BEST_WEIGHTS + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(folder / BEST_WEIGHTS)
+        self.best = {"version": point["version"], "reward": point["reward"], "seconds": point["seconds"],
+                     "sha256": sha256_hex(data), "path": str(folder / BEST_WEIGHTS)}
+        (folder / BEST_META).write_text(json.dumps(self.best, indent=2) + "\n")
 
     def _swap(self, newer_than: int) -> bool:
         ready = self.follower.take_ready(newer_than)
@@ -62,12 +84,12 @@ class Evaluator:
 
     def start(self) -> Evaluator:
         torch.set_num_threads(1)  # two cores are shared with the explorer and the trainer
-        self._score(0)
         self.follower.start()
         self._thread.start()
         return self
 
     def _run(self) -> None:
+        self._score(0)  # the seed's weights, which v0 is (the trainer publishes exactly them)
         k = self.cfg.run.eval_every_versions
         while not self._stop.wait(0.5):
             if self._swap(self.version) and self.version % k == 0:

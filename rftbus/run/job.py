@@ -30,7 +30,8 @@ from rftbus.kafka.topics import create_topics
 from rftbus.run.broker_watch import BrokerWatch
 from rftbus.run.curriculum import Curriculum
 from rftbus.run.display import render
-from rftbus.run.plots import plot_eval
+from rftbus.run.pace import Pace, pace_summary, read_best
+from rftbus.run.plots import plot_eval, plot_steps
 from rftbus.run.supervisor import ChildSpec, Supervisor
 from rftbus.status import read_statuses
 
@@ -62,6 +63,8 @@ class MainJob:
         self.exit_codes: dict[str, int | None] = {}
         self.curriculum: Curriculum | None = None  # with `run.curriculum`
         self.broker: BrokerWatch | None = None  # the embedded broker this job started
+        self.broker_ready: float | None = None  # when the broker first answered (epoch s)
+        self.pace = Pace()  # the trainer's steps over time, for the summary
 
     # ---- setup -------------------------------------------------------------------------------
     def ensure_broker(self) -> None:
@@ -127,8 +130,10 @@ class MainJob:
             self._log([f"tasks: publishing {self.cfg.taskset.name} failed: {e}"])
 
     def _publish_configured(self) -> None:
-        from rftbus.producers.tasks.publish import publish_tasks
-        from rftbus.producers.tasks.sources import Row, read_source
+        """Read the configured taskset now (a taskset that cannot give the tasks fails at start-up), publish
+        it in a thread: the explorers start, load their model and take the first tasks while the rest,
+        and the later passes, are still being published (#19: start learning at once)."""
+        from rftbus.producers.tasks.sources import read_source
 
         c = self.cfg
 
@@ -136,21 +141,32 @@ class MainJob:
             return read_source(c.taskset.name, fields=c.taskset.fields, split="train", n=c.run.tasks,
                                seed=c.taskset.seed, params=c.taskset.params)
 
-        report = publish_tasks(c, rows(), expert=c.run.expert)
-        self.console.print(f"published {report.published} {c.taskset.name} tasks"
-                           + (f" and {report.expert} expert demonstrations" if c.run.expert else ""))
-        passes = max(c.run.expert_epochs if c.run.expert else 1, c.run.task_passes)
-        if passes > 1:
-            def more() -> None:
-                for n in range(2, passes + 1):
-                    tasks, expert = n <= c.run.task_passes, c.run.expert and n <= c.run.expert_epochs
-                    # A later pass over the tasks is a new task (id suffixed with the pass), so the
-                    # explorers' dedupe, which keeps one rollout per task id, lets it through.
-                    again = (Row(r.where, replace(r.task, task_id=f"{r.task.task_id}.p{n}"), r.error)
-                             if tasks and r.task is not None else r for r in rows())
-                    rep = publish_tasks(c, again, expert=expert, tasks=tasks)
-                    self.events.append(f"tasks: pass {n}: {rep.published} tasks, {rep.expert} demonstrations")
-            threading.Thread(target=more, name="task-passes", daemon=True).start()
+        first = list(rows())
+        threading.Thread(target=self._publish_passes_logged, args=(first, rows), name="tasks", daemon=True).start()
+
+    def _publish_passes_logged(self, first, rows) -> None:
+        try:
+            self._publish_passes(first, rows)
+        except (RftbusError, KafkaException) as e:
+            self._log([f"tasks: publishing {self.cfg.taskset.name} failed: {e}"])
+
+    def _publish_passes(self, first, rows) -> None:
+        from rftbus.producers.tasks.publish import publish_tasks
+        from rftbus.producers.tasks.sources import Row
+
+        c = self.cfg
+        report = publish_tasks(c, first, expert=c.run.expert)
+        self.events.append(f"tasks: published {report.published} {c.taskset.name} tasks"
+                           + (f" and {report.expert} expert demonstrations" if c.run.expert else "")
+                           + f" ({time.time() - self.started:.1f} s after start)")
+        for n in range(2, max(c.run.expert_epochs if c.run.expert else 1, c.run.task_passes) + 1):
+            tasks, expert = n <= c.run.task_passes, c.run.expert and n <= c.run.expert_epochs
+            # A later pass over the tasks is a new task (id suffixed with the pass), so the
+            # explorers' dedupe, which keeps one rollout per task id, lets it through.
+            again = (Row(r.where, replace(r.task, task_id=f"{r.task.task_id}.p{n}"), r.error)
+                     if tasks and r.task is not None else r for r in rows())
+            rep = publish_tasks(c, again, expert=expert, tasks=tasks)
+            self.events.append(f"tasks: pass {n}: {rep.published} tasks, {rep.expert} demonstrations")
 
     def write_child_config(self) -> Path:
         return write_config(self.cfg, self.run_dir / "config.yaml")
@@ -236,26 +252,30 @@ class MainJob:
 
         self.ensure_broker()
         admin = check_reachable(self.cfg)
+        self.broker_ready = time.time()
+        self.console.print(f"broker answered {self.broker_ready - self.started:.1f} s after start; "
+                           "creating topics, publishing tasks")
         create_topics(self.cfg, admin)
         self.publish_tasks(admin)
         sup = Supervisor(self.child_specs(self.write_child_config()))
         evaluator = Evaluator(self.cfg, self.started, report=lambda m: self.events.append(f"eval: {m}"),
                               log_path=self.run_dir / "eval.jsonl")
-        self.console.print("evaluating the initial weights (v0) on the held-out split ...")
-        evaluator.start()
-        self.console.print(f"eval v0: mean reward {evaluator.points[0]['reward']:.3f}")
         reason = "stopped by the user"
         lags: dict[str, int] = {}
         last_lag = last_feed = 0.0
         try:
             if not self._stop_requested:
                 self._note(sup.start())
+            # beside training, not in front of it (#19): v0 is scored in the evaluator's thread
+            self.console.print("evaluating the initial weights (v0) on the held-out split beside training ...")
+            evaluator.start()
             with Live(console=self.console, refresh_per_second=2, transient=False) as live:
                 while not self._stop_requested:
                     self._note(sup.poll())
                     if self.broker is not None:
                         self._log(self.broker.poll())
                     statuses = read_statuses(self.cfg.state_dir)
+                    self.pace.see(time.time(), statuses)
                     if time.monotonic() - last_lag > 2:
                         lags, last_lag = self._lags(admin, lags), time.monotonic()
                     if self.curriculum and not self.curriculum.done and time.monotonic() - last_feed > 1:
@@ -308,6 +328,8 @@ class MainJob:
             self.err.print(f"[red]could not reconcile the counts: {reconcile_error}[/]")
         versions = sorted({p["version"] for p in evals})
         plots = plot_eval(evals, self.run_dir, title=f"{self.cfg.taskset.name}: held-out eval reward")
+        pace = pace_summary(self.pace, evals, rec, self.started, self.broker_ready, time.time())
+        plots += plot_steps(pace["steps_timeline"], self.run_dir, title=f"{self.cfg.taskset.name}: trainer steps")
         summary = {
             "stop_reason": reason,
             "eval_reward_initial": evals[0]["reward"] if evals else None,
@@ -321,6 +343,8 @@ class MainJob:
             "experiences_rejected": rec.rejected_by_reason,
             "tasks_rejected": rec.tasks_rejected_by_reason,
             "experiences_in_flight": rec.in_flight,
+            "tasks_skipped_no_signal": sum(int(st.get("tasks_skipped_no_signal") or 0)
+                                           for st in read_statuses(self.cfg.state_dir) if st.get("role") == "explorer"),
             "trainer_skipped_steps": sum(int(st.get("skipped_steps") or 0) for st in read_statuses(self.cfg.state_dir)
                                          if st.get("role") == "trainer"),
             "experiences_lost": rec.lost,
@@ -339,6 +363,8 @@ class MainJob:
                        | ({"broker": self.broker.causes} if self.broker is not None and self.broker.causes else {}),
             "exit_codes": self.exit_codes,
             "curriculum": self.curriculum.summary() if self.curriculum else [],
+            **pace,
+            "eval_best": read_best(self.run_dir),
             "wall_seconds": round(time.time() - self.started, 1),
             "plots": [str(p) for p in plots],
         }

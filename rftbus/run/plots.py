@@ -34,3 +34,21 @@ def plot_eval(points: list[dict], out_dir: Path, title: str = "held-out eval rew
         plt.close(fig)
         written.append(path)
     return written
+
+
+def plot_steps(timeline: list[list[float]], out_dir: Path, title: str = "trainer steps") -> list[Path]:
+    """`timeline`: [seconds since start, step] pairs. Writes steps_vs_time.png (a flat stretch is starvation)."""
+    if len(timeline) < 2:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+    ax.plot([t for t, _ in timeline], [s for _, s in timeline], linewidth=1.5)
+    ax.set_xlabel("wall time (s)")
+    ax.set_ylabel("trainer step")
+    ax.grid(alpha=0.3)
+    ax.set_title(title)
+    fig.tight_layout()
+    path = out_dir / "steps_vs_time.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return [path]

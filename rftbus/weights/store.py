@@ -38,7 +38,7 @@ class SavedWeights:
     bytes: int
 
 
-def _to_bytes(state_dict: dict[str, torch.Tensor]) -> bytes:
+def state_bytes(state_dict: dict[str, torch.Tensor]) -> bytes:
     # Clone so tied parameters (embeddings shared with the LM head) are stored as separate tensors.
     return st_save({k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()})
 
@@ -54,7 +54,7 @@ class WeightStore:
         return f"file://{path}" if self.local else self.fs.unstrip_protocol(path)
 
     def save(self, model: str, version: int, state_dict: dict[str, torch.Tensor]) -> SavedWeights:
-        data = _to_bytes(state_dict)
+        data = state_bytes(state_dict)
         path = f"{self.root}/{model}/v{version}.safetensors"
         if self.local:
             Path(path).parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,139 @@
+"""Every sample counts (#19): admission that counts what the trainer takes per version, explorers that
+skip prompts with no reward variance, and a trainer step that does not wait unboundedly for B groups.
+Logic units first, then each through the real part (broker, explorer, `rftbus train`)."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+from confluent_kafka import TopicPartition
+from conftest import make_config
+from explorer_kafka import committed, fresh_config, read_topic
+
+from rftbus.kafka.clients import make_admin, make_consumer, make_producer
+from rftbus.producers.admission import Admission, ConsumptionRate, admission_bound
+from rftbus.producers.explorer import Explorer
+from rftbus.producers.no_signal import NoSignalMemory
+from rftbus.schemas import Task, make_codec
+from rftbus.trainer.checkpoint import read_lineage
+from tests.test_trainer import curated_group, start_trainer, trainer_config, wait_for
+from tests.test_trainer_modes import produce
+
+ENC = make_codec(None)
+
+
+def test_bound_counts_groups_per_version_and_the_explorers_own_lag():
+    assert admission_bound(1, 8.0, 0) == 16  # B groups a version: the old (η+1)·B
+    assert admission_bound(1, 2.0, 0) == 4  # MIX stepping on demonstrations: 2 RL groups a version
+    assert admission_bound(1, 2.0, 1) == 2  # the explorer's weights are a version behind already
+    assert admission_bound(1, 2.0, 3) == 0
+    g = ConsumptionRate(batch_groups=8, min_versions=3, window_s=30.0)
+    assert g.update(0.0, 10, 100) == 8  # unmeasured: B
+    assert g.update(1.0, 12, 101) == 8  # 2 versions < 3: noise, keep the figure
+    assert g.update(2.0, 14, 102) == 0.5  # 2 groups over 4 versions
+    assert g.update(3.0, 15, 200) == 8  # clamped to B
+
+
+def test_no_signal_memory_halves_a_flat_prompt_down_to_the_floor_and_resets():
+    m = NoSignalMemory(floor=0.125)
+    t = Task(taskset="addition", prompt="1+1=", answer="2", task_id="a")
+    assert m.probability(t) == 1.0
+    for want in (0.5, 0.25, 0.125, 0.125):
+        m.record(t, [1.0, 1.0, 1.0])
+        assert m.probability(t) == want
+    m.record(t, [0.0])  # a group of one says nothing about the prompt
+    assert m.probability(t) == 0.125
+    m.record(t, [0.0, 1.0])  # variance again: back to always
+    assert m.probability(t) == 1.0
+    other = Task(taskset="addition", prompt="1+2=", answer="3", task_id="b")
+    assert m.probability(other) == 1.0  # keyed by prompt
+    again = Task(taskset="addition", prompt="1+1=", answer="2", task_id="a.p2")
+    m.record(t, [1.0, 1.0])
+    assert m.probability(again) == 0.5  # a later pass (new id, same prompt) shares the memory
+    assert m.roll_out(again) == m.roll_out(again)  # seeded by the task id: a redo decides the same
+
+
+def test_explorer_skips_prompts_with_no_variance_and_commits_them(broker, tmp_path):
+    """A reward that is the same for every answer: after the first groups of a prompt the explorer
+    rolls it out at the floor rate; every task is still handled and committed."""
+    cfg = fresh_config(make_config, tmp_path, broker, **{
+        "explorer.admission": False, "explorer.idle_exit_s": 6.0, "explorer.no_signal_floor": 0.125,
+        "explorer.rewards": [{"name": "explorer_plugins.half_reward"}]})
+    tasks = [Task(taskset="addition", prompt="3+4=", answer="7", task_id=f"t{i}") for i in range(48)]
+    p = make_producer(cfg)
+    for t in tasks:
+        p.produce(cfg.topics.tasks.name, key=b"same", value=ENC.encode(t))  # one partition: in order
+    assert p.flush(10) == 0
+    result = Explorer(cfg, report=lambda s: None).run()
+    produced, skipped = result["groups_produced"], result["tasks_skipped_no_signal"]
+    assert produced + skipped == 48 and 3 <= produced <= 16, result
+    assert len(read_topic(cfg, "raw")) == produced
+    assert max(committed(cfg, cfg.explorer.group_id, "tasks").values()) == 48  # one partition holds them all
+
+
+def test_admission_bound_follows_the_trainers_groups_per_version(broker, tmp_path):
+    """The trainer finishes 2 curated groups while 4 versions are published: g = 0.5, so with η = 1 at most
+    1 group may be pending (0.5 when the explorer is a version behind); nothing pending always admits one."""
+    cfg = fresh_config(make_config, tmp_path, broker, **{"rl.batch_groups": 8, "rl.max_staleness": 1,
+                                                         "explorer.admission_refresh_s": 3600.0})
+    versions = [(0, 0)]
+    adm = Admission(cfg, make_admin(cfg), versions=lambda: versions[-1])
+    wait_for(lambda: _refreshed(adm), 30, "partition leaders of the new topics")
+    assert adm.bound == 16
+    producer = make_producer(cfg)
+    for i in range(4):
+        producer.produce(cfg.topics.curated.name, key=f"c{i}", value=b"x", partition=0)
+    producer.flush(10)
+    trainer = make_consumer(cfg, cfg.trainer.group_id)
+    trainer.commit(offsets=[TopicPartition(cfg.topics.curated.name, 0, 2)], asynchronous=False)
+    trainer.close()
+    versions.append((4, 4))
+    adm.refresh()
+    assert adm.consumption.value == pytest.approx(0.5) and adm.bound == pytest.approx(1.0)
+    assert adm.pending() == pytest.approx(2)
+    why = adm.blocked(adm.pending())
+    assert why is not None and "groups the trainer takes per version" in why
+    versions.append((5, 4))  # a version behind: the group would already be one old (g: 2 groups in 5 versions)
+    adm.refresh()
+    assert adm.lag == 1 and adm.bound == pytest.approx(0.4 * 1)
+    assert adm.blocked(0.0) is None  # nothing pending: one group may always go
+    versions.append((7, 4))  # past η: not even that, until the explorer loads newer weights
+    adm.refresh()
+    assert adm.blocked(0.0) is not None
+    adm.close()
+
+
+def _refreshed(adm) -> bool:
+    from rftbus.producers.admission import AdmissionUnavailable
+
+    try:
+        adm.refresh()
+        return True
+    except AdmissionUnavailable:
+        return False
+
+
+@pytest.mark.timeout(300)
+def test_step_wait_trains_what_is_ready_instead_of_waiting_for_b(broker, tmp_path):
+    """B = 8 but only 3 groups arrive: with `trainer.step_wait_s` the trainer steps on them; the lineage
+    names them, and the trainer keeps its pid (no restart needed)."""
+    cfg, path = trainer_config(tmp_path, broker, **{
+        "trainer.loss": "grpo", "rl.batch_groups": 8, "rl.max_staleness": 1000, "trainer.step_wait_s": 1.0,
+        "topics.curated.partitions": 1})
+    groups = [curated_group(f"few{i}", 2) for i in range(3)]
+    produce(cfg, cfg.topics.curated.name, groups)
+    want = {i for g in groups for i in g.experience_ids()}
+    lineage_file = cfg.state_dir / "checkpoints" / "lineage.jsonl"
+    proc = start_trainer(cfg, path)
+    try:
+        wait_for(lambda: want <= {i for line in read_lineage(lineage_file) for i in line["experience_ids"]},
+                 180, "the 3 groups trained without waiting for 8", proc)
+        lines = read_lineage(lineage_file)
+        assert all(len(line["groups"]) <= 3 for line in lines) and lines[0]["step"] == 1
+        status = cfg.state_dir / "status" / "trainer-0.json"  # written every status_interval_s
+        wait_for(lambda: json.loads(status.read_text()).get("first_step_at", 0) > 0, 30, "first_step_at", proc)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
