@@ -137,3 +137,17 @@ def test_step_wait_trains_what_is_ready_instead_of_waiting_for_b(broker, tmp_pat
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
+
+
+def test_lr_schedule_warms_up_then_decays_by_cosine_to_the_floor():
+    from rftbus.config.trainer import TrainerConfig
+    from rftbus.trainer.engine import lr_factor
+
+    flat = TrainerConfig()
+    assert lr_factor(0, flat) == lr_factor(10_000, flat) == 1.0
+    cfg = TrainerConfig(warmup_steps=10, lr_decay_steps=100, lr_min_ratio=0.1)
+    assert lr_factor(0, cfg) == pytest.approx(0.1) and lr_factor(9, cfg) == pytest.approx(1.0)
+    assert lr_factor(10, cfg) == pytest.approx(1.0)
+    assert lr_factor(60, cfg) == pytest.approx(0.55)  # half way down the cosine
+    assert lr_factor(110, cfg) == pytest.approx(0.1) and lr_factor(5_000, cfg) == pytest.approx(0.1)
+    assert all(lr_factor(s, cfg) >= lr_factor(s + 1, cfg) for s in range(10, 200))

@@ -58,7 +58,7 @@ def response_logp(model: torch.nn.Module, batch) -> torch.Tensor:
     return (logp * batch.mask).sum(-1)
 
 
-def grpo_setup(eta: int, update_epochs: int = 1, lr: float = 2e-3):
+def grpo_setup(eta: int, update_epochs: int = 1, lr: float = 2e-3, **trainer):
     """A fresh tiny policy in a DeepSpeed engine, its GRPO loss, and a batch of one good, one bad answer."""
     from rftbus.trainer.dist import prepare_env
 
@@ -77,7 +77,7 @@ def grpo_setup(eta: int, update_epochs: int = 1, lr: float = 2e-3):
                for c, r, a in zip((good, bad), (1.0, 0.0), advantages)]
     group = ExperienceGroup(task_id="t", explorer_id="x", prompt_ids=prompt_ids, samples=samples, survivors=[0, 1])
 
-    tc = TrainerConfig(loss="grpo", lr=lr, update_epochs=update_epochs)  # 2e-3: the toy config's
+    tc = TrainerConfig(loss="grpo", lr=lr, update_epochs=update_epochs, **trainer)  # 2e-3: the toy config's
     torch.manual_seed(tc.seed)
     lm.config.use_cache = False
     module = PolicyWithValue(lm, value_head=False)
@@ -122,3 +122,16 @@ def test_update_epochs_reuse_the_batch_for_more_optimizer_steps(dist_env):
         moved[epochs] = float((after[0] - before[0]) - (after[1] - before[1]))
         assert all(torch.isfinite(torch.tensor(v)) for v in parts.values())
     assert moved[4] > 1.3 * moved[1], moved  # not 4x: the ratio clip (vs epoch 0) bounds epochs 2-4
+
+
+def test_the_lr_schedule_drives_deepspeeds_optimizer(dist_env):
+    """trainer.lr_decay_steps through the real engine: DeepSpeed steps the scheduler once per optimizer
+    step, so after 4 update epochs of a 4-step cosine the rate is at its floor."""
+    from rftbus.trainer.step import train_step
+
+    engine, loss, batch, _ = grpo_setup(1, 4, lr=1e-3, lr_decay_steps=4, lr_min_ratio=0.1)
+    assert engine.get_lr()[0] == pytest.approx(1e-3)
+    train_step(engine, loss, batch, update_epochs=2)
+    assert engine.get_lr()[0] == pytest.approx(1e-3 * 0.55)
+    train_step(engine, loss, batch, update_epochs=2)
+    assert engine.get_lr()[0] == pytest.approx(1e-4)

@@ -6,6 +6,7 @@ op to compile on CPU); DeepSpeed wraps the optimizer for ZeRO and checkpoints bo
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -28,14 +29,25 @@ def ds_config(cfg: TrainerConfig) -> dict[str, Any]:
     }
 
 
+def lr_factor(step: int, cfg: TrainerConfig) -> float:
+    """The learning rate's multiplier at optimizer step `step` (0-based): linear warm-up over
+    `warmup_steps`, then a cosine from 1 to `lr_min_ratio` over `lr_decay_steps`, flat after. A
+    constant rate kept MIX oscillating to its last minute (best eval 0.967, final 0.835 in one run)."""
+    warm, decay = cfg.warmup_steps, cfg.lr_decay_steps
+    if warm > 0 and step < warm:
+        return (step + 1) / warm
+    if not decay:
+        return 1.0
+    done = min(1.0, (step - warm) / decay)
+    return cfg.lr_min_ratio + (1 - cfg.lr_min_ratio) * 0.5 * (1 + math.cos(math.pi * done))
+
+
 def build_engine(module: torch.nn.Module, cfg: TrainerConfig):
     import deepspeed
 
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    warm = cfg.warmup_steps
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg))
     engine, _, _, _ = deepspeed.initialize(
         model=module, optimizer=optimizer, lr_scheduler=scheduler, config=ds_config(cfg),
         dist_init_required=True)

@@ -19,7 +19,11 @@ class TrainerConfig(BaseModel):
     zero_stage: int = Field(1, ge=0, le=3, description="DeepSpeed ZeRO stage")
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
-    warmup_steps: int = Field(0, ge=0, description="linear LR warm-up, in trainer steps")
+    warmup_steps: int = Field(0, ge=0, description="linear LR warm-up, in optimizer steps")
+    lr_decay_steps: int | None = Field(None, ge=1, description="after warm-up, cosine decay of the LR to "
+                                       "lr·lr_min_ratio over this many optimizer steps (update_epochs per "
+                                       "trainer step), flat after; None = constant")
+    lr_min_ratio: float = Field(0.1, ge=0, le=1)
     grad_clip: float = Field(1.0, ge=0, description="0 = off")
     update_epochs: int = Field(1, ge=1, description="optimizer steps per batch (PPO-style reuse)")
     seed: int = 0

@@ -65,6 +65,10 @@ class MainJob:
         self.broker: BrokerWatch | None = None  # the embedded broker this job started
         self.broker_ready: float | None = None  # when the broker first answered (epoch s)
         self.pace = Pace()  # the trainer's steps over time, for the summary
+        self._rows = None  # the configured taskset's rows (a callable), once its first pass is published
+        self._pass_size = {"tasks": 1, "expert": 1}
+        self._next_pass = {"tasks": 2, "expert": 2}
+        self._pass_thread: threading.Thread | None = None
 
     # ---- setup -------------------------------------------------------------------------------
     def ensure_broker(self) -> None:
@@ -151,22 +155,59 @@ class MainJob:
             self._log([f"tasks: publishing {self.cfg.taskset.name} failed: {e}"])
 
     def _publish_passes(self, first, rows) -> None:
+        """The first pass now; each later one when fewer than one pass of it is waiting (`_feed_passes`):
+        publishing every pass up front cost the first minute of a run CPU it needed for learning."""
         from rftbus.producers.tasks.publish import publish_tasks
-        from rftbus.producers.tasks.sources import Row
 
         c = self.cfg
         report = publish_tasks(c, first, expert=c.run.expert)
         self.events.append(f"tasks: published {report.published} {c.taskset.name} tasks"
                            + (f" and {report.expert} expert demonstrations" if c.run.expert else "")
                            + f" ({time.time() - self.started:.1f} s after start)")
-        for n in range(2, max(c.run.expert_epochs if c.run.expert else 1, c.run.task_passes) + 1):
-            tasks, expert = n <= c.run.task_passes, c.run.expert and n <= c.run.expert_epochs
-            # A later pass over the tasks is a new task (id suffixed with the pass), so the
-            # explorers' dedupe, which keeps one rollout per task id, lets it through.
-            again = (Row(r.where, replace(r.task, task_id=f"{r.task.task_id}.p{n}"), r.error)
-                     if tasks and r.task is not None else r for r in rows())
-            rep = publish_tasks(c, again, expert=expert, tasks=tasks)
-            self.events.append(f"tasks: pass {n}: {rep.published} tasks, {rep.expert} demonstrations")
+        self._pass_size = {"tasks": max(1, report.published), "expert": max(1, report.expert)}
+        self._rows = rows
+
+    def _feed_passes(self, admin) -> None:
+        """Publish the next pass of tasks (for the explorers) or of demonstrations (for the trainer's
+        expert lane; they are read ~10x faster in MIX) once fewer than one pass of it is waiting."""
+        c = self.cfg
+        last = {"tasks": c.run.task_passes, "expert": c.run.expert_epochs if c.run.expert else 0}
+        busy = self._pass_thread is not None and self._pass_thread.is_alive()
+        if self._rows is None or busy:
+            return
+        lanes = {"tasks": (c.explorer.group_id, c.topics.tasks.name), "expert": (c.trainer.group_id, c.topics.expert.name)}
+        for kind, (group, topic) in lanes.items():
+            n = self._next_pass[kind]
+            if n > last[kind]:
+                continue
+            try:
+                backlog = group_lag(admin, self.committed, group, [topic]).lag
+            except (KafkaException, TimeoutError):  # a broker restart: the next look retries
+                return
+            if backlog < self._pass_size[kind]:
+                self._next_pass[kind] = n + 1
+                self._pass_thread = threading.Thread(target=self._publish_pass, args=(kind, n),
+                                                     name=f"{kind}-pass-{n}", daemon=True)
+                self._pass_thread.start()
+                return
+
+    def _publish_pass(self, kind: str, n: int) -> None:
+        from rftbus.producers.tasks.publish import publish_tasks
+        from rftbus.producers.tasks.sources import Row
+
+        rows = self._rows
+        assert rows is not None
+        # A later pass is a new task (id suffixed with the pass), so the explorers' dedupe, which keeps
+        # one rollout per task id, lets it through; the same for the demonstrations made from it.
+        again = (Row(r.where, replace(r.task, task_id=f"{r.task.task_id}.p{n}"), r.error) if r.task is not None else r
+                 for r in rows())
+        try:
+            rep = publish_tasks(self.cfg, again, expert=kind == "expert", tasks=kind == "tasks")
+        except (RftbusError, KafkaException) as e:
+            self._log([f"tasks: publishing {kind} pass {n} failed: {e}"])
+            return
+        what = f"{rep.published} tasks" if kind == "tasks" else f"{rep.expert} demonstrations"
+        self.events.append(f"tasks: {kind} pass {n}: {what} ({time.time() - self.started:.0f} s)")
 
     def write_child_config(self) -> Path:
         return write_config(self.cfg, self.run_dir / "config.yaml")
@@ -278,8 +319,10 @@ class MainJob:
                     self.pace.see(time.time(), statuses)
                     if time.monotonic() - last_lag > 2:
                         lags, last_lag = self._lags(admin, lags), time.monotonic()
-                    if self.curriculum and not self.curriculum.done and time.monotonic() - last_feed > 1:
-                        self._feed_curriculum(admin, statuses)
+                    if time.monotonic() - last_feed > 1:
+                        if self.curriculum and not self.curriculum.done:
+                            self._feed_curriculum(admin, statuses)
+                        self._feed_passes(admin)
                         last_feed = time.monotonic()
                     children = {n: child_state(c) for n, c in sup.children.items()}
                     if self.broker is not None:
