@@ -19,7 +19,7 @@ from rftbus.producers.no_signal import NoSignalMemory
 from rftbus.schemas import Task, make_codec
 from rftbus.trainer.checkpoint import read_lineage
 from tests.test_trainer import curated_group, start_trainer, trainer_config, wait_for
-from tests.test_trainer_modes import produce
+from tests.test_trainer_modes import expert_demo, produce
 
 ENC = make_codec(None)
 
@@ -151,3 +151,24 @@ def test_lr_schedule_warms_up_then_decays_by_cosine_to_the_floor():
     assert lr_factor(60, cfg) == pytest.approx(0.55)  # half way down the cosine
     assert lr_factor(110, cfg) == pytest.approx(0.1) and lr_factor(5_000, cfg) == pytest.approx(0.1)
     assert all(lr_factor(s, cfg) >= lr_factor(s + 1, cfg) for s in range(10, 200))
+
+
+@pytest.mark.timeout(300)
+def test_mix_steps_on_demonstrations_alone_once_no_rl_group_comes(broker, tmp_path):
+    """MIX with `step_wait_s`: no RL group at all (a solved task makes only zero-variance ones), so after
+    the wait the demonstrations train alone; without the wait the trainer would stand still."""
+    cfg, path = trainer_config(tmp_path, broker, **{
+        "trainer.loss": "mix", "trainer.mix_expert_per_batch": 2, "trainer.mix_min_groups": 1,
+        "rl.batch_groups": 4, "trainer.step_wait_s": 0.5, "topics.expert.partitions": 1})
+    demos = [expert_demo(i) for i in range(6)]
+    produce(cfg, cfg.topics.expert.name, demos)
+    want = {i for g in demos for i in g.experience_ids()}
+    lineage_file = cfg.state_dir / "checkpoints" / "lineage.jsonl"
+    proc = start_trainer(cfg, path)
+    try:
+        wait_for(lambda: want <= {i for line in read_lineage(lineage_file) for i in line["experience_ids"]},
+                 180, "the demonstrations trained with no RL group", proc)
+        assert len(read_lineage(lineage_file)) == 3  # two demonstrations a step
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)

@@ -185,14 +185,20 @@ class Trainer:
         for lane in primary:
             take += self._walk(bc, lane, B - sum(1 for _, idx in take if idx))
         groups = sum(1 for _, idx in take if idx)
-        if not groups or (groups < self._min_groups(bc) and not partial and not self._waited_enough()):
+        # MIX: once step_wait_s has passed with no RL group at all, the demonstrations step alone (the
+        # loss's RL side is then empty): a solved task makes only zero-variance groups, and the SFT
+        # side should not stand still for them.
+        demos_alone = (not groups and self.loss.name == "mix" and "rl" in self.loss.lanes
+                       and bool(bc.waiting("expert")) and self._waited_enough())
+        if (not groups and not demos_alone) or (
+                groups and groups < self._min_groups(bc) and not partial and not self._waited_enough()):
             return None
         if any(r.lane == "curated" for r, _ in take) and not bc.lane_drained("priority"):
             return None  # the priority lane has records not read yet: they go first
         if self.loss.name == "mix":
             n_exp = self.tc.mix_expert_per_batch if self.tc.mix_expert_per_batch is not None else B
             take += self._walk(bc, "expert", n_exp)
-        return take
+        return take if any(idx for _, idx in take) else None
 
     def _waited_enough(self) -> bool:
         """`trainer.step_wait_s`: a step takes the RL groups that are ready once this long has passed since
