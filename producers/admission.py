@@ -95,8 +95,10 @@ class Admission:
         a = self.acceptance.update(now, raw.done, curated.end)
         self._lag_groups = a * raw.lag + curated.lag
         latest, own = self.versions()
-        if latest is not None and self.cfg.explorer.admission_by_consumption:
+        if latest is not None:
             g = self.consumption.update(now, latest, curated.done)
+            if not self.cfg.explorer.admission_by_consumption:
+                g = self.cfg.rl.batch_groups
             self.lag = max(0, latest - own)
             self.bound = admission_bound(self.cfg.rl.max_staleness, g, self.lag)
         self._since_refresh = unseen
@@ -120,8 +122,9 @@ class Admission:
         if pending < self.bound or (pending == 0 and self.lag <= self.cfg.rl.max_staleness):
             return None
         if self.bound < self.max_bound:
+            g = self.consumption.value if self.cfg.explorer.admission_by_consumption else self.cfg.rl.batch_groups
             return (f"pending {pending:.1f} groups >= (η+1−lag)·g = ({self.cfg.rl.max_staleness}+1−{self.lag})·"
-                    f"{self.consumption.value:.2f} = {self.bound:.1f} (g: groups the trainer takes per version)")
+                    f"{g:.2f} = {self.bound:.1f} (g: groups the trainer takes per version)")
         return f"pending {pending:.1f} groups >= bound (η+1)·B = {self.max_bound}"
 
     def produced_group(self) -> None:

@@ -71,7 +71,9 @@ class ExplorerConfig(_Strict):
         "hardware and streams drops most groups; see producers/admission.py")
     admission_by_consumption: bool = Field(
         True, description="bound pending groups by (η+1−lag)·g, g = curated groups the trainer takes per version "
-        "(measured), instead of (η+1)·B: staleness by construction when steps take fewer than B groups")
+        "(measured), instead of (η+1−lag)·B: staleness by construction when steps take fewer than B groups for "
+        "reasons other than supply (MIX stepping on demonstrations). Off where the trainer's steps are paced by "
+        "supply (pure GRPO with step_wait_s): there g measures the explorer, and the bound holds it at g = 1")
     no_signal_floor: float | None = Field(
         None, gt=0, le=1, description="roll out a prompt whose last k groups had zero reward variance with "
         "probability max(floor, 2^-k) (producers/no_signal.py); None = always")
