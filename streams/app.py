@@ -5,6 +5,8 @@ The stage logic lives in ingest.py / live.py / join.py / curate.py; this module 
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import logging
 import time
 from dataclasses import dataclass
@@ -12,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_admin, make_producer
@@ -83,10 +85,21 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
         watched = {topo.raw} | ({topo.joined} if sc.processing_guarantee == "at_least_once" else set())
         ingest.watch(DeliveryGuard.for_faust(app.consumer, watched, quiet_s=sc.redelivery_quiet_s), watched)
         async for event in stream.events():
-            try:
-                await ingest.handle(event)
-            except Exception as exc:  # one bad record must not stop the partition; reported + rejected
-                await ingest.on_error(event, exc)
+            for attempt in itertools.count(1):
+                try:
+                    await ingest.handle(event)
+                except KafkaException as exc:
+                    # The broker, not the record (a recovery scan while it restarts): the same record
+                    # again once it answers. Rejecting it here lost it: the rejection could not be
+                    # written either, and the offset was acked (found by tests/test_run.py's broker kill -9).
+                    log.warning("ingest: broker error at %s[%s]@%s (attempt %d): %s; retrying",
+                                event.message.topic, event.message.partition, event.message.offset, attempt, exc)
+                    counters.inc("broker_retries")
+                    await asyncio.sleep(min(5.0, 0.5 * attempt))
+                    continue
+                except Exception as exc:  # one bad record must not stop the partition; reported + rejected
+                    await ingest.on_error(event, exc)
+                break
 
     def reporting_agent(name: str, handle: Any) -> Any:
         """An agent whose per-event errors are logged and counted; the stream goes on."""

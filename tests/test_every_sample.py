@@ -172,3 +172,18 @@ def test_mix_steps_on_demonstrations_alone_once_no_rl_group_comes(broker, tmp_pa
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
+
+
+def test_pace_keeps_the_final_reading_and_splits_the_run_in_thirds():
+    from rftbus.run.pace import Pace, step_rates
+
+    p = Pace()
+    trainer = lambda step: [{"role": "trainer", "step": step}]  # noqa: E731
+    for t, step in [(0.0, 0), (1.0, 1), (2.0, 2), (3.0, 3), (30.0, 30), (31.0, 31)]:
+        p.see(t, trainer(step))
+    assert p.timeline[-1] == (30.0, 30)  # readings closer than 2 s are thinned
+    p.see(31.5, trainer(32), last=True)
+    assert p.timeline[-1] == (31.5, 32)  # but never the last one
+    first, last = step_rates(p, 0.0, 30.0)
+    # readings at 0, 2, 30: by 10 s 2 steps, by 20 s still 2 (nothing read in between), by 30 s 30
+    assert first == pytest.approx(0.2) and last == pytest.approx(2.8)

@@ -371,6 +371,7 @@ class MainJob:
             self.err.print(f"[red]could not reconcile the counts: {reconcile_error}[/]")
         versions = sorted({p["version"] for p in evals})
         plots = plot_eval(evals, self.run_dir, title=f"{self.cfg.taskset.name}: held-out eval reward")
+        self.pace.see(time.time(), read_statuses(self.cfg.state_dir), last=True)
         pace = pace_summary(self.pace, evals, rec, self.started, self.broker_ready, time.time())
         plots += plot_steps(pace["steps_timeline"], self.run_dir, title=f"{self.cfg.taskset.name}: trainer steps")
         summary = {

@@ -20,10 +20,12 @@ class Pace:
     timeline: list[tuple[float, int]] = field(default_factory=list)
     first_step_at: float | None = None
 
-    def see(self, now: float, statuses: list[dict[str, Any]]) -> None:
+    def see(self, now: float, statuses: list[dict[str, Any]], last: bool = False) -> None:
+        """`last`: the run's final reading, kept however soon after the previous one it comes."""
         trainers = [st for st in statuses if st.get("role") == "trainer"]
         step = max((int(st.get("step") or 0) for st in trainers), default=0)
-        if not self.timeline or (step != self.timeline[-1][1] and now - self.timeline[-1][0] >= 2.0):
+        changed = not self.timeline or step != self.timeline[-1][1]
+        if changed and (last or not self.timeline or now - self.timeline[-1][0] >= 2.0):
             self.timeline.append((now, step))  # every 2 s at most: a 15-minute run keeps ~450 points
         firsts = [float(st["first_step_at"]) for st in trainers if st.get("first_step_at")]
         if firsts and self.first_step_at is None:
