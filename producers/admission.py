@@ -96,9 +96,8 @@ class Admission:
         self._lag_groups = a * raw.lag + curated.lag
         latest, own = self.versions()
         if latest is not None:
-            g = self.consumption.update(now, latest, curated.done)
-            if not self.cfg.explorer.admission_by_consumption:
-                g = self.cfg.rl.batch_groups
+            by_consumption = self.cfg.explorer.admission_by_consumption
+            g = self.consumption.update(now, latest, curated.done) if by_consumption else self.cfg.rl.batch_groups
             self.lag = max(0, latest - own)
             self.bound = admission_bound(self.cfg.rl.max_staleness, g, self.lag)
         self._since_refresh = unseen

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import signal
+from contextlib import contextmanager
 
 import pytest
 from confluent_kafka import TopicPartition
@@ -18,6 +19,7 @@ from rftbus.producers.explorer import Explorer
 from rftbus.producers.no_signal import NoSignalMemory
 from rftbus.schemas import Task, make_codec
 from rftbus.trainer.checkpoint import read_lineage
+from tests.test_explorer import _refreshed
 from tests.test_trainer import curated_group, start_trainer, trainer_config, wait_for
 from tests.test_trainer_modes import expert_demo, produce
 
@@ -105,35 +107,31 @@ def test_admission_bound_follows_the_trainers_groups_per_version(broker, tmp_pat
     adm.close()
 
 
-def _refreshed(adm) -> bool:
-    from rftbus.producers.admission import AdmissionUnavailable
-
-    try:
-        adm.refresh()
-        return True
-    except AdmissionUnavailable:
-        return False
-
-
 @pytest.mark.timeout(300)
 def test_step_wait_trains_what_is_ready_instead_of_waiting_for_b(broker, tmp_path):
     """B = 8 but only 3 groups arrive: with `trainer.step_wait_s` the trainer steps on them; the lineage
-    names them, and the trainer keeps its pid (no restart needed)."""
+    names them, and the status says when the first step was taken."""
     cfg, path = trainer_config(tmp_path, broker, **{
         "trainer.loss": "grpo", "rl.batch_groups": 8, "rl.max_staleness": 1000, "trainer.step_wait_s": 1.0,
         "topics.curated.partitions": 1})
     groups = [curated_group(f"few{i}", 2) for i in range(3)]
     produce(cfg, cfg.topics.curated.name, groups)
+    with training(cfg, path, groups, "the 3 groups trained without waiting for 8") as (lines, proc):
+        assert all(len(line["groups"]) <= 3 for line in lines) and lines[0]["step"] == 1
+        status = cfg.state_dir / "status" / "trainer-0.json"  # written every status_interval_s
+        wait_for(lambda: json.loads(status.read_text()).get("first_step_at", 0) > 0, 30, "first_step_at", proc)
+
+
+@contextmanager
+def training(cfg, path, groups, what: str):
+    """A real `rftbus train` until every experience of `groups` is in the lineage: (lineage lines, process)."""
     want = {i for g in groups for i in g.experience_ids()}
     lineage_file = cfg.state_dir / "checkpoints" / "lineage.jsonl"
     proc = start_trainer(cfg, path)
     try:
         wait_for(lambda: want <= {i for line in read_lineage(lineage_file) for i in line["experience_ids"]},
-                 180, "the 3 groups trained without waiting for 8", proc)
-        lines = read_lineage(lineage_file)
-        assert all(len(line["groups"]) <= 3 for line in lines) and lines[0]["step"] == 1
-        status = cfg.state_dir / "status" / "trainer-0.json"  # written every status_interval_s
-        wait_for(lambda: json.loads(status.read_text()).get("first_step_at", 0) > 0, 30, "first_step_at", proc)
+                 180, what, proc)
+        yield read_lineage(lineage_file), proc
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.wait(60)
@@ -162,16 +160,8 @@ def test_mix_steps_on_demonstrations_alone_once_no_rl_group_comes(broker, tmp_pa
         "rl.batch_groups": 4, "trainer.step_wait_s": 0.5, "topics.expert.partitions": 1})
     demos = [expert_demo(i) for i in range(6)]
     produce(cfg, cfg.topics.expert.name, demos)
-    want = {i for g in demos for i in g.experience_ids()}
-    lineage_file = cfg.state_dir / "checkpoints" / "lineage.jsonl"
-    proc = start_trainer(cfg, path)
-    try:
-        wait_for(lambda: want <= {i for line in read_lineage(lineage_file) for i in line["experience_ids"]},
-                 180, "the demonstrations trained with no RL group", proc)
-        assert len(read_lineage(lineage_file)) == 3  # two demonstrations a step
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+    with training(cfg, path, demos, "the demonstrations trained with no RL group") as (lines, _):
+        assert len(lines) == 3  # two demonstrations a step
 
 
 def test_pace_keeps_the_final_reading_and_splits_the_run_in_thirds():

@@ -27,10 +27,8 @@ def export(
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
     """Write a weight version of the configured model as a Hugging Face folder for `model.path`."""
-    import json
-
     from rftbus.models.export import ExportError, export_weights
-    from rftbus.run.evaluator import BEST_META, BEST_WEIGHTS
+    from rftbus.run.pace import BEST_WEIGHTS, read_best
     from rftbus.weights import sha256_hex
 
     st = state(ctx)
@@ -39,13 +37,13 @@ def export(
     if best:
         if version is not None or weights is not None:
             raise ExportError("--best picks the weights itself: give it without --version or --weights")
-        meta = cfg.state_dir / "run" / BEST_META
-        if not meta.is_file():
-            raise ExportError(f"no best eval kept in {meta.parent} (it is written by `rftbus run` with this state dir)")
-        b = json.loads(meta.read_text())
-        weights, note = cfg.state_dir / "run" / BEST_WEIGHTS, f" (best eval: v{b['version']}, reward {b['reward']:.3f})"
+        run_dir = cfg.state_dir / "run"
+        b = read_best(run_dir)
+        if b is None:
+            raise ExportError(f"no best eval kept in {run_dir} (it is written by `rftbus run` with this state dir)")
+        weights, note = run_dir / BEST_WEIGHTS, f" (best eval: v{b['version']}, reward {b['reward']:.3f})"
         if not weights.is_file() or sha256_hex(weights.read_bytes()) != b["sha256"]:
-            raise ExportError(f"{weights} is missing or is not the file {meta.name} recorded (sha256 {b['sha256'][:12]}…)")
+            raise ExportError(f"{weights} is missing or is not the file best.json recorded (sha256 {b['sha256'][:12]}…)")
     with st.err.status("exporting ..."):
         r = export_weights(cfg, out, version=version, weights_file=weights, force=force)
     what = (f"v{r.version} of {r.model}" if r.version is not None else r.source) + note

@@ -20,11 +20,10 @@ from rftbus.config import Config
 from rftbus.consumers.weight_sync import WeightFollower
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.tasksets import get_taskset
+from rftbus.run.pace import BEST_META, BEST_WEIGHTS
 from rftbus.trainer.evaluate import evaluate
 from rftbus.weights import sha256_hex
 from rftbus.weights.store import state_bytes
-
-BEST_WEIGHTS, BEST_META = "best.safetensors", "best.json"
 
 
 class Evaluator:

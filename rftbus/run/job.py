@@ -13,7 +13,6 @@ import signal
 import threading
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -31,6 +30,7 @@ from rftbus.run.broker_watch import BrokerWatch
 from rftbus.run.curriculum import Curriculum
 from rftbus.run.display import render
 from rftbus.run.pace import Pace, pace_summary, read_best
+from rftbus.run.passes import TaskPasses
 from rftbus.run.plots import plot_eval, plot_steps
 from rftbus.run.supervisor import ChildSpec, Supervisor
 from rftbus.status import read_statuses
@@ -65,10 +65,7 @@ class MainJob:
         self.broker: BrokerWatch | None = None  # the embedded broker this job started
         self.broker_ready: float | None = None  # when the broker first answered (epoch s)
         self.pace = Pace()  # the trainer's steps over time, for the summary
-        self._rows = None  # the configured taskset's rows (a callable), once its first pass is published
-        self._pass_size = {"tasks": 1, "expert": 1}
-        self._next_pass = {"tasks": 2, "expert": 2}
-        self._pass_thread: threading.Thread | None = None
+        self.passes: TaskPasses | None = None  # the configured taskset's passes, once it is being published
 
     # ---- setup -------------------------------------------------------------------------------
     def ensure_broker(self) -> None:
@@ -136,7 +133,7 @@ class MainJob:
     def _publish_configured(self) -> None:
         """Read the configured taskset now (a taskset that cannot give the tasks fails at start-up), publish
         it in a thread: the explorers start, load their model and take the first tasks while the rest,
-        and the later passes, are still being published (#19: start learning at once)."""
+        and the later passes (run/passes.py), are still being published (#19: start learning at once)."""
         from rftbus.producers.tasks.sources import read_source
 
         c = self.cfg
@@ -145,69 +142,22 @@ class MainJob:
             return read_source(c.taskset.name, fields=c.taskset.fields, split="train", n=c.run.tasks,
                                seed=c.taskset.seed, params=c.taskset.params)
 
-        first = list(rows())
-        threading.Thread(target=self._publish_passes_logged, args=(first, rows), name="tasks", daemon=True).start()
-
-    def _publish_passes_logged(self, first, rows) -> None:
-        try:
-            self._publish_passes(first, rows)
-        except (RftbusError, KafkaException) as e:
-            self._log([f"tasks: publishing {self.cfg.taskset.name} failed: {e}"])
-
-    def _publish_passes(self, first, rows) -> None:
-        """The first pass now; each later one when fewer than one pass of it is waiting (`_feed_passes`):
-        publishing every pass up front cost the first minute of a run CPU it needed for learning."""
-        from rftbus.producers.tasks.publish import publish_tasks
-
-        c = self.cfg
-        report = publish_tasks(c, first, expert=c.run.expert)
-        self.events.append(f"tasks: published {report.published} {c.taskset.name} tasks"
-                           + (f" and {report.expert} expert demonstrations" if c.run.expert else "")
-                           + f" ({time.time() - self.started:.1f} s after start)")
-        self._pass_size = {"tasks": max(1, report.published), "expert": max(1, report.expert)}
-        self._rows = rows
+        self.passes = TaskPasses(c, rows, self._log, self.started)
+        self.passes.start(list(rows()))
 
     def _feed_passes(self, admin) -> None:
-        """Publish the next pass of tasks (for the explorers) or of demonstrations (for the trainer's
-        expert lane; they are read ~10x faster in MIX) once fewer than one pass of it is waiting."""
-        c = self.cfg
-        last = {"tasks": c.run.task_passes, "expert": c.run.expert_epochs if c.run.expert else 0}
-        busy = self._pass_thread is not None and self._pass_thread.is_alive()
-        if self._rows is None or busy:
+        """The next pass of a kind (run/passes.py) once fewer than one pass of it is waiting."""
+        if self.passes is None:
             return
+        c, backlog = self.cfg, {}
         lanes = {"tasks": (c.explorer.group_id, c.topics.tasks.name), "expert": (c.trainer.group_id, c.topics.expert.name)}
-        for kind, (group, topic) in lanes.items():
-            n = self._next_pass[kind]
-            if n > last[kind]:
-                continue
+        for kind in self.passes.wants():
+            group, topic = lanes[kind]
             try:
-                backlog = group_lag(admin, self.committed, group, [topic]).lag
+                backlog[kind] = group_lag(admin, self.committed, group, [topic]).lag
             except (KafkaException, TimeoutError):  # a broker restart: the next look retries
                 return
-            if backlog < self._pass_size[kind]:
-                self._next_pass[kind] = n + 1
-                self._pass_thread = threading.Thread(target=self._publish_pass, args=(kind, n),
-                                                     name=f"{kind}-pass-{n}", daemon=True)
-                self._pass_thread.start()
-                return
-
-    def _publish_pass(self, kind: str, n: int) -> None:
-        from rftbus.producers.tasks.publish import publish_tasks
-        from rftbus.producers.tasks.sources import Row
-
-        rows = self._rows
-        assert rows is not None
-        # A later pass is a new task (id suffixed with the pass), so the explorers' dedupe, which keeps
-        # one rollout per task id, lets it through; the same for the demonstrations made from it.
-        again = (Row(r.where, replace(r.task, task_id=f"{r.task.task_id}.p{n}"), r.error) if r.task is not None else r
-                 for r in rows())
-        try:
-            rep = publish_tasks(self.cfg, again, expert=kind == "expert", tasks=kind == "tasks")
-        except (RftbusError, KafkaException) as e:
-            self._log([f"tasks: publishing {kind} pass {n} failed: {e}"])
-            return
-        what = f"{rep.published} tasks" if kind == "tasks" else f"{rep.expert} demonstrations"
-        self.events.append(f"tasks: {kind} pass {n}: {what} ({time.time() - self.started:.0f} s)")
+        self.passes.tick(backlog)
 
     def write_child_config(self) -> Path:
         return write_config(self.cfg, self.run_dir / "config.yaml")

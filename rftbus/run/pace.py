@@ -51,9 +51,12 @@ def step_rates(pace: Pace, start: float, end: float) -> tuple[float | None, floa
     return round(first, 3), round(last, 3)
 
 
+BEST_WEIGHTS, BEST_META = "best.safetensors", "best.json"  # in the run folder, written by run/evaluator.py
+
+
 def read_best(run_dir: Path) -> dict | None:
-    """The best eval's version, reward and where its weights are kept (run/evaluator.py), if any."""
-    p = run_dir / "best.json"
+    """The best eval's version, reward, sha256 and where its weights are kept, if any."""
+    p = run_dir / BEST_META
     return json.loads(p.read_text()) if p.is_file() else None
 
 

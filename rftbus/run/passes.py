@@ -1,0 +1,78 @@
+"""Passes over the configured taskset for `rftbus run`: the first now, each later pass of tasks (for the
+explorers) or of demonstrations (for the trainer's expert lane, read ~10x faster in MIX) once fewer than
+one pass of it is waiting. Publishing every pass up front cost the first minute of a run CPU it needed
+for learning (#19). A later pass is a new task (id suffixed with the pass), so the explorers' dedupe,
+which keeps one rollout per task id, lets it through; the same for the demonstrations made from it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+
+from confluent_kafka import KafkaException
+
+from rftbus.config import Config
+from rftbus.errors import RftbusError
+from rftbus.producers.tasks.sources import Row
+
+KINDS = ("tasks", "expert")
+
+
+class TaskPasses:
+    """`start` publishes the first pass in a thread; `tick` is called with fresh backlogs (records waiting
+    per kind) and starts the next pass of a kind that runs low, one publishing thread at a time."""
+
+    def __init__(self, cfg: Config, rows: Callable[[], Iterable[Row]], log: Callable[[list[str]], None],
+                 started: float):
+        self.cfg, self.rows, self.log, self.started = cfg, rows, log, started
+        self.last = {"tasks": cfg.run.task_passes, "expert": cfg.run.expert_epochs if cfg.run.expert else 0}
+        self.size = {"tasks": 1, "expert": 1}
+        self.next = {"tasks": 2, "expert": 2}
+        self.ready = False  # the first pass is published (its sizes are known)
+        self._thread: threading.Thread | None = None
+
+    def start(self, first: list[Row]) -> None:
+        self._run(self._publish_first, first)
+
+    def wants(self) -> list[str]:
+        """The kinds that may need a pass now (the caller reads their backlogs)."""
+        busy = self._thread is not None and self._thread.is_alive()
+        return [] if busy or not self.ready else [k for k in KINDS if self.next[k] <= self.last[k]]
+
+    def tick(self, backlog: dict[str, int]) -> None:
+        for kind in self.wants():
+            if kind in backlog and backlog[kind] < self.size[kind]:
+                n, self.next[kind] = self.next[kind], self.next[kind] + 1
+                self._run(self._publish_pass, kind, n)
+                return
+
+    def _run(self, fn, *args) -> None:
+        def guarded() -> None:
+            try:
+                fn(*args)
+            except (RftbusError, KafkaException) as e:
+                self.log([f"tasks: publishing {self.cfg.taskset.name} failed: {e}"])
+        self._thread = threading.Thread(target=guarded, name="tasks", daemon=True)
+        self._thread.start()
+
+    def _publish_first(self, first: list[Row]) -> None:
+        from rftbus.producers.tasks.publish import publish_tasks
+
+        c = self.cfg
+        report = publish_tasks(c, first, expert=c.run.expert)
+        self.log([f"tasks: published {report.published} {c.taskset.name} tasks"
+                  + (f" and {report.expert} expert demonstrations" if c.run.expert else "")
+                  + f" ({time.time() - self.started:.1f} s after start)"])
+        self.size = {"tasks": max(1, report.published), "expert": max(1, report.expert)}
+        self.ready = True
+
+    def _publish_pass(self, kind: str, n: int) -> None:
+        from rftbus.producers.tasks.publish import publish_tasks
+
+        again = (Row(r.where, replace(r.task, task_id=f"{r.task.task_id}.p{n}"), r.error) if r.task is not None else r
+                 for r in self.rows())
+        rep = publish_tasks(self.cfg, again, expert=kind == "expert", tasks=kind == "tasks")
+        what = f"{rep.published} tasks" if kind == "tasks" else f"{rep.expert} demonstrations"
+        self.log([f"tasks: {kind} pass {n}: {what} ({time.time() - self.started:.0f} s)"])
