@@ -61,9 +61,10 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     emit = Emitter(app, codec.encode, topo.names, topo.partitions, sc.rejection_original_max_bytes,
                    value_limits(topic_limits, topo.names, settings.kwargs["producer_max_request_size"]))
     n = topo.raw_partitions
-    pending = app.Table("pending", partitions=n,
+    # key/value type bytes: raw bytes in and out of the store (rocksdb encodes what it keeps, memory does not)
+    pending = app.Table("pending", partitions=n, key_type=bytes, value_type=bytes,
                         changelog_topic=app.topic(topo.changelog, partitions=n, compacting=True))
-    held = app.Table("live", partitions=n,
+    held = app.Table("live", partitions=n, key_type=bytes, value_type=bytes,
                      changelog_topic=app.topic(topo.live_changelog, partitions=n, compacting=True))
     live = LiveGroups(cfg, held, emit, codec, counters)
     ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw, live)

@@ -21,6 +21,22 @@ from rftbus.weights.staleness import is_stale, stale_detail
 GRADED = (Source.live, Source.human)  # rewards from feedback: a lone answer still has a baseline
 
 
+def class_key(g: GroupView) -> str:
+    """The prompt class a live answer is compared with: the request's `task_class` metadata, else its
+    source (all live traffic is one class)."""
+    return "class:" + (g.metadata.get("task_class") or g.source.value)
+
+
+def singleton_baseline(g: GroupView, prior: float | None, pass_rates: PassRates, cfg: StreamsConfig) -> float | None:
+    """What a lone answer's reward is compared with (`streams.singleton_baseline`): its task's pass rate
+    once the task has been seen (`task`), its class's running mean (`class`), or the task's when known and
+    the class's otherwise (`task_or_class`, the default: live prompts rarely repeat). None: 0.5."""
+    how = cfg.singleton_baseline
+    if how == "task" or (how == "task_or_class" and prior is not None):
+        return prior
+    return pass_rates.get(class_key(g))
+
+
 @dataclass(slots=True)
 class Decision:
     drops: dict[int, Drop]  # sample index -> why it is dropped (every stage)
@@ -47,16 +63,22 @@ def decide(g: GroupView, drops: dict[int, Drop], *, latest: int, max_staleness: 
         return out
     rewards = [float(g.samples[i].reward) for i in live]  # type: ignore[arg-type]  # None was dropped
     prior = pass_rates.get(g.task_id)
-    pass_rates.update(g.task_id, sum(rewards) / len(rewards))
-    if len(live) == 1 and (g.size == 1 or g.source in GRADED):
-        advantages = MeanBaseline().advantages(rewards, prior)
-    elif len(live) < 2 or (cfg.drop_zero_variance and group_std(rewards) <= cfg.zero_variance_eps):
+    mean = sum(rewards) / len(rewards)
+    pass_rates.update(g.task_id, mean)
+    flat = len(live) < 2 or group_std(rewards) <= cfg.zero_variance_eps
+    if (len(live) == 1 and g.size == 1) or (flat and g.source in GRADED):
+        # a graded answer alone, or graded answers that agree (two choices both right): the group says
+        # nothing, the baseline of the task or its class still does
+        advantages = MeanBaseline().advantages(rewards, singleton_baseline(g, prior, pass_rates, cfg))
+    elif len(live) < 2 or (cfg.drop_zero_variance and flat):
         why = "one sample left" if len(live) < 2 else f"all rewards {rewards[0]:g}"
         for i in live:
             out.drops[i] = Drop("zero_variance", f"group {g.group_id}: {why}", "filter")
         return out
     else:
         advantages = make_estimator(cfg.advantage, cfg.advantage_eps).advantages(rewards)
+    if g.source in GRADED:
+        pass_rates.update(class_key(g), mean, cfg.class_baseline_alpha)
     bonus = difficulty_bonus(prior, cfg.difficulty_weight)
     prios = priorities(advantages, [g.samples[i].model_version for i in live], latest, cfg.recency_decay, bonus)
     out.survivors = live

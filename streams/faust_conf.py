@@ -79,7 +79,7 @@ def faust_settings(cfg: Config, datadir: str) -> FaustSettings:
         broker_credentials=credentials(client),
         key_serializer="raw",
         value_serializer="raw",
-        store="memory://",
+        store=f"{sc.table_store}://",  # rocksdb: faust's store over rocksdict (pinned in pyproject)
         datadir=datadir,
         processing_guarantee=sc.processing_guarantee,
         broker_commit_interval=sc.commit_interval_s,

@@ -16,8 +16,8 @@ from typing import Any
 
 from rftbus.streams import offsets
 from rftbus.streams.curate import Decision, decide
-from rftbus.streams.live import LiveGroups
-from rftbus.streams.outputs import H_KIND, H_SAMPLE, H_T0, Output
+from rftbus.streams.live import Late, LiveGroups
+from rftbus.streams.outputs import H_KIND, H_SAMPLE, H_SRC, H_T0, Output
 from rftbus.streams.recovery import Landed, scan
 from rftbus.streams.redelivery import DeliveryGuard
 from rftbus.streams.verify import Drop, Verdict, needs_feedback, read_group, sample_drops
@@ -72,19 +72,18 @@ class Ingest:
             self.guard.delivered(msg.tp, msg.offset)
         headers = dict(msg.headers or [])
         kind = headers.get(H_KIND)
+        landed = self.landed.get(p) or await self._recover(p, int((msg.timestamp or time.time()) * 1000))
         if kind == b"tick":
-            if p in self.landed:
-                await self.tick(p)
+            # (a tick scans too: after a restart, a partition with no new records still has held groups
+            # whose TTL must pass; their release outputs are found by the scan if a crash cut them short)
+            await self.tick(p)
         else:
-            landed = self.landed.get(p) or await self._recover(p, int((msg.timestamp or time.time()) * 1000))
             if msg.topic == self.raw_topic:
                 src = f"{msg.topic}/{p}/{msg.offset}"
                 t0 = headers.get(H_T0) or (str(int(msg.timestamp * 1000)).encode() if msg.timestamp else None)
                 await self.on_raw(p, src, msg.value, msg.key, t0, landed)
             elif kind == b"grade":
-                h = self.live.grade(msg.key, int(headers[H_SAMPLE]), msg.value)
-                if h is not None:
-                    await self._release(p, h, landed)
+                await self.on_grade(p, msg, headers, landed)
         await self.stream.ack(event)
 
     async def on_raw(self, p: int, src: str, data: bytes | None, key: bytes | None, t0: bytes | None,
@@ -117,6 +116,19 @@ class Ingest:
         c.inc("experiences_in", g.size)
         if not needs_feedback(g):
             await self.curate(p, src, g, t0, landed)
+
+    async def on_grade(self, p: int, msg, headers: dict, landed: Landed) -> None:
+        try:
+            h = self.live.grade(msg.key, int(headers[H_SAMPLE]), msg.value)
+        except Late as e:
+            self.counters.reject("feedback_expired", "feedback")
+            await self.emit.reject(reason="feedback_expired", detail=str(e), stage="feedback",
+                                   src=headers[H_SRC].decode(), original=msg.value, key=msg.key, p=p)
+            return
+        if headers.get(H_T0):
+            self.counters.join_latency(time.time() * 1000 - int(headers[H_T0]))
+        if h is not None:
+            await self._release(p, h, landed)
 
     async def _release(self, p: int, h, landed: Landed) -> None:
         data = self.live.release(h)

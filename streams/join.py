@@ -7,6 +7,11 @@ raw partition, sample index). The feedback fan-out sends every Feedback there to
 it grades (kind `fb`). Both meet in one partition and one changelogged table (`pending`, keyed by
 experience_id) whatever the arrival order. When they do, the grade goes to `<app_id>-joined` into the
 partition number the group's raw record had, where the ingest agent holds the group (kind `grade`).
+
+After the join an entry stays one more TTL as a marker, so feedback that comes after it gets a reason:
+DONE (graded: another feedback is `duplicate_feedback`, a retry with the same feedback_id is nothing)
+or EXPIRED (the TTL passed ungraded and the sample was rejected `no_feedback`: `feedback_expired`).
+State lives in the changelogged table (on disk with `streams.table_store: rocksdb`), not in the worker.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ import time
 
 from rftbus.schemas import DecodeError, Feedback
 from rftbus.streams.feedback import BadFeedback, grades
-from rftbus.streams.outputs import H_EXP, H_KIND, H_SAMPLE, H_SRC
+from rftbus.streams.outputs import H_EXP, H_FBID, H_KIND, H_SAMPLE, H_SRC, H_T0
 
-EXP, FB, DONE = 1, 2, 3
+EXP, FB, DONE, EXPIRED = 1, 2, 3, 4
 _HEAD = struct.Struct(">Bqi")
 
 
@@ -37,6 +42,16 @@ def unpack(b: bytes) -> tuple[int, int, int, str, bytes]:
     (ls,) = struct.unpack_from(">H", b, _HEAD.size)
     o = _HEAD.size + 2
     return kind, ms, part, b[o:o + ls].decode(), b[o + ls:]
+
+
+def pack_fb(fb_id: bytes, t0: bytes, feedback: bytes) -> bytes:
+    """A waiting feedback: its id and accepted-at (ms) beside the record, for when its experience comes."""
+    return struct.pack(">HH", len(fb_id), len(t0)) + fb_id + t0 + feedback
+
+
+def unpack_fb(b: bytes) -> tuple[bytes, bytes, bytes]:
+    n, m = struct.unpack_from(">HH", b)
+    return b[4:4 + n], b[4 + n:4 + n + m], b[4 + n + m:]
 
 
 def index_value(group_id: str, raw_partition: int, sample: int) -> bytes:
@@ -72,40 +87,70 @@ class Join:
         src = headers[H_SRC].decode()
         if kind == b"exp":
             if held is not None and held[0] == FB:
-                await self._grade(key, msg.value, held[4], held[3])
+                fb_id, t0, fb = unpack_fb(held[4])
+                await self._grade(key, msg.value, fb, held[3], fb_id, t0)
             elif held is None or held[0] == EXP:  # (a replay of the same record overwrites it)
                 self.table[key] = pack(EXP, now_ms(), msg.partition, src, msg.value)
         elif kind == b"fb":
             self.counters.inc("feedback_routed")
-            if held is not None and held[0] == EXP:
-                await self._grade(key, held[4], msg.value, src)
-            elif held is not None and held[0] == DONE:
-                self.counters.inc("feedback_late")
-            else:
-                self.table[key] = pack(FB, now_ms(), msg.partition, src, msg.value)
+            fb_id, t0 = headers.get(H_FBID, b""), headers.get(H_T0, b"")
+            if held is None:
+                self.table[key] = pack(FB, now_ms(), msg.partition, src, pack_fb(fb_id, t0, msg.value))
+            elif held[0] == FB:  # a second one before its experience came: the first is kept
+                if fb_id and unpack_fb(held[4])[0] == fb_id:
+                    self.counters.inc("feedback_retries")
+                else:
+                    await self._late("duplicate_feedback", f"experience {key.decode()} already has feedback "
+                                     "waiting for it", src, msg)
+            elif held[0] == EXP:
+                await self._grade(key, held[4], msg.value, src, fb_id, t0)
+            elif held[0] == DONE:
+                if fb_id and held[4] == fb_id:
+                    self.counters.inc("feedback_retries")  # the same feedback again: one feedback downstream
+                else:
+                    await self._late("duplicate_feedback", f"experience {key.decode()} was already graded by "
+                                     f"feedback {held[4].decode() or '?'}", src, msg)
+            else:  # EXPIRED
+                ttl = self.cfg.streams.feedback_ttl_s
+                await self._late("feedback_expired", f"experience {key.decode()} waited its feedback_ttl_s of "
+                                 f"{ttl:g} s ungraded (rejected no_feedback); this came "
+                                 f"{(now_ms() - held[1]) / 1000 + ttl:.0f} s after it arrived", src, msg)
 
-    async def _grade(self, key: bytes, index: bytes, feedback: bytes, fb_src: str) -> None:
+    async def _grade(self, key: bytes, index: bytes, feedback: bytes, fb_src: str, fb_id: bytes, t0: bytes) -> None:
         gid, raw_partition, sample = parse_index(index)
         await self.emit.topics["joined"].send(
             key=gid.encode(), value=feedback, partition=raw_partition % self.joined_partitions,
-            headers=[(H_KIND, b"grade"), (H_EXP, key), (H_SAMPLE, str(sample).encode()), (H_SRC, fb_src.encode())])
-        self.table[key] = pack(DONE, now_ms(), _current_partition())
+            headers=[(H_KIND, b"grade"), (H_EXP, key), (H_SAMPLE, str(sample).encode()), (H_SRC, fb_src.encode()),
+                     (H_T0, t0)])
+        self.table[key] = pack(DONE, now_ms(), _current_partition(), data=fb_id)
         self.counters.inc("joined")
 
+    async def _late(self, reason: str, detail: str, src: str, msg) -> None:
+        """Feedback that grades nothing: its own rejection, so a grader's work is never dropped silently."""
+        self.counters.reject(reason, "feedback")
+        await self.emit.reject(reason=reason, detail=detail, stage="feedback", src=src, original=msg.value,
+                               key=msg.key, p=msg.partition)
+
     async def expire(self, partition: int) -> None:
-        """Index entries past the feedback TTL are dropped (the ingest side rejects their samples);
-        feedback that never found its experience is rejected as orphan_feedback."""
+        """Index entries past the feedback TTL become EXPIRED markers (the ingest side rejects their
+        samples); markers past one more TTL are forgotten; feedback that never found its experience is
+        rejected as orphan_feedback."""
         ttl_ms = self.cfg.streams.feedback_ttl_s * 1000
-        cutoff = now_ms() - ttl_ms
+        now = now_ms()
+        cutoff = now - ttl_ms
         for key, raw in list(self.table.items()):
             kind, arrived, part, src, data = unpack(raw)
             if part != partition or arrived >= cutoff:
                 continue
             if kind == FB:
                 await self.emit.reject(reason="orphan_feedback", detail="feedback for an experience that never "
-                                       "arrived", stage="feedback", src=src, original=data, key=None, p=partition)
+                                       "arrived", stage="feedback", src=src, original=unpack_fb(data)[2], key=None,
+                                       p=partition)
                 self.counters.reject("orphan_feedback", "feedback")
-            del self.table[key]
+            if kind == EXP:
+                self.table[key] = pack(EXPIRED, now, part)
+            else:
+                del self.table[key]
 
     def pending(self) -> int:
         return sum(1 for raw in self.table.values() if raw[0] == EXP)
@@ -146,9 +191,10 @@ class FeedbackFanout:
         except BadFeedback as e:
             await self._reject("bad_feedback", str(e), src, msg)
             return
+        t0 = str(int(msg.timestamp * 1000) if msg.timestamp else now_ms()).encode()  # when the broker took it
         for g in gs:
-            await self.emit.topics["join"].send(key=g.experience_id.encode(), value=msg.value,
-                                                headers=[(H_KIND, b"fb"), (H_SRC, src.encode())])
+            await self.emit.topics["join"].send(key=g.experience_id.encode(), value=msg.value, headers=[
+                (H_KIND, b"fb"), (H_SRC, src.encode()), (H_FBID, fb.feedback_id.encode()), (H_T0, t0)])
 
     async def _reject(self, reason: str, detail: str, src: str, msg) -> None:
         self.counters.reject(reason, "feedback")

@@ -23,6 +23,10 @@ from rftbus.streams.view import GroupView
 WAITING, DONE = 1, 2
 
 
+class Late(Exception):
+    """A grade for a group no longer held."""
+
+
 @dataclass(slots=True)
 class Held:
     state: int
@@ -81,11 +85,12 @@ class LiveGroups:
         return True
 
     def grade(self, group_id: bytes, sample: int, feedback: bytes) -> Held | None:
-        """Record one grade; the held group when it is now complete (to be released), else None."""
+        """Record one grade; the held group when it is now complete (to be released), else None.
+        Raises Late when the group was already released (its TTL passed while the grade was on its way)."""
         raw = self.table.get(group_id)
         if raw is None or raw[0] == DONE:
-            self.counters.inc("feedback_late")
-            return None
+            raise Late(f"group {group_id.decode()} was released (feedback_ttl_s {self.cfg.streams.feedback_ttl_s:g} s "
+                       "passed) before this grade reached it")
         h = unpack(raw)
         h.grades.setdefault(sample, feedback)
         if len(h.grades) < self._waiting(h):

@@ -13,19 +13,29 @@ from collections.abc import Sequence
 
 
 class PassRates:
-    def __init__(self, alpha: float):
+    """EMA of group mean reward per key (a task id, or `class:<name>` for a prompt class). At most
+    `max_keys` are kept, least recently updated dropped first: live traffic brings a new task id with
+    almost every prompt, and hours of it must not grow a worker's memory without bound."""
+
+    def __init__(self, alpha: float, max_keys: int = 200_000):
         self.alpha = alpha
+        self.max_keys = max_keys
         self.rates: dict[str, float] = {}
         self.changed: set[str] = set()
 
     def get(self, task_id: str) -> float | None:
         return self.rates.get(task_id)
 
-    def update(self, task_id: str, mean_reward: float) -> float:
-        old = self.rates.get(task_id)
-        new = mean_reward if old is None else (1 - self.alpha) * old + self.alpha * mean_reward
+    def update(self, task_id: str, mean_reward: float, alpha: float | None = None) -> float:
+        a = self.alpha if alpha is None else alpha
+        old = self.rates.pop(task_id, None)  # (re-inserted: the dict's order is recency of update)
+        new = mean_reward if old is None else (1 - a) * old + a * mean_reward
         self.rates[task_id] = new
         self.changed.add(task_id)
+        while len(self.rates) > self.max_keys:
+            gone = next(iter(self.rates))
+            del self.rates[gone]
+            self.changed.discard(gone)
         return new
 
     def take_changed(self) -> dict[str, float]:

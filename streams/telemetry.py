@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections import Counter
+from collections import Counter, deque
 
 from rftbus.config import Config
 from rftbus.schemas import TrainerMetric
@@ -22,6 +22,18 @@ class Counters:
         self.rejected: Counter[str] = Counter()  # experiences (or whole undecodable records) by reason
         self.by_stage: Counter[str] = Counter()
         self.started = time.time()
+        self.join_ms: deque[float] = deque(maxlen=20_000)  # feedback accepted -> grade applied to its group
+
+    def join_latency(self, ms: float) -> None:
+        self.join_ms.append(max(0.0, ms))
+
+    def join_percentiles(self) -> dict:
+        xs = sorted(self.join_ms)
+        if not xs:
+            return {"feedback_join_p50_s": None, "feedback_join_p99_s": None, "feedback_join_n": 0}
+        at = lambda q: xs[min(len(xs) - 1, int(q * len(xs)))] / 1000  # noqa: E731
+        return {"feedback_join_p50_s": round(at(0.5), 3), "feedback_join_p99_s": round(at(0.99), 3),
+                "feedback_join_n": len(xs)}
 
     def inc(self, name: str, n: int = 1) -> None:
         self.c[name] += n
@@ -44,7 +56,9 @@ class Counters:
             "waiting_for_feedback": waiting,
             "experiences_accounted": c["curated"] + c["rejected_experiences"] + waiting,
             "expert_promoted": c["expert_promoted"], "joined": c["joined"], "joined_groups": c["joined_groups"],
-            "feedback_in": c["feedback_in"], "feedback_late": c["feedback_late"],
+            "feedback_in": c["feedback_in"], "feedback_retries": c["feedback_retries"],
+            "feedback_duplicate": self.rejected["duplicate_feedback"], "feedback_expired": self.rejected["feedback_expired"],
+            **self.join_percentiles(),
             "rejected": c["rejected"], "rejected_by_reason": dict(self.rejected),
             "rejected_by_stage": dict(self.by_stage), "errors": c["errors"],
             "recovery_scans": c["recovery_scans"], "pending_feedback": pending_feedback,

@@ -33,6 +33,10 @@ class StreamsConfig(BaseModel):
                                    "unconsumed records leaves them out and waits on the others (Faust's 1500 ms "
                                    "default: raw stalled ~0.5-1.5 s at 1,000/s). An idle worker fetches this often")
     partitions: int | None = Field(None, ge=1, description="internal topics' partitions; default = raw's")
+    table_store: Literal["rocksdb", "memory"] = Field(
+        "rocksdb", description="where the tables (live groups waiting for feedback, the join index) are kept "
+        "besides their changelog topics: rocksdb = on disk under the worker's state folder (hours of feedback "
+        "TTL do not grow the worker's memory with traffic); memory = in RAM, rebuilt from the changelog on start")
     internal_retention_ms: int = Field(24 * 3600 * 1000, ge=-1, description="retention of the internal topics")
 
     # verify
@@ -52,6 +56,12 @@ class StreamsConfig(BaseModel):
         "grpo", description="estimator for groups of n >= 2: grpo (r - mean) / (std + eps); drgrpo r - mean "
         "(no std division: nearly-deterministic groups weigh less; streams/advantages/drgrpo.py)")
     advantage_eps: float = Field(1e-6, gt=0, description="eps in (r - mean) / (std + eps)")
+    singleton_baseline: Literal["task_or_class", "task", "class"] = Field(
+        "task_or_class", description="baseline of a lone graded answer (advantage = r - baseline): its task's "
+        "pass rate, its prompt class's running mean (request metadata task_class, else all live traffic), or "
+        "the task's when it was seen before and the class's otherwise")
+    class_baseline_alpha: float = Field(0.02, gt=0, le=1, description="EMA weight of a graded group's mean "
+                                        "reward in its class's baseline (~ the last 1/alpha answers)")
     # filters
     max_tokens: int = Field(8192, ge=1, description="prompt + response tokens over this: over_length")
     reward_min: float = -10.0
