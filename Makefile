@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
 
-.PHONY: install demo demo-grpo demo-grpo-reverse test chaos lock clean
+.PHONY: install demo demo-grpo demo-grpo-reverse demo-live demo-live-reverse test chaos lock clean
 
 install: $(STAMP)
 
@@ -34,6 +34,17 @@ demo-grpo: install
 demo-grpo-reverse: install
 	rm -rf .rftbus/grpo-reverse
 	$(VENV)/bin/rftbus run configs/toy-grpo-reverse.yaml
+
+# Online RFT from live traffic alone: serve + simulated agents and graders, no explorers (docs/BENCHMARKS.md,
+# "Learning from live traffic"). Its own state folder and broker, recreated on every call.
+demo-live: install
+	rm -rf .rftbus/live-addition
+	$(VENV)/bin/rftbus run configs/live-addition.yaml --summary-json .rftbus/live-addition-summary.json
+
+# The same on `reverse` with scores only (no corrections): pure RL from graded live answers.
+demo-live-reverse: install
+	rm -rf .rftbus/live-reverse
+	$(VENV)/bin/rftbus run configs/live-reverse.yaml --summary-json .rftbus/live-reverse-summary.json
 
 # Fault injection + load on the toy run, then reconciliation by experience id (docs/RELIABILITY.md).
 chaos: install

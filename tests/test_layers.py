@@ -17,7 +17,7 @@ ROOTS = {"rftbus": "rftbus", "rftbus.producers": "producers", "rftbus.consumers"
 GROUND = ("rftbus.config", "rftbus.kafka", "rftbus.schemas", "rftbus.weights", "rftbus.models", "rftbus.errors",
           "rftbus.status", "rftbus.broker", "rftbus.tasksets")
 COMPONENTS = ("rftbus.producers", "rftbus.consumers", "rftbus.streams", "rftbus.trainer")
-APP = ("rftbus.cli", "rftbus.run", "rftbus.chaos", "rftbus.bench", "rftbus.bus_check")
+APP = ("rftbus.cli", "rftbus.run", "rftbus.chaos", "rftbus.bench", "rftbus.bus_check", "rftbus.simulate")
 HARNESSES = ("rftbus.chaos", "rftbus.bench")
 HARNESS_ENTRIES = ("rftbus.cli.bench_cmd", "rftbus.cli.chaos_cmd")  # the commands that start them
 

@@ -20,6 +20,7 @@ from rftbus.errors import RftbusError
 from rftbus.models.config import ModelConfig
 from rftbus.config.explorer import ExplorerConfig, TasksetConfig
 from rftbus.config.serve import ServeConfig
+from rftbus.config.simulate import SimulateConfig
 from rftbus.config.run import RunConfig
 from rftbus.config.streams import StreamsConfig
 from rftbus.config.trainer import TrainerConfig
@@ -144,6 +145,7 @@ class Config(_Strict):
     trainer: TrainerConfig = TrainerConfig()
     run: RunConfig = RunConfig()
     serve: ServeConfig = ServeConfig()
+    simulate: SimulateConfig = SimulateConfig()
     analytics: AnalyticsConfig = AnalyticsConfig()
 
     @field_validator("state_dir")

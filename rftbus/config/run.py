@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class CurriculumStage(BaseModel):
@@ -21,7 +21,8 @@ class CurriculumStage(BaseModel):
 
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    explorers: int = Field(1, ge=1, description="explorer processes (one consumer group)")
+    explorers: int = Field(1, ge=0, description="explorer processes (one consumer group); 0 = none: live "
+                           "traffic through `serve` is the only source of experiences (with `simulate`)")
     streams_workers: int = Field(1, ge=1)
     tasks: int = Field(2000, ge=1, description="train tasks of the built-in taskset published at start")
     expert: bool = Field(True, description="also publish expert demonstrations (needed by the mix/sft losses)")
@@ -43,10 +44,20 @@ class RunConfig(BaseModel):
     analytics: bool = Field(True, description="run the analytics sink too, when it is installed")
     serve: bool = Field(False, description="also run `rftbus serve` (the live-traffic proxy, on serve.host:"
                         "serve.port) as a supervised child")
+    simulate: bool = Field(False, description="also run `rftbus simulate` (agents and graders against serve, "
+                           "the `simulate:` section) as a supervised child; needs serve: true")
     curriculum: list[CurriculumStage] = Field(default_factory=list, description="stages of easier tasks (RL "
                                               "tasks only, no demonstrations), each published just in time until "
                                               "its until_step; then the configured taskset; eval stays on the "
                                               "configured taskset")
+
+    @model_validator(mode="after")
+    def _sources(self) -> RunConfig:
+        if self.simulate and not self.serve:
+            raise ValueError("run.simulate needs run.serve: true (the agents talk to the proxy)")
+        if self.explorers == 0 and not self.serve:
+            raise ValueError("run.explorers: 0 leaves no source of experiences; set run.serve: true")
+        return self
 
     @field_validator("curriculum")
     @classmethod

@@ -29,13 +29,14 @@ from rftbus.kafka.topics import create_topics
 from rftbus.run.broker_watch import BrokerWatch
 from rftbus.run.curriculum import Curriculum
 from rftbus.run.display import render
+from rftbus.run.live import live_summary
 from rftbus.run.pace import Pace, pace_summary, read_best
 from rftbus.run.passes import TaskPasses
 from rftbus.run.plots import plot_eval, plot_steps
 from rftbus.run.supervisor import ChildSpec, Supervisor
 from rftbus.status import read_statuses
 
-STOP_ORDER = ["serve", "explorer", "streams", "trainer", "analytics"]  # producers first, so the rest can drain
+STOP_ORDER = ["simulate", "serve", "explorer", "streams", "trainer", "analytics"]  # producers first: the rest drain
 
 
 def child_state(c) -> str:
@@ -85,6 +86,8 @@ class MainJob:
     def publish_tasks(self, admin) -> None:
         """The configured taskset now, or with `run.curriculum` its first stage now and the rest
         from the main loop (`_feed_curriculum`), the configured taskset after the last stage."""
+        if self.cfg.run.explorers == 0 and not self.cfg.run.expert:
+            return  # live traffic only: nobody reads tasks or demonstrations of the taskset
         if not self.cfg.run.curriculum:
             self._publish_configured()
             return
@@ -181,7 +184,11 @@ class MainJob:
             specs.append(ChildSpec("analytics", base + ["analytics", "sink"], env, c.run.max_restarts,
                                    logs / "analytics.log"))
         if c.run.serve and importlib.util.find_spec("rftbus.producers.serve.service") is not None:
-            specs.append(ChildSpec("serve", base + ["serve"], env, c.run.max_restarts, logs / "serve.log"))
+            # (warning: no access line per request in its log at tens of requests a second)
+            specs.append(ChildSpec("serve", base + ["serve", "--log-level", "warning"], env, c.run.max_restarts,
+                                   logs / "serve.log"))
+        if c.run.simulate:
+            specs.append(ChildSpec("simulate", base + ["simulate"], env, c.run.max_restarts, logs / "simulate.log"))
         return specs
 
     # ---- the loop ----------------------------------------------------------------------------
@@ -324,6 +331,8 @@ class MainJob:
         self.pace.see(time.time(), read_statuses(self.cfg.state_dir), last=True)
         pace = pace_summary(self.pace, evals, rec, self.started, self.broker_ready, time.time())
         plots += plot_steps(pace["steps_timeline"], self.run_dir, title=f"{self.cfg.taskset.name}: trainer steps")
+        live, live_plots = live_summary(self.cfg, self.started, rec.rejected_by_reason, self.run_dir)
+        plots += live_plots
         summary = {
             "stop_reason": reason,
             "eval_reward_initial": evals[0]["reward"] if evals else None,
@@ -358,6 +367,7 @@ class MainJob:
             "exit_codes": self.exit_codes,
             "curriculum": self.curriculum.summary() if self.curriculum else [],
             **pace,
+            **live,
             "eval_best": read_best(self.run_dir),
             "wall_seconds": round(time.time() - self.started, 1),
             "plots": [str(p) for p in plots],

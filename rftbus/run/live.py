@@ -1,0 +1,48 @@
+"""The live-traffic part of a run's summary (with `run.serve`): the live reward of the served answers
+(per minute, and its PNG), the feedback join latency, and what became of the feedback.
+
+Counts come from the streams' and the simulator's status files; experiences left ungraded past the TTL
+(`no_feedback`) from the reconciliation's rejections. Empty when nothing was served.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rftbus.config import Config
+from rftbus.simulate import live_reward
+from rftbus.status import read_statuses
+
+
+def _join_latency(streams: list[dict]) -> dict:
+    """p50/p99 of the busiest worker's window (each worker keeps its own; one worker in the demos)."""
+    best = max((s for s in streams if s.get("feedback_join_n")), key=lambda s: s["feedback_join_n"], default=None)
+    if best is None:
+        return {"feedback_join_p50_s": None, "feedback_join_p99_s": None}
+    return {"feedback_join_p50_s": best["feedback_join_p50_s"], "feedback_join_p99_s": best["feedback_join_p99_s"]}
+
+
+def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int], out_dir: Path) -> tuple[dict, list[Path]]:
+    if not cfg.run.serve:
+        return {}, []
+    statuses = read_statuses(cfg.state_dir)
+    streams = [s for s in statuses if s.get("role") == "streams"]
+    sims = [s for s in statuses if s.get("role") == "simulate"]
+    rows = [r for r in live_reward.read_answers(cfg.state_dir) if r["t"] >= started]
+    out = live_reward.summary(rows, started)
+    out.update(_join_latency(streams))
+    total = lambda key: sum(int(s.get(key) or 0) for s in streams)  # noqa: E731
+    out["feedback"] = {
+        "joined": total("joined"), "joined_groups": total("joined_groups"),
+        "no_feedback_experiences": int(rejected_by_reason.get("no_feedback", 0)),
+        "late": total("feedback_expired"), "duplicate": total("feedback_duplicate"),
+        "retries": total("feedback_retries"), "received": total("feedback_in"),
+        "waiting_experiences": total("waiting_for_feedback"),
+    }
+    if sims:
+        keys = ("requests", "answers", "multi_turn", "ungraded", "feedback_posted", "feedback.reward",
+                "feedback.rating", "feedback.thumbs", "feedback.correction", "feedback.preference",
+                "feedback.duplicate", "feedback_unposted_at_stop", "request_errors")
+        out["simulated"] = {k: sum(int(s.get(k) or 0) for s in sims) for k in keys}
+    plots = live_reward.plot(out["live_reward_by_minute"], out_dir, f"{cfg.taskset.name}: live reward of served answers")
+    return out, plots

@@ -1,0 +1,79 @@
+"""The live reward: the taskset's score of the answers actually served, per minute.
+
+The simulator appends one row per served answer to `<state_dir>/simulate/answers.jsonl` (a restarted
+simulator appends to the same file, so the curve has no gap); `rftbus run`'s summary and plot read it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def answers_path(state_dir: Path) -> Path:
+    return Path(state_dir) / "simulate" / "answers.jsonl"
+
+
+def read_answers(state_dir: Path) -> list[dict]:
+    path = answers_path(state_dir)
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:  # a line torn by a kill -9
+            continue
+    return out
+
+
+def per_minute(rows: list[dict], start: float, bucket_s: float = 60.0) -> list[dict]:
+    """[{minute, reward, exact, answers, version}] over `bucket_s` windows from `start` (epoch s)."""
+    buckets: dict[int, list[dict]] = {}
+    for r in rows:
+        buckets.setdefault(int((r["t"] - start) // bucket_s), []).append(r)
+    out = []
+    for k in sorted(b for b in buckets if b >= 0):
+        rs = buckets[k]
+        out.append({"minute": round((k + 1) * bucket_s / 60, 2), "reward": round(sum(r["r"] for r in rs) / len(rs), 4),
+                    "exact": round(sum(r["x"] for r in rs) / len(rs), 4), "answers": len(rs),
+                    "version": max(r["v"] for r in rs)})
+    return out
+
+
+def summary(rows: list[dict], start: float, min_answers: int = 20) -> dict:
+    """live_reward_initial: the first minute; live_reward_final: the last whole minute (a partial last
+    minute with fewer than `min_answers` answers is left out)."""
+    curve = per_minute(rows, start)
+    full = [b for b in curve if b["answers"] >= min_answers] or curve
+    return {"live_reward_initial": full[0]["reward"] if full else None,
+            "live_reward_final": full[-1]["reward"] if full else None,
+            "live_reward_best": max((b["reward"] for b in full), default=None),
+            "live_answers": len(rows), "live_reward_by_minute": curve}
+
+
+def plot(curve: list[dict], out_dir: Path, title: str) -> list[Path]:
+    """live_reward.png: the served answers' mean score per minute (and the exact-match share)."""
+    if not curve:
+        return []
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+    xs = [b["minute"] for b in curve]
+    ax.plot(xs, [b["reward"] for b in curve], marker="o", linewidth=1.5, label="live reward (taskset score)")
+    ax.plot(xs, [b["exact"] for b in curve], marker=".", linewidth=1, alpha=0.7, label="exact answers")
+    ax.set_xlabel("minute of the run")
+    ax.set_ylabel("mean over the answers served that minute")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    ax.set_title(title)
+    fig.tight_layout()
+    path = out_dir / "live_reward.png"
+    fig.savefig(path)
+    plt.close(fig)
+    return [path]

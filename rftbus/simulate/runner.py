@@ -1,0 +1,205 @@
+"""K agents asking `rftbus serve` through the official OpenAI SDK, and graders posting their feedback
+late to `/v1/feedback`; the live reward of what was served goes to answers.jsonl (live_reward.py).
+
+An agent asks a train task of the configured taskset (n=1 mostly, n=2 for `n2_share`), scores each
+choice with the taskset's scorer (what the live reward is), hands the answers to the graders (graders.py),
+and with `multi_turn_share` follows a wrong answer with a second turn carrying the tool's verdict.
+Feedback posts are retried with the same feedback_id while the proxy answers 503 or is down (a restart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import signal
+import time
+from collections import Counter, deque
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from rftbus.config import Config
+from rftbus.simulate.graders import Answer, Post, plan
+from rftbus.simulate.live_reward import answers_path
+from rftbus.status import StatusFile
+from rftbus.tasksets import get_taskset
+from rftbus.schemas import Task
+
+log = logging.getLogger("rftbus.simulate")
+RETRYABLE = (502, 503, 504)
+
+
+def base_url(cfg: Config) -> str:
+    if cfg.simulate.url:
+        return cfg.simulate.url.rstrip("/")
+    host = "127.0.0.1" if cfg.serve.host in ("0.0.0.0", "::", "") else cfg.serve.host
+    return f"http://{host}:{cfg.serve.port}/v1"
+
+
+def _token(tokens) -> str:
+    return tokens[0].get_secret_value() if tokens else "none"
+
+
+class Simulator:
+    def __init__(self, cfg: Config, ident: str = "sim"):
+        self.cfg, self.sc = cfg, cfg.simulate
+        self.rng = random.Random(self.sc.seed)
+        ts = get_taskset(cfg.taskset.name, **cfg.taskset.params)
+        self.taskset = ts
+        self.tasks: list[Task] = list(ts.tasks("train", self.sc.tasks, seed=cfg.taskset.seed))
+        self.url = base_url(cfg)
+        self.counts: Counter[str] = Counter()
+        self.latency_ms: deque[float] = deque(maxlen=2000)
+        self.recent: deque[float] = deque(maxlen=500)  # scores of the last answers (the live view)
+        self.pending_posts = 0
+        self.stop = asyncio.Event()
+        self.next_slot = time.monotonic()
+        self.status = StatusFile(cfg.state_dir, "simulate", ident, self.sc.status_interval_s)
+        path = answers_path(cfg.state_dir)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.answers = open(path, "a", buffering=1)
+        self.tasks_posted: set[asyncio.Task] = set()
+
+    # ---- agents ------------------------------------------------------------------------------
+    async def _pace(self) -> None:
+        if self.sc.rate_per_s is None:
+            return
+        now = time.monotonic()
+        self.next_slot = max(self.next_slot + 1.0 / self.sc.rate_per_s, now)
+        await asyncio.sleep(self.next_slot - now)
+
+    async def agent(self, client: Any, k: int) -> None:
+        rng = random.Random(f"{self.sc.seed}:agent:{k}")
+        while not self.stop.is_set():
+            await self._pace()
+            task = rng.choice(self.tasks)
+            n = 2 if rng.random() < self.sc.n2_share else 1
+            messages = [{"role": "user", "content": task.prompt}]
+            try:
+                answers = await self.ask(client, task, messages, n, rng, prompt=task.prompt)
+                if (self.sc.multi_turn_share and answers and not answers[0].exact
+                        and rng.random() < self.sc.multi_turn_share):
+                    self.counts["multi_turn"] += 1
+                    # (short: the toy model's context is 64 tokens)
+                    messages += [{"role": "assistant", "content": answers[0].text},
+                                 {"role": "tool", "content": "wrong"}]
+                    await self.ask(client, task, messages, 1, rng, prompt=None)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # one failed request is reported; the agent goes on
+                self.counts[f"request_error.{type(e).__name__}"] += 1
+                self.counts["request_errors"] += 1
+                await asyncio.sleep(min(2.0, 0.1 * (1 + self.counts["request_errors"] % 10)))
+
+    async def ask(self, client: Any, task: Task, messages: list[dict], n: int, rng: random.Random,
+                  prompt: str | None) -> list[Answer]:
+        t = time.monotonic()
+        resp = await client.chat.completions.create(
+            model=self.cfg.serve.served_model or self.cfg.model.name, messages=messages, n=n,
+            max_tokens=self.sc.max_tokens, temperature=self.sc.temperature, metadata={"task_class": self.taskset.name},
+            extra_body={"task_id": task.task_id})
+        self.latency_ms.append((time.monotonic() - t) * 1000)
+        version = int((resp.model_extra or {}).get("rftbus", {}).get("model_version", -1))
+        answers = []
+        now = time.time()
+        for c in resp.choices:
+            text = c.message.content or ""
+            sc = self.taskset.score(text, task.answer or "")
+            a = Answer((c.model_extra or {})["experience_id"], text, float(sc["reward"]), bool(sc.get("exact", 0.0)))
+            answers.append(a)
+            self.recent.append(a.score)
+            self.answers.write(json.dumps({"t": round(now, 3), "v": version, "r": round(a.score, 4),
+                                           "x": int(a.exact), "n": n, "turn": 1 if prompt else 2}) + "\n")
+        self.counts["requests"] += 1
+        self.counts["answers"] += len(answers)
+        posts, ungraded = plan(self.sc.graders, answers, self.taskset.expert(task), prompt, rng)
+        self.counts["ungraded"] += ungraded
+        loop = asyncio.get_running_loop()
+        for p in posts:
+            self.pending_posts += 1
+            loop.call_later(p.delay_s, self._spawn_post, p)
+        return answers
+
+    # ---- graders -----------------------------------------------------------------------------
+    def _spawn_post(self, p: Post) -> None:
+        t = asyncio.ensure_future(self.post(p))
+        self.tasks_posted.add(t)
+        t.add_done_callback(self.tasks_posted.discard)
+
+    async def post(self, p: Post) -> None:
+        try:
+            for attempt in range(30):
+                try:
+                    r = await self.http.post(f"{self.url}/feedback", json=p.body)
+                except httpx.HTTPError:
+                    r = None
+                if r is not None and r.status_code < 300:
+                    self.counts[f"feedback.{p.kind}"] += 1
+                    self.counts["feedback_posted"] += 1
+                    return
+                if r is not None and r.status_code not in RETRYABLE:
+                    self.counts[f"feedback_refused.{r.status_code}"] += 1
+                    log.warning("feedback %s refused %s: %s", p.kind, r.status_code, r.text[:300])
+                    return
+                self.counts["feedback_retries"] += 1
+                await asyncio.sleep(min(5.0, 0.2 * 2 ** attempt))
+            self.counts["feedback_given_up"] += 1
+        finally:
+            self.pending_posts -= 1
+
+    # ---- status and main -----------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        lat = sorted(self.latency_ms)
+        recent = list(self.recent)
+        return {"state": "running", "url": self.url, **dict(self.counts), "feedback_pending": self.pending_posts,
+                "live_reward_recent": round(sum(recent) / len(recent), 4) if recent else None,
+                "request_p50_ms": round(lat[len(lat) // 2], 1) if lat else None}
+
+    async def main(self) -> dict:
+        from openai import AsyncOpenAI
+
+        loop = asyncio.get_running_loop()
+        for s in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(s, self.stop.set)
+        client = AsyncOpenAI(base_url=self.url, api_key=_token(self.cfg.serve.inference_tokens), max_retries=5,
+                             timeout=60.0)
+        self.http = httpx.AsyncClient(timeout=30.0, headers={
+            "Authorization": f"Bearer {_token(self.cfg.serve.feedback_tokens)}"})
+        self.status.start()
+        agents = [asyncio.create_task(self.agent(client, k)) for k in range(self.sc.agents)]
+        try:
+            deadline = None if self.sc.duration_s is None else time.monotonic() + self.sc.duration_s
+            while not self.stop.is_set():
+                self.status.update(**self.snapshot())
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                try:
+                    await asyncio.wait_for(self.stop.wait(), timeout=self.sc.status_interval_s)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self.stop.set()
+            for a in agents:
+                a.cancel()
+            await asyncio.gather(*agents, return_exceptions=True)
+            await client.close()
+            self.counts["feedback_unposted_at_stop"] = self.pending_posts  # timers not fired + posts cut short
+            for t in list(self.tasks_posted):
+                t.cancel()
+            await self.http.aclose()
+            self.answers.close()
+            snap = {**self.snapshot(), "state": "stopped"}
+            self.status.update(**snap)
+            self.status.stop()
+        return snap
+
+
+def run(cfg: Config, ident: str = "sim") -> dict:
+    return asyncio.run(Simulator(cfg, ident).main())
+
+
+def write_summary(snap: dict, path: Path) -> None:
+    path.write_text(json.dumps(snap, indent=2))

@@ -1,0 +1,117 @@
+"""The simulated graders and the live-reward series: logic only (the real run is in tests/test_live.py)."""
+
+from __future__ import annotations
+
+import random
+
+from rftbus.config.simulate import GradersConfig
+from rftbus.simulate import live_reward
+from rftbus.simulate.graders import Answer, delay, plan
+
+import pytest
+
+
+def _answers(*scores: float) -> list[Answer]:
+    return [Answer(f"e{i}", str(i), s, s == 1.0) for i, s in enumerate(scores)]
+
+
+def test_graders_are_honest_late_and_partial():
+    cfg = GradersConfig(delay_median_s=10, delay_sigma=1.0, delay_min_s=5, delay_max_s=60, ungraded_share=0.1,
+                        correction_share=0.2, duplicate_share=0.0, flip_rate=0.0, kinds={"thumbs": 1.0})
+    rng = random.Random(1)
+    kinds: dict[str, int] = {}
+    ungraded = 0
+    for _ in range(2000):
+        right, wrong = _answers(1.0, 0.25)
+        for a in (right, wrong):
+            posts, u = plan(cfg, [a], "42", "40+2=", rng)
+            ungraded += u
+            for p in posts:
+                assert 5 <= p.delay_s <= 60
+                kinds[p.kind] = kinds.get(p.kind, 0) + 1
+                if p.kind == "correction":
+                    assert a is wrong and p.body["correction"] == "42" and p.body["prompt"] == "40+2="
+                else:  # a thumb says what the score says (flip_rate 0)
+                    assert p.body["thumbs"] == ("up" if a is right else "down")
+    assert 0.08 < ungraded / 4000 < 0.12
+    assert 0.15 < kinds["correction"] / (2000 * 0.9) < 0.25  # ~20 % of the graded wrong answers
+
+
+def test_preferences_duplicates_flips_and_ids():
+    cfg = GradersConfig(preference_share=1.0, duplicate_share=1.0, ungraded_share=0.0, flip_rate=1.0,
+                        correction_share=0.0, kinds={"thumbs": 1.0})
+    rng = random.Random(2)
+    posts, _ = plan(cfg, _answers(0.2, 0.9), "x", None, rng)
+    assert [p.kind for p in posts] == ["preference"]
+    assert posts[0].body["preferred_id"] == "e1" and posts[0].body["rejected_id"] == "e0"
+    posts, _ = plan(cfg, _answers(0.9), "x", None, rng)
+    assert [p.kind for p in posts] == ["thumbs", "duplicate"]
+    assert posts[0].body["thumbs"] == "down"  # flipped
+    assert posts[1].delay_s > posts[0].delay_s and posts[1].body["feedback_id"] != posts[0].body["feedback_id"]
+    # equal scores cannot be a preference: each is scored; no prompt, so no correction either
+    posts, _ = plan(cfg.model_copy(update={"correction_share": 1.0}), _answers(0.0, 0.0), "x", None, rng)
+    assert {p.kind for p in posts} == {"thumbs", "duplicate"}
+
+
+def test_delay_has_a_tail_and_a_median():
+    cfg = GradersConfig(delay_median_s=5, delay_sigma=1.2, delay_max_s=600)
+    rng = random.Random(3)
+    xs = sorted(delay(cfg, rng) for _ in range(5000))
+    assert 4 < xs[2500] < 6 and xs[int(0.99 * 5000)] > 60  # seconds, with a tail of minutes
+
+
+def test_bad_grader_kinds_are_named():
+    with pytest.raises(ValueError, match="kinds takes"):
+        GradersConfig(kinds={"stars": 1.0})
+
+
+def test_live_reward_per_minute_and_summary():
+    rows = [{"t": 100 + s, "v": s // 60, "r": (0.1 if s < 60 else 0.9), "x": int(s >= 60)} for s in range(0, 150)]
+    curve = live_reward.per_minute(rows, start=100)
+    assert [b["answers"] for b in curve] == [60, 60, 30]
+    assert curve[0]["reward"] == 0.1 and curve[1]["reward"] == 0.9 and curve[1]["exact"] == 1.0
+    s = live_reward.summary(rows, start=100, min_answers=40)
+    assert (s["live_reward_initial"], s["live_reward_final"]) == (0.1, 0.9)  # the short last minute is left out
+
+
+def _live_group(gid: str, task: str, rewards: list[float], cls: str | None = None):
+    from rftbus.schemas import Source
+    from rftbus.streams.view import GroupView, SampleView
+
+    samples = [SampleView(f"{gid}-{i}", r, 0, {}, 3, 3, 3, True) for i, r in enumerate(rewards)]
+    return GroupView(gid, task, Source.live, "serve", 4, samples, {"task_class": cls} if cls else {}, b"")
+
+
+def test_lone_and_agreeing_live_answers_are_credited_against_their_class_baseline():
+    """#20: a group of one (or two that agree) has no GRPO variance; its class's running mean decides."""
+    from rftbus.config.streams import StreamsConfig
+    from rftbus.streams.curate import decide
+    from rftbus.streams.priority import PassRates
+
+    cfg = StreamsConfig(class_baseline_alpha=0.5)
+    rates = PassRates(cfg.pass_rate_alpha)
+    first = decide(_live_group("g0", "t0", [0.2], "add"), {}, latest=0, max_staleness=4, cfg=cfg, pass_rates=rates)
+    assert first.advantages == {0: pytest.approx(0.2 - 0.5)}  # nothing known yet: 0.5
+    assert rates.get("class:add") == pytest.approx(0.2)
+    # a new task of the same class: compared with the class (0.2), not with 0.5
+    d = decide(_live_group("g1", "t1", [0.6], "add"), {}, latest=0, max_staleness=4, cfg=cfg, pass_rates=rates)
+    assert d.advantages == {0: pytest.approx(0.6 - 0.2)} and d.survivors == [0]
+    # two choices with the same grade: not dropped as zero_variance, each against the class
+    d = decide(_live_group("g2", "t2", [1.0, 1.0], "add"), {}, latest=0, max_staleness=4, cfg=cfg, pass_rates=rates)
+    assert not d.drops and d.advantages == {0: pytest.approx(1.0 - 0.4), 1: pytest.approx(1.0 - 0.4)}
+    # a task seen before uses its own pass rate (task_or_class)
+    d = decide(_live_group("g3", "t1", [0.6], "add"), {}, latest=0, max_staleness=4, cfg=cfg, pass_rates=rates)
+    assert d.advantages == {0: pytest.approx(0.0)}
+    # stale live answers follow the staleness rule like any other
+    d = decide(_live_group("g4", "t4", [1.0], "add"), {}, latest=9, max_staleness=4, cfg=cfg, pass_rates=rates)
+    assert d.drops[0].reason == "stale" and not d.survivors
+
+
+def test_pass_rates_are_bounded():
+    from rftbus.streams.priority import PassRates
+
+    rates = PassRates(0.5, max_keys=3)
+    for k in "abcd":
+        rates.update(k, 1.0)
+    rates.update("b", 0.0)
+    assert list(rates.rates) == ["c", "d", "b"] and rates.get("a") is None
