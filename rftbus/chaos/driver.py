@@ -26,6 +26,7 @@ from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
 from rftbus.chaos import faults as F
+from rftbus.chaos import live_join as LJ
 from rftbus.chaos.drain import drain, lag
 from rftbus.run.ledger import read_ledger
 from rftbus.chaos.load import burst, live_traffic
@@ -163,7 +164,7 @@ class ChaosDriver:
         """Round 1 kills one kind at a time, later rounds every kind at once; poison, burst and the broker
         restart come between. With a single round the poison comes first, so the restarted processes
         also meet the poisoned topics (the weights topic above all) when they start."""
-        extras = [("poison", ""), ("burst", "")]
+        extras = [("poison", ""), ("burst", ""), ("live_join", "")]
         broker = [("broker", "")] * self.plan.broker_restarts
         one_by_one = [("kill", k) for k in F.KINDS]
         if self.plan.kill_rounds <= 1:
@@ -180,7 +181,7 @@ class ChaosDriver:
                 continue
             {"kill": lambda k: self._kill([k]), "kill_all": lambda _: self._kill(list(F.KINDS)),
              "poison": lambda _: self._poison_mid_run(), "burst": lambda _: self._burst(),
-             "broker": lambda _: self._broker()}[what](arg)
+             "broker": lambda _: self._broker(), "live_join": lambda _: self._live_join()}[what](arg)
             time.sleep(self.plan.settle_s)
 
     def _record(self, fault: F.Fault, ok: bool, started: float, note: str | None = None) -> None:
@@ -281,6 +282,32 @@ class ChaosDriver:
                 note += f"; live: {live.live_ok} answered, {live.live_failed} failed, {live.feedback_ok} graded"
             ok = F.wait_trainer_step(self.cfg.state_dir, step, self.plan.recover_timeout_s, self.running)
         self._record(fault, ok, started, note)
+
+    def _live_join(self) -> None:
+        """kill -9 serve and a streams worker while live answers wait for feedback; grade them after."""
+        kids = F.children(self.run_proc.pid)
+        if not (kids["serve"] and kids["streams"] and self.plan.live_requests):
+            return
+        victims = {k: kids[k][0] for k in ("serve", "streams")}
+        waiting = LJ.answer(self.cfg, self.plan.live_requests)
+        fault = F.Fault("live_join", f"kill -9 serve {victims['serve'].pid} and streams {victims['streams'].pid} "
+                        f"while {len(waiting)} live answers wait for feedback; grade them after", self.now())
+        started = time.monotonic()
+        with self.console.status("live join across kill -9 ..."):
+            for p in victims.values():
+                F.kill9(p)
+            back = {k: F.wait_back(self.run_proc.pid, self.cfg.state_dir, k, {v.pid}, self.plan.recover_timeout_s,
+                                   self.running) for k, v in victims.items()}
+            if None in back.values():
+                self._record(fault, False, started, f"not back: {[k for k, v in back.items() if v is None]}")
+                return
+            gone = {victims["streams"].pid}
+            before = LJ.joined(self.cfg.state_dir, gone)
+            graded = LJ.grade(self.cfg, waiting, self.plan.recover_timeout_s, self.running)
+            n = LJ.wait_joined(self.cfg.state_dir, gone, before + graded, self.plan.recover_timeout_s, self.running)
+        ok = graded == len(waiting) and n >= before + graded
+        self._record(fault, ok, started, f"{graded}/{len(waiting)} graded after the restart, "
+                                         f"{n - before} joined by the new worker")
 
     def _broker(self) -> None:
         step = F.trainer_step(self.cfg.state_dir)

@@ -1,0 +1,140 @@
+"""Learning from live traffic through the real parts (#20): feedback joins across a kill -9 of the streams
+worker, late and duplicate feedback get their own reasons, and `rftbus run` with serve as the only source
+and the simulator keeps its books balanced while serve and a streams worker are killed with -9."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import httpx
+from conftest import REPO, make_config
+
+from rftbus.bench.processes import WorkerProcess, read_all
+from rftbus.kafka.clients import make_admin
+from rftbus.kafka.topics import create_topics
+from rftbus.producers.serve.server import BackgroundServer
+from rftbus.schemas import make_codec
+from rftbus.status import read_statuses
+from test_run import _env
+from test_serve import TOPIC_KEYS, free_port
+
+DECODE = make_codec(None).deserializer()
+
+
+def _wait(cfg, pred, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got or time.monotonic() > deadline:
+            assert got, what
+            return got
+        time.sleep(0.5)
+
+
+def _curated(cfg) -> dict:
+    groups = [g for role in ("curated", "curated_priority")
+              for g in read_all(cfg, getattr(cfg.topics, role).name, decode=DECODE, idle_s=0.3)]
+    return {e.experience_id: e for g in groups for e in g.kept()}
+
+
+def _rejected(cfg) -> list:
+    return read_all(cfg, cfg.topics.rejected.name, decode=DECODE, idle_s=0.3)
+
+
+def test_feedback_joins_after_a_streams_kill9_and_late_feedback_has_its_reason(broker, tmp_path):
+    tag = uuid.uuid4().hex[:6]
+    ttl = 12.0
+    cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"lv{tag}.{k}" for k in TOPIC_KEYS}, **{
+        "streams.app_id": f"lv{tag}", "streams.tick_interval_s": 0.5, "streams.commit_interval_s": 0.2,
+        "streams.version_wait_s": 0.5, "streams.feedback_ttl_s": ttl, "streams.session_timeout_s": 6.0,
+        "serve.port": free_port(), "serve.weights_wait_s": 2.0, "serve.id": f"serve-{tag}"})
+    assert cfg.streams.table_store == "rocksdb"  # the default: the join state is on disk as well as in Kafka
+    create_topics(cfg, make_admin(cfg))
+    worker = WorkerProcess(cfg, "w1", tmp_path / "w1.log")
+    try:
+        worker.wait_ready(120)
+        with BackgroundServer(cfg) as s:
+            c = httpx.Client(base_url=s.url, timeout=60)
+            ids = [c.post("/v1/completions", json={"prompt": p, "max_tokens": 4}).headers["X-Rftbus-Experience-Id"]
+                   for p in ("1+1=", "2+2=", "3+3=")]
+            before, after, never = ids
+            graded = c.post("/v1/feedback", json={"experience_id": before, "reward": 0.75, "feedback_id": f"f{tag}"})
+            assert graded.status_code == 202
+            _wait(cfg, lambda: before in _curated(cfg), 60, "the graded answer was not curated")
+            # the same feedback again (a retry) is nothing; another grade of it is a duplicate
+            assert c.post("/v1/feedback", json={"experience_id": before, "reward": 0.75,
+                                                "feedback_id": f"f{tag}"}).status_code == 202
+            assert c.post("/v1/feedback", json={"experience_id": before, "thumbs": "down"}).status_code == 202
+            _wait(cfg, lambda: (worker.status() or {}).get("feedback_duplicate") == 1, 30, "no duplicate counted")
+            # kill -9 while `after` and `never` wait for their feedback; the same worker id comes back
+            worker.kill()
+            worker = WorkerProcess(cfg, "w1", tmp_path / "w1b.log")
+            worker.wait_ready(120)
+            assert c.post("/v1/feedback", json={"experience_id": after, "rating": 5}).status_code == 202
+            got = _wait(cfg, lambda: _curated(cfg).get(after), 60, "feedback after the restart did not join")
+            assert got.reward == 1.0 and got.metadata["feedback_kind"] == "rating"
+            # `never` passes its TTL ungraded: no_feedback; a grade after that: feedback_expired
+            _wait(cfg, lambda: [r for r in _rejected(cfg) if r.reason == "no_feedback" and never in r.covers()],
+                  ttl + 60, "the ungraded answer was not rejected no_feedback")
+            assert c.post("/v1/feedback", json={"experience_id": never, "thumbs": "up"}).status_code == 202
+            late = _wait(cfg, lambda: [r for r in _rejected(cfg) if r.reason == "feedback_expired"], 60,
+                         "late feedback was not rejected feedback_expired")
+            assert never in late[0].detail and "feedback_ttl_s" in late[0].detail
+        reasons = [r.reason for r in _rejected(cfg)]
+        assert reasons.count("duplicate_feedback") == 1, reasons  # and the retry is not one
+        assert never not in _curated(cfg)
+        st = worker.status() or {}
+        assert st["feedback_join_n"] >= 1 and st["feedback_join_p99_s"] < 30
+    finally:
+        assert worker.stop() == 0, worker.tail()
+
+
+
+def test_live_run_learns_its_books_balance_through_kill9_of_serve_and_streams(broker, tmp_path):
+    """`rftbus run` with serve as the only source and the simulator: serve and the streams worker are
+    killed with -9 mid-run; every served completion is trained, rejected with a reason, or in flight."""
+    tag = uuid.uuid4().hex[:6]
+    env = {**_env(broker, tag), "RFTBUS_SERVE__PORT": str(free_port()), "RFTBUS_SIMULATE__RATE_PER_S": "8",
+           "RFTBUS_SIMULATE__AGENTS": "4", "RFTBUS_SIMULATE__GRADERS__DELAY_MEDIAN_S": "2",
+           "RFTBUS_SIMULATE__GRADERS__DELAY_MIN_S": "0.5", "RFTBUS_SIMULATE__GRADERS__DELAY_MAX_S": "10",
+           "RFTBUS_STREAMS__FEEDBACK_TTL_S": "30", "RFTBUS_STREAMS__SESSION_TIMEOUT_S": "6",
+           "RFTBUS_RL__BATCH_GROUPS": "4", "RFTBUS_RUN__EVAL_EVERY_VERSIONS": "50"}
+    state = tmp_path / "state"
+    summary = tmp_path / "s.json"
+    full_env = {**{k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")}, **env}
+    proc = subprocess.Popen([sys.executable, "-m", "rftbus", "--state-dir", str(state), "run",
+                             str(REPO / "configs" / "live-addition.yaml"), "--minutes", "2.5", "--summary-json",
+                             str(summary)], env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=REPO)
+    try:
+        def trained_some() -> bool:
+            return any(s.get("step", 0) >= 3 for s in read_statuses(state, "trainer"))
+        deadline = time.monotonic() + 150
+        while not trained_some() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(1)
+        assert trained_some(), "the trainer never stepped on live traffic"
+        for role in ("serve", "streams"):
+            pid = next(s["pid"] for s in read_statuses(state, role))
+            os.kill(pid, signal.SIGKILL)
+            time.sleep(8)
+        out, _ = proc.communicate(timeout=420)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = out.decode(errors="replace")
+    assert proc.returncode == 0, text[-4000:]
+    s = json.loads(summary.read_text())
+    assert s["restarts"]["serve"] >= 1 and s["restarts"]["streams-0"] >= 1, s["restarts"]
+    assert s["counts_reconcile"] is True and s["experiences_lost"] == 0 and s["duplicated"] == 0, s
+    assert s["experiences_produced"] == (s["experiences_trained"] + sum(s["experiences_rejected"].values())
+                                         + s["experiences_in_flight"])
+    assert s["experiences_trained"] > 0 and s["expert_experiences_trained"] > 0  # graded answers + corrections
+    assert s["live_reward_initial"] is not None and s["live_reward_final"] is not None
+    assert s["feedback"]["joined"] > 0 and s["feedback_join_p50_s"] is not None
+    assert s["simulated"]["feedback.correction"] > 0 and s["simulated"]["requests"] > 50
+    assert any(p.endswith("live_reward.png") for p in s["plots"])
