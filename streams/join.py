@@ -44,6 +44,12 @@ def unpack(b: bytes) -> tuple[int, int, int, str, bytes]:
     return kind, ms, part, b[o:o + ls].decode(), b[o + ls:]
 
 
+def scan_every(sc) -> float:
+    """Seconds between expiry scans: the tick, or 1/60 of the TTL when that is longer (an hour's TTL
+    is checked every minute, not every second, over a table that holds an hour of traffic)."""
+    return max(sc.tick_interval_s, sc.feedback_ttl_s / 60)
+
+
 def pack_fb(fb_id: bytes, t0: bytes, feedback: bytes) -> bytes:
     """A waiting feedback: its id and accepted-at (ms) beside the record, for when its experience comes."""
     return struct.pack(">HH", len(fb_id), len(t0)) + fb_id + t0 + feedback
@@ -73,6 +79,7 @@ class Join:
         self.emit = emit
         self.counters = counters
         self.joined_partitions = joined_partitions
+        self.scanned: dict[int, int] = {}  # partition -> when its table was last scanned for expiry (ms)
 
     async def handle(self, event) -> None:
         msg = event.message
@@ -134,8 +141,13 @@ class Join:
     async def expire(self, partition: int) -> None:
         """Index entries past the feedback TTL become EXPIRED markers (the ingest side rejects their
         samples); markers past one more TTL are forgotten; feedback that never found its experience is
-        rejected as orphan_feedback."""
+        rejected as orphan_feedback. A scan reads the whole table (on disk with rocksdb), so it runs at
+        most every `scan_every(ttl)`: expiry is that much late, never early."""
         ttl_ms = self.cfg.streams.feedback_ttl_s * 1000
+        last = self.scanned.get(partition, 0)
+        if now_ms() - last < scan_every(self.cfg.streams) * 1000:
+            return
+        self.scanned[partition] = now_ms()
         now = now_ms()
         cutoff = now - ttl_ms
         for key, raw in list(self.table.items()):

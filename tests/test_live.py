@@ -96,7 +96,7 @@ def test_feedback_joins_after_a_streams_kill9_and_late_feedback_has_its_reason(b
 
 
 
-def test_live_run_learns_its_books_balance_through_kill9_of_serve_and_streams(broker, tmp_path):
+def test_live_run_books_balance_through_kill9_of_serve_and_streams(broker, tmp_path):
     """`rftbus run` with serve as the only source and the simulator: serve and the streams worker are
     killed with -9 mid-run; every served completion is trained, rejected with a reason, or in flight."""
     tag = uuid.uuid4().hex[:6]

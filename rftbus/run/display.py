@@ -10,7 +10,8 @@ from rich.panel import Panel
 from rich.table import Table
 
 # Fields worth showing first when a status file has them; anything else numeric follows.
-PREFERRED = ["step", "version", "model_version", "reward", "loss", "staleness", "max_staleness_trained",
+PREFERRED = ["step", "version", "model_version", "reward", "live_reward_recent", "requests", "feedback_posted",
+             "joined", "feedback_join_p50_s", "feedback_join_p99_s", "loss", "staleness", "max_staleness_trained",
              "groups_produced", "experiences", "waiting_for_admission", "in", "curated", "expert", "rejected",
              "experiences_per_s", "throughput"]
 SKIP = {"role", "id", "pid", "updated_at"}
