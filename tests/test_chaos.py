@@ -44,7 +44,7 @@ def test_chaos_ci_budget_loses_and_duplicates_nothing(broker, tmp_path):
     assert res.closing_line() == f"chaos: {res.injected} faults injected, 0 lost, 0 duplicated"
     assert res.injected >= 20
     kinds = Counter(f.kind for f in res.faults)
-    for kind in ("kill:explorer", "kill:streams", "kill:trainer", "broker_restart", "burst"):
+    for kind in ("kill:explorer", "kill:streams", "kill:trainer", "broker_restart", "burst", "live_join"):
         assert kinds[kind] >= 1, kinds
     assert {f.kind.split(":")[1] for f in res.faults if f.kind.startswith("poison:")} == set(KEYS) - {"rejected"}
     t = res.tally

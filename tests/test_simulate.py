@@ -70,8 +70,9 @@ def test_live_reward_per_minute_and_summary():
     curve = live_reward.per_minute(rows, start=100)
     assert [b["answers"] for b in curve] == [60, 60, 30]
     assert curve[0]["reward"] == 0.1 and curve[1]["reward"] == 0.9 and curve[1]["exact"] == 1.0
-    s = live_reward.summary(rows, start=100, min_answers=40)
-    assert (s["live_reward_initial"], s["live_reward_final"]) == (0.1, 0.9)  # the short last minute is left out
+    assert [b["whole"] for b in curve] == [True, True, False]
+    s = live_reward.summary(rows, start=100, min_answers=20)
+    assert (s["live_reward_initial"], s["live_reward_final"]) == (0.1, 0.9)  # the unfinished last minute is left out
 
 
 def _live_group(gid: str, task: str, rewards: list[float], cls: str | None = None):

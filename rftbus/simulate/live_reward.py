@@ -32,20 +32,21 @@ def per_minute(rows: list[dict], start: float, bucket_s: float = 60.0) -> list[d
     buckets: dict[int, list[dict]] = {}
     for r in rows:
         buckets.setdefault(int((r["t"] - start) // bucket_s), []).append(r)
+    last = max((r["t"] for r in rows), default=start)
     out = []
     for k in sorted(b for b in buckets if b >= 0):
         rs = buckets[k]
         out.append({"minute": round((k + 1) * bucket_s / 60, 2), "reward": round(sum(r["r"] for r in rs) / len(rs), 4),
                     "exact": round(sum(r["x"] for r in rs) / len(rs), 4), "answers": len(rs),
-                    "version": max(r["v"] for r in rs)})
+                    "version": max(r["v"] for r in rs), "whole": start + (k + 1) * bucket_s <= last})
     return out
 
 
 def summary(rows: list[dict], start: float, min_answers: int = 20) -> dict:
-    """live_reward_initial: the first minute; live_reward_final: the last whole minute (a partial last
-    minute with fewer than `min_answers` answers is left out)."""
+    """live_reward_initial: the first minute; live_reward_final: the last whole minute (the minute the
+    run stopped in, and a minute with fewer than `min_answers` answers, are left out when others exist)."""
     curve = per_minute(rows, start)
-    full = [b for b in curve if b["answers"] >= min_answers] or curve
+    full = [b for b in curve if b["answers"] >= min_answers and b["whole"]] or curve
     return {"live_reward_initial": full[0]["reward"] if full else None,
             "live_reward_final": full[-1]["reward"] if full else None,
             "live_reward_best": max((b["reward"] for b in full), default=None),
@@ -54,6 +55,7 @@ def summary(rows: list[dict], start: float, min_answers: int = 20) -> dict:
 
 def plot(curve: list[dict], out_dir: Path, title: str) -> list[Path]:
     """live_reward.png: the served answers' mean score per minute (and the exact-match share)."""
+    curve = [b for b in curve if b.get("whole", True)] or curve  # (the minute the run stopped in is partial)
     if not curve:
         return []
     import matplotlib
