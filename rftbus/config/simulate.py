@@ -25,7 +25,8 @@ class GradersConfig(BaseModel):
     flip_rate: float = Field(0.05, ge=0, le=1, description="thumbs that say the opposite of the score")
     kinds: dict[str, float] = Field(default_factory=lambda: {"reward": 0.4, "rating": 0.3, "thumbs": 0.3},
                                     description="relative weights of the score kinds: reward (the score), "
-                                    "rating (1-5 from the score), thumbs (up when the score >= 0.5)")
+                                    "rating (1-5 from the score), thumbs (up when the score >= 0.5); a kind left out of a config file "
+                                    "keeps its default weight, 0 turns it off")
 
     @model_validator(mode="after")
     def _check(self) -> GradersConfig:
