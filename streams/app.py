@@ -23,7 +23,7 @@ from rftbus.schemas import make_codec
 from rftbus.streams import fastpath, offsets
 from rftbus.streams.faust_conf import faust_settings
 from rftbus.streams.ingest import Ingest
-from rftbus.streams.join import FeedbackFanout, Join, scan_every
+from rftbus.streams.join import FeedbackFanout, Join, ScanClock
 from rftbus.streams.live import LiveGroups
 from rftbus.streams.outputs import H_KIND, Emitter, value_limits
 from rftbus.streams.priority import PassRates
@@ -151,13 +151,13 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
 
     started = time.time()
     last_metrics = [0.0]
-    tables = {"at": float("-inf"), "held": 0, "pending": 0}  # table sizes: a full scan, so not every second
+    sizes, size_scans = {"held": 0, "pending": 0}, ScanClock(sc)  # table sizes: a full scan, not every second
 
     @app.timer(sc.status_interval_s, name="status")
     async def write_status() -> None:
-        if time.monotonic() - tables["at"] >= scan_every(sc):
-            tables.update(at=time.monotonic(), held=live.waiting(), pending=join.pending())
-        snap = counters.snapshot(int(tables["held"]), int(tables["pending"]))
+        if size_scans.due():
+            sizes.update(held=live.waiting(), pending=join.pending())
+        snap = counters.snapshot(sizes["held"], sizes["pending"])
         assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in app.consumer.assignment()
                           if tp.topic in (topo.raw, topo.feedback))
         status.write({"role": "streams", "id": wid, "pid": __import__("os").getpid(), "app_id": sc.app_id,

@@ -16,7 +16,7 @@ from typing import Any
 
 from rftbus.streams import offsets
 from rftbus.streams.curate import Decision, decide
-from rftbus.streams.join import scan_every
+from rftbus.streams.join import ScanClock
 from rftbus.streams.live import Late, LiveGroups
 from rftbus.streams.outputs import H_KIND, H_SAMPLE, H_SRC, H_T0, Output
 from rftbus.streams.recovery import Landed, scan
@@ -43,7 +43,7 @@ class Ingest:
         self.stream: Any = None  # the noack Faust stream, set by the agent
         self.guard: DeliveryGuard | None = None  # every fetched offset of `watched` topics must arrive here
         self.watched: set[str] = set()
-        self.scanned: dict[int, float] = {}  # partition -> last expiry scan of the live table (monotonic s)
+        self.scans = ScanClock(self.sc)  # expiry scans of the live table, per partition
 
     def watch(self, guard, topics: set[str]) -> None:
         self.guard, self.watched = guard, topics
@@ -245,10 +245,8 @@ class Ingest:
 
     async def tick(self, p: int) -> None:
         landed = self.landed[p]
-        now = time.monotonic()
-        if now - self.scanned.get(p, float("-inf")) < scan_every(self.sc):
+        if not self.scans.due(p):
             return
-        self.scanned[p] = now
         for h in self.live.expired(p):
             await self._release(p, h, landed)
 

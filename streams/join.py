@@ -44,10 +44,21 @@ def unpack(b: bytes) -> tuple[int, int, int, str, bytes]:
     return kind, ms, part, b[o:o + ls].decode(), b[o + ls:]
 
 
-def scan_every(sc) -> float:
-    """Seconds between expiry scans: the tick, or 1/60 of the TTL when that is longer (an hour's TTL
-    is checked every minute, not every second, over a table that holds an hour of traffic)."""
-    return max(sc.tick_interval_s, sc.feedback_ttl_s / 60)
+class ScanClock:
+    """When a full scan of a table is due again: every tick, or every 1/60 of the feedback TTL when that
+    is longer (an hour's TTL is checked every minute, not every second, over a table holding an hour of
+    traffic, on disk with rocksdb). Expiry is that much late, never early."""
+
+    def __init__(self, sc):
+        self.period = max(sc.tick_interval_s, sc.feedback_ttl_s / 60)
+        self.last: dict[object, float] = {}
+
+    def due(self, key: object = None) -> bool:
+        now = time.monotonic()
+        if now - self.last.get(key, float("-inf")) < self.period:
+            return False
+        self.last[key] = now
+        return True
 
 
 def pack_fb(fb_id: bytes, t0: bytes, feedback: bytes) -> bytes:
@@ -79,7 +90,7 @@ class Join:
         self.emit = emit
         self.counters = counters
         self.joined_partitions = joined_partitions
-        self.scanned: dict[int, int] = {}  # partition -> when its table was last scanned for expiry (ms)
+        self.scans = ScanClock(cfg.streams)  # per partition
 
     async def handle(self, event) -> None:
         msg = event.message
@@ -103,20 +114,16 @@ class Join:
             fb_id, t0 = headers.get(H_FBID, b""), headers.get(H_T0, b"")
             if held is None:
                 self.table[key] = pack(FB, now_ms(), msg.partition, src, pack_fb(fb_id, t0, msg.value))
-            elif held[0] == FB:  # a second one before its experience came: the first is kept
-                if fb_id and unpack_fb(held[4])[0] == fb_id:
-                    self.counters.inc("feedback_retries")
-                else:
-                    await self._late("duplicate_feedback", f"experience {key.decode()} already has feedback "
-                                     "waiting for it", src, msg)
             elif held[0] == EXP:
                 await self._grade(key, held[4], msg.value, src, fb_id, t0)
-            elif held[0] == DONE:
-                if fb_id and held[4] == fb_id:
+            elif held[0] in (FB, DONE):  # it already has a feedback (waiting for it, or applied): the first is kept
+                first = unpack_fb(held[4])[0] if held[0] == FB else held[4]
+                if fb_id and first == fb_id:
                     self.counters.inc("feedback_retries")  # the same feedback again: one feedback downstream
                 else:
-                    await self._late("duplicate_feedback", f"experience {key.decode()} was already graded by "
-                                     f"feedback {held[4].decode() or '?'}", src, msg)
+                    how = "has feedback waiting for it" if held[0] == FB else "was already graded by feedback"
+                    await self._late("duplicate_feedback", f"experience {key.decode()} {how} "
+                                     f"{first.decode() or '?'}", src, msg)
             else:  # EXPIRED
                 ttl = self.cfg.streams.feedback_ttl_s
                 await self._late("feedback_expired", f"experience {key.decode()} waited its feedback_ttl_s of "
@@ -141,15 +148,11 @@ class Join:
     async def expire(self, partition: int) -> None:
         """Index entries past the feedback TTL become EXPIRED markers (the ingest side rejects their
         samples); markers past one more TTL are forgotten; feedback that never found its experience is
-        rejected as orphan_feedback. A scan reads the whole table (on disk with rocksdb), so it runs at
-        most every `scan_every(ttl)`: expiry is that much late, never early."""
-        ttl_ms = self.cfg.streams.feedback_ttl_s * 1000
-        last = self.scanned.get(partition, 0)
-        if now_ms() - last < scan_every(self.cfg.streams) * 1000:
+        rejected as orphan_feedback. A scan reads the whole table, so it runs when `ScanClock` says."""
+        if not self.scans.due(partition):
             return
-        self.scanned[partition] = now_ms()
         now = now_ms()
-        cutoff = now - ttl_ms
+        cutoff = now - self.cfg.streams.feedback_ttl_s * 1000
         for key, raw in list(self.table.items()):
             kind, arrived, part, src, data = unpack(raw)
             if part != partition or arrived >= cutoff:

@@ -43,7 +43,9 @@ def simulate(
                f"{out.get('feedback_posted', 0)}, ungraded {out.get('ungraded', 0)}, request errors "
                f"{out.get('request_errors', 0)}")
     if plot_dir is not None:
-        live_reward.plot(out["live_reward_by_minute"], plot_dir, f"{cfg.taskset.name}: live reward")
+        from rftbus.run.plots import plot_live
+
+        plot_live(out["live_reward_by_minute"], plot_dir, f"{cfg.taskset.name}: live reward")
     if summary_json is not None:
         summary_json.write_text(json.dumps(out, indent=2))
 

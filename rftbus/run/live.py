@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rftbus.config import Config
+from rftbus.run.plots import plot_live
 from rftbus.simulate import live_reward
 from rftbus.status import read_statuses
 
@@ -44,5 +45,5 @@ def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int]
                 "feedback.rating", "feedback.thumbs", "feedback.correction", "feedback.preference",
                 "feedback.duplicate", "feedback_unposted_at_stop", "request_errors")
         out["simulated"] = {k: sum(int(s.get(k) or 0) for s in sims) for k in keys}
-    plots = live_reward.plot(out["live_reward_by_minute"], out_dir, f"{cfg.taskset.name}: live reward of served answers")
+    plots = plot_live(out["live_reward_by_minute"], out_dir, f"{cfg.taskset.name}: live reward of served answers")
     return out, plots

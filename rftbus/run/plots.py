@@ -1,4 +1,5 @@
-"""PNG plots of a run: held-out eval reward against wall time and against weight version."""
+"""PNG plots of a run: held-out eval reward against wall time and against weight version, trainer steps,
+and the live reward of served answers per minute."""
 
 from __future__ import annotations
 
@@ -26,13 +27,7 @@ def plot_eval(points: list[dict], out_dir: Path, title: str = "held-out eval rew
         ax.set_xlabel(x_label)
         ax.set_ylabel("mean eval reward")
         ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-        ax.set_title(title)
-        fig.tight_layout()
-        path = out_dir / name
-        fig.savefig(path)
-        plt.close(fig)
-        written.append(path)
+        written.append(_save(fig, ax, title, out_dir / name))
     return written
 
 
@@ -45,10 +40,31 @@ def plot_steps(timeline: list[list[float]], out_dir: Path, title: str = "trainer
     ax.plot([t for t, _ in timeline], [s for _, s in timeline], linewidth=1.5)
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel("trainer step")
+    return [_save(fig, ax, title, out_dir / "steps_vs_time.png")]
+
+
+def plot_live(curve: list[dict], out_dir: Path, title: str) -> list[Path]:
+    """live_reward.png: the served answers' mean score per minute (rftbus.simulate.live_reward.per_minute)
+    and the exact-match share; the minute a run stopped in is partial and left out."""
+    curve = [b for b in curve if b.get("whole", True)] or curve
+    if not curve:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+    xs = [b["minute"] for b in curve]
+    ax.plot(xs, [b["reward"] for b in curve], marker="o", linewidth=1.5, label="live reward (taskset score)")
+    ax.plot(xs, [b["exact"] for b in curve], marker=".", linewidth=1, alpha=0.7, label="exact answers")
+    ax.set_xlabel("minute of the run")
+    ax.set_ylabel("mean over the answers served that minute")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(loc="upper left")
+    return [_save(fig, ax, title, out_dir / "live_reward.png")]
+
+
+def _save(fig, ax, title: str, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.set_title(title)
     fig.tight_layout()
-    path = out_dir / "steps_vs_time.png"
     fig.savefig(path)
     plt.close(fig)
-    return [path]
+    return path

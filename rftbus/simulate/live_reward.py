@@ -1,7 +1,7 @@
 """The live reward: the taskset's score of the answers actually served, per minute.
 
 The simulator appends one row per served answer to `<state_dir>/simulate/answers.jsonl` (a restarted
-simulator appends to the same file, so the curve has no gap); `rftbus run`'s summary and plot read it.
+simulator appends to the same file, so the curve has no gap); `rftbus run`'s summary and `rftbus.run.plots.plot_live` read it.
 """
 
 from __future__ import annotations
@@ -51,31 +51,3 @@ def summary(rows: list[dict], start: float, min_answers: int = 20) -> dict:
             "live_reward_final": full[-1]["reward"] if full else None,
             "live_reward_best": max((b["reward"] for b in full), default=None),
             "live_answers": len(rows), "live_reward_by_minute": curve}
-
-
-def plot(curve: list[dict], out_dir: Path, title: str) -> list[Path]:
-    """live_reward.png: the served answers' mean score per minute (and the exact-match share)."""
-    curve = [b for b in curve if b.get("whole", True)] or curve  # (the minute the run stopped in is partial)
-    if not curve:
-        return []
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
-    xs = [b["minute"] for b in curve]
-    ax.plot(xs, [b["reward"] for b in curve], marker="o", linewidth=1.5, label="live reward (taskset score)")
-    ax.plot(xs, [b["exact"] for b in curve], marker=".", linewidth=1, alpha=0.7, label="exact answers")
-    ax.set_xlabel("minute of the run")
-    ax.set_ylabel("mean over the answers served that minute")
-    ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
-    ax.set_title(title)
-    fig.tight_layout()
-    path = out_dir / "live_reward.png"
-    fig.savefig(path)
-    plt.close(fig)
-    return [path]

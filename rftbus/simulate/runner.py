@@ -16,7 +16,6 @@ import random
 import signal
 import time
 from collections import Counter, deque
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -199,7 +198,3 @@ class Simulator:
 
 def run(cfg: Config, ident: str = "sim") -> dict:
     return asyncio.run(Simulator(cfg, ident).main())
-
-
-def write_summary(snap: dict, path: Path) -> None:
-    path.write_text(json.dumps(snap, indent=2))
