@@ -94,9 +94,14 @@ async def parse(request: Request, model: type[M]) -> M:
                          code="invalid_field") from None
 
 
+def served_scopes(cfg: Config) -> set[Scope]:
+    """The scopes this server answers: the read scope only where the studio is mounted."""
+    return {Scope.inference, Scope.feedback} | ({Scope.read} if cfg.studio.mount_in_serve else set())
+
+
 def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
     svc = service or LiveService(cfg)
-    svc.auth.check_exposure(cfg.serve.host, cfg.serve.allow_open)
+    svc.auth.check_exposure(cfg.serve.host, cfg.serve.allow_open, served_scopes(cfg))
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -130,6 +135,13 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         usage = bool((req.stream_options or {}).get("include_usage"))
         return StreamingResponse(responses.stream(a, svc.model_name, svc.tokenizer, chat, usage),
                                  media_type="text/event-stream", headers=responses.headers(a))
+
+    if cfg.studio.mount_in_serve:
+        from rftbus.consumers.studio.app import create_studio
+        from rftbus.consumers.studio.grading import ServePublisher
+
+        # The browser console, its grades through this service's own feedback path.
+        app.mount("/studio", create_studio(cfg, ServePublisher(svc)))
 
     @app.get("/healthz")
     async def healthz():

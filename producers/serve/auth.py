@@ -1,6 +1,8 @@
-"""Bearer tokens with two scopes: inference (call the model) and feedback (grade it).
+"""Bearer tokens with three scopes: inference (call the model), feedback (grade it) and read (the studio's
+dashboard, experience browser and SQL).
 
-Separate scopes so an agent holding an inference token cannot reward itself. Tokens are kept only
+Separate scopes so an agent holding an inference token cannot reward itself, and a grader cannot read
+what the run is doing beyond the answers it grades. Tokens are kept only
 as SHA-256 digests and compared in constant time; no message here ever repeats what was presented.
 """
 
@@ -20,6 +22,7 @@ from rftbus.producers.serve.errors import Forbidden, Unauthorized
 class Scope(str, enum.Enum):
     inference = "inference"
     feedback = "feedback"
+    read = "read"
 
 
 class OpenScopeRefused(RftbusError):
@@ -40,18 +43,23 @@ def is_loopback(host: str) -> bool:
 
 
 class TokenAuth:
-    def __init__(self, inference: list[SecretStr], feedback: list[SecretStr]):
-        self._digests = {
-            Scope.inference: [_digest(t.get_secret_value()) for t in inference if t.get_secret_value()],
-            Scope.feedback: [_digest(t.get_secret_value()) for t in feedback if t.get_secret_value()],
-        }
+    def __init__(self, inference: list[SecretStr], feedback: list[SecretStr], read: list[SecretStr] | None = None):
+        given = {Scope.inference: inference, Scope.feedback: feedback, Scope.read: read or []}
+        self._digests = {s: [_digest(t.get_secret_value()) for t in ts if t.get_secret_value()]
+                         for s, ts in given.items()}
+
+    @classmethod
+    def from_config(cls, serve) -> TokenAuth:
+        """From the `serve:` section (ServeConfig), which holds every scope's tokens."""
+        return cls(serve.inference_tokens, serve.feedback_tokens, serve.read_tokens)
 
     def open_scopes(self) -> list[Scope]:
         return [s for s, d in self._digests.items() if not d]
 
-    def check_exposure(self, host: str, allow_open: bool) -> None:
-        """Refuse to start with an open scope on an address others can reach, unless told to."""
-        open_ = self.open_scopes()
+    def check_exposure(self, host: str, allow_open: bool, used: set[Scope] | None = None) -> None:
+        """Refuse to start with an open scope (of those `used` by the server) on an address others can reach,
+        unless told to."""
+        open_ = [s for s in self.open_scopes() if used is None or s in used]
         if open_ and not is_loopback(host) and not allow_open:
             names = " and ".join(s.value for s in open_)
             raise OpenScopeRefused(
@@ -62,6 +70,14 @@ class TokenAuth:
         d = _digest(token)
         # compare_digest against every entry (no early exit): timing does not tell which scope matched.
         return {scope for scope, ds in self._digests.items() if any([hmac.compare_digest(d, x) for x in ds])}
+
+    def allowed(self, authorization: str | None) -> set[Scope]:
+        """The scopes a request may use: the open ones, plus those of its token (if it is a known one)."""
+        out = set(self.open_scopes())
+        kind, _, token = (authorization or "").partition(" ")
+        if kind.lower() == "bearer" and token.strip():
+            out |= self._scopes_of(token.strip())
+        return out
 
     def check(self, authorization: str | None, scope: Scope) -> None:
         """Raise Unauthorized (no or unknown token) or Forbidden (a token of the other scope)."""

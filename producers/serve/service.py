@@ -61,7 +61,7 @@ class LiveService:
         self.cfg, self.report = cfg, report
         self.id = s.id or f"{socket.gethostname()}-{os.getpid()}"
         self.model_name = s.served_model or cfg.model.name
-        self.auth = TokenAuth(s.inference_tokens, s.feedback_tokens)
+        self.auth = TokenAuth.from_config(s)
         self.tokenizer = load_tokenizer(cfg.model)
         self.engine = engine or make_engine(engine_config(cfg), self.tokenizer)
         syncs = getattr(self.engine, "supports_weight_sync", True)

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rftbus.cli import (
     bench_cmd, broker_cmds, explore_cmd, run_cmd, streams_cmd, tail_cmd, tasks_cmd, topics_cmd, train_cmd,
 )
-from rftbus.cli import config_cmd, serve_cmd, simulate_cmd
+from rftbus.cli import config_cmd, serve_cmd, simulate_cmd, studio_cmd
 from rftbus.cli import analytics_cmd
 from rftbus.cli import chaos_cmd
 from rftbus.cli import export_cmd
@@ -56,6 +56,7 @@ streams_cmd.register(app)
 train_cmd.register(app)
 serve_cmd.register(app)
 simulate_cmd.register(app)
+studio_cmd.register(app)
 broker_cmds.register(app)
 config_cmd.register(app)
 export_cmd.register(app)

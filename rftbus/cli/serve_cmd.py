@@ -37,8 +37,9 @@ def serve(
         cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"engine": engine})})
     from rftbus.producers.serve.auth import TokenAuth
 
-    TokenAuth(cfg.serve.inference_tokens, cfg.serve.feedback_tokens).check_exposure(cfg.serve.host,
-                                                                                     cfg.serve.allow_open)
+    from rftbus.producers.serve.app import served_scopes
+
+    TokenAuth.from_config(cfg.serve).check_exposure(cfg.serve.host, cfg.serve.allow_open, served_scopes(cfg))
     create_topics(cfg, check_reachable(cfg))
     from rftbus.producers.serve.server import serve as run_server  # heavy (torch): only for this command
     from rftbus.producers.serve.service import LiveService

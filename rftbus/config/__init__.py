@@ -21,6 +21,7 @@ from rftbus.models.config import ModelConfig
 from rftbus.config.explorer import ExplorerConfig, TasksetConfig
 from rftbus.config.serve import ServeConfig
 from rftbus.config.simulate import SimulateConfig
+from rftbus.config.studio import StudioConfig
 from rftbus.config.run import RunConfig
 from rftbus.config.streams import StreamsConfig
 from rftbus.config.trainer import TrainerConfig
@@ -146,6 +147,7 @@ class Config(_Strict):
     run: RunConfig = RunConfig()
     serve: ServeConfig = ServeConfig()
     simulate: SimulateConfig = SimulateConfig()
+    studio: StudioConfig = StudioConfig()
     analytics: AnalyticsConfig = AnalyticsConfig()
 
     @field_validator("state_dir")

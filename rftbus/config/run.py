@@ -46,6 +46,8 @@ class RunConfig(BaseModel):
                         "serve.port) as a supervised child")
     simulate: bool = Field(False, description="also run `rftbus simulate` (agents and graders against serve, "
                            "the `simulate:` section) as a supervised child; needs serve: true")
+    studio: bool = Field(False, description="also run `rftbus studio` (the browser console on studio.host:"
+                         "studio.port) as a supervised child")
     curriculum: list[CurriculumStage] = Field(default_factory=list, description="stages of easier tasks (RL "
                                               "tasks only, no demonstrations), each published just in time until "
                                               "its until_step; then the configured taskset; eval stays on the "

@@ -20,6 +20,9 @@ class ServeConfig(BaseModel):
     feedback_tokens: list[SecretStr] = Field(
         default_factory=list, description="bearer tokens for /v1/feedback (a separate scope: an agent that "
         "may call the model cannot grade itself); env: comma-separated. Empty = open, as above")
+    read_tokens: list[SecretStr] = Field(
+        default_factory=list, description="bearer tokens for the studio's dashboard, experience browser and SQL "
+        "(a grader's feedback token cannot read them); env: comma-separated. Empty = open, as above")
     allow_open: bool = Field(False, description="serve a scope without tokens on a non-loopback address")
     id: str | None = Field(None, description="producer id stamped as Experience.explorer_id; default host-pid")
     served_model: str | None = Field(None, description="model name in /v1/models and accepted in requests; "
@@ -46,7 +49,7 @@ class ServeConfig(BaseModel):
                                   "to be read (so the first answers use the newest version)")
     status_interval_s: float = Field(1.0, gt=0)
 
-    @field_validator("inference_tokens", "feedback_tokens", mode="before")
+    @field_validator("inference_tokens", "feedback_tokens", "read_tokens", mode="before")
     @classmethod
     def _split(cls, v):
         # RFTBUS_SERVE__INFERENCE_TOKENS=a,b arrives as one string.

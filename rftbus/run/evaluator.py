@@ -2,7 +2,8 @@
 
 It runs in the main job's process, beside (not inside) the trainer, so eval never delays a training
 step; v0 too is scored in its thread while the loop starts (it used to stand in front of everything).
-It follows the weights topic exactly as an explorer does (sha256-verified checkpoints). The best-scoring
+It follows the weights topic exactly as an explorer does (sha256-verified checkpoints). Each point is also
+published on the metrics topic (kind="eval"), so analytics and the studio's dashboard have it. The best-scoring
 version's weights are kept in `<state_dir>/run/best.safetensors` (+ `best.json`): the store keeps only
 the newest few versions, and a run's last eval is not always its best (`rftbus export OUT --best`).
 """
@@ -15,12 +16,15 @@ import time
 from pathlib import Path
 
 import torch
+from confluent_kafka import KafkaException
 
 from rftbus.config import Config
+from rftbus.kafka.clients import make_producer
 from rftbus.consumers.weight_sync import WeightFollower
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.tasksets import get_taskset
 from rftbus.run.pace import BEST_META, BEST_WEIGHTS
+from rftbus.schemas import TrainerMetric, make_codec
 from rftbus.trainer.evaluate import evaluate
 from rftbus.weights import sha256_hex
 from rftbus.weights.store import state_bytes
@@ -38,12 +42,14 @@ class Evaluator:
         self.model = load_policy(cfg.model, self.tokenizer)
         self.taskset = get_taskset(cfg.taskset.name, **cfg.taskset.params)
         self.points: list[dict] = []
-        self.version = 0
+        self.version, self.step = 0, 0
         self.best: dict | None = None  # the best point so far, with where its weights are kept
         self.follower = WeightFollower(cfg, report=report)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="evaluator", daemon=True)
+        self.producer = make_producer(cfg)
+        self.encode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).serializer(TrainerMetric)
 
     def _score(self, version: int) -> dict:
         with self._lock:
@@ -57,7 +63,20 @@ class Evaluator:
         if self.log_path is not None:
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(point) + "\n")
+        self._publish(point)
         return point
+
+    def _publish(self, point: dict) -> None:
+        """The point on the metrics topic (best effort: eval.jsonl and the summary keep it either way)."""
+        values = {k: float(v) for k, v in point.items() if isinstance(v, (int, float)) and k != "version"}
+        rec = TrainerMetric(model=self.cfg.model.name, kind="eval", step=self.step, version=point["version"],
+                            values=values)
+        topic = self.cfg.topics.metrics.name
+        try:
+            self.producer.produce(topic, key=rec.model.encode(), value=self.encode(rec, None))
+            self.producer.poll(0)
+        except (BufferError, KafkaException) as e:
+            self.report(f"eval point v{point['version']} not published on {topic}: {e}")
 
     def _keep_best(self, point: dict) -> None:
         """Write the weights just scored as the run's best (atomically: a crash leaves the old best)."""
@@ -78,7 +97,7 @@ class Evaluator:
         record, state = ready
         with self._lock, torch.no_grad():
             self.model.load_state_dict(state)
-            self.version = record.version
+            self.version, self.step = record.version, record.step
         return True
 
     def start(self) -> Evaluator:
@@ -106,3 +125,4 @@ class Evaluator:
         self.follower.stop()
         if not self.points or self.points[-1]["version"] != self.version:
             self._score(self.version)
+        self.producer.flush(5)

@@ -36,7 +36,7 @@ from rftbus.run.plots import plot_eval, plot_steps
 from rftbus.run.supervisor import ChildSpec, Supervisor
 from rftbus.status import read_statuses
 
-STOP_ORDER = ["simulate", "serve", "explorer", "streams", "trainer", "analytics"]  # producers first: the rest drain
+STOP_ORDER = ["simulate", "serve", "studio", "explorer", "streams", "trainer", "analytics"]  # producers first: the rest drain
 
 
 def child_state(c) -> str:
@@ -189,6 +189,8 @@ class MainJob:
                                    logs / "serve.log"))
         if c.run.simulate:
             specs.append(ChildSpec("simulate", base + ["simulate"], env, c.run.max_restarts, logs / "simulate.log"))
+        if c.run.studio:
+            specs.append(ChildSpec("studio", base + ["studio"], env, c.run.max_restarts, logs / "studio.log"))
         return specs
 
     # ---- the loop ----------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""The studio: a browser console for the people in the loop (feedback queue, run dashboard, experience path)."""

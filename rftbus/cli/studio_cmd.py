@@ -1,0 +1,47 @@
+"""`rftbus studio`: the browser console (feedback queue, run dashboard, experience browser)."""
+
+from __future__ import annotations
+
+import signal
+from typing import Optional
+
+import typer
+
+from rftbus.cli.context import state
+from rftbus.errors import RftbusError
+
+
+def studio(
+    ctx: typer.Context,
+    host: Optional[str] = typer.Option(None, "--host", help="listen address (default studio.host)"),
+    port: Optional[int] = typer.Option(None, "--port", min=1, max=65535, help="listen port (default studio.port)"),
+    log_level: str = typer.Option("warning", "--log-level", help="uvicorn log level"),
+) -> None:
+    """Serve the studio on http://HOST:PORT/studio: graders grade live answers (serve.feedback_tokens), people
+    who run training watch the run and follow experiences (serve.read_tokens). Reads analytics; grades go to
+    Kafka as `POST /v1/feedback` sends them."""
+    import uvicorn
+
+    from rftbus.consumers.studio.app import standalone
+    from rftbus.producers.serve.auth import Scope, TokenAuth
+
+    st = state(ctx)
+    cfg = st.config(**{"studio.host": host, "studio.port": port})
+    auth = TokenAuth.from_config(cfg.serve)
+    auth.check_exposure(cfg.studio.host, cfg.serve.allow_open, {Scope.feedback, Scope.read})
+    open_scopes = ", ".join(s.value for s in auth.open_scopes() if s.value != "inference") or "none"
+    st.err.print(f"studio on http://{cfg.studio.host}:{cfg.studio.port}/studio (scopes without tokens: "
+                 f"{open_scopes})", soft_wrap=True)
+    server = uvicorn.Server(uvicorn.Config(standalone(cfg), host=cfg.studio.host, port=cfg.studio.port,
+                                           log_level=log_level, server_header=False))
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # uvicorn's own handler stops it cleanly
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if not server.started:
+        raise RftbusError(f"rftbus studio could not start on {cfg.studio.host}:{cfg.studio.port} (see above)")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("studio")(studio)
