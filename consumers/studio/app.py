@@ -18,9 +18,8 @@ from fastapi.templating import Jinja2Templates
 
 from rftbus.config import Config
 from rftbus.consumers.analytics.backends import AnalyticsError
-from rftbus.producers.serve.app import parse
 from rftbus.producers.serve.auth import Scope, TokenAuth
-from rftbus.producers.serve.errors import ApiError, BadRequest, NotFound, Unauthorized, Unavailable
+from rftbus.producers.serve.errors import ApiError, BadRequest, NotFound, Unauthorized, Unavailable, parse
 from rftbus.producers.serve.feedback import FeedbackRequest
 
 from . import access, dashboard, data

@@ -10,24 +10,21 @@ from __future__ import annotations
 
 import json
 from contextlib import asynccontextmanager
-from typing import TypeVar
 
 import anyio
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ValidationError
 
 from rftbus.config import Config
 from rftbus.producers.serve import responses
 from rftbus.producers.serve.auth import Scope
-from rftbus.producers.serve.errors import ApiError, BadRequest, NotFound, TooLarge, field_path
+from rftbus.producers.serve.errors import ApiError, NotFound, TooLarge, parse
 from rftbus.producers.serve.feedback import FeedbackRequest
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, _Request, chat_prompt,
                                              completion_prompt, default_task_id)
 from rftbus.producers.serve.records import LivePrompt
 from rftbus.producers.serve.service import LiveService
 
-M = TypeVar("M", bound=BaseModel)
 BODY_METHODS = {"POST", "PUT", "PATCH"}
 
 
@@ -78,20 +75,6 @@ class BodyLimit:
 def _error_response(err: ApiError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
     return JSONResponse(err.body(), status_code=err.status, headers=headers)
-
-
-async def parse(request: Request, model: type[M]) -> M:
-    body = await request.body()
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as e:
-        err = e.errors(include_url=False)[0]
-        if err["type"] == "json_invalid":
-            raise BadRequest(f"body is not valid JSON: {err['msg']}", code="invalid_json") from None
-        where = field_path(err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        raise BadRequest(f"{where}: {msg}" if where != "body" else msg, param=where if where != "body" else None,
-                         code="invalid_field") from None
 
 
 def served_scopes(cfg: Config) -> set[Scope]:

@@ -3,7 +3,12 @@ so OpenAI client libraries surface the message and the offending field as they w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
+
+from fastapi import Request
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class ApiError(Exception):
@@ -63,3 +68,18 @@ def field_path(loc: tuple | list) -> str:
     """pydantic's ("body", "messages", 0, "content") -> "messages.0.content"."""
     parts = [str(p) for p in loc if p not in ("body",)]
     return ".".join(parts) or "body"
+
+
+async def parse(request: Request, model: type[M]) -> M:
+    """The body as `model`, or a 400 naming the field that was wrong (after authentication: see app.py)."""
+    body = await request.body()
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as e:
+        err = e.errors(include_url=False)[0]
+        if err["type"] == "json_invalid":
+            raise BadRequest(f"body is not valid JSON: {err['msg']}", code="invalid_json") from None
+        where = field_path(err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        raise BadRequest(f"{where}: {msg}" if where != "body" else msg, param=where if where != "body" else None,
+                         code="invalid_field") from None

@@ -3,7 +3,6 @@ tests). uvicorn owns SIGTERM/SIGINT: in-flight requests finish, then the lifespa
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 
@@ -12,6 +11,7 @@ import uvicorn
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.producers.serve.app import create_app
+from rftbus.producers.serve.foreground import run_foreground
 from rftbus.producers.serve.service import LiveService
 
 
@@ -23,16 +23,8 @@ def uvicorn_config(cfg: Config, service: LiveService | None = None, log_level: s
 
 
 def serve(cfg: Config, service: LiveService | None = None, log_level: str = "info") -> None:
-    server = uvicorn.Server(uvicorn_config(cfg, service, log_level))
-    # uvicorn re-raises the signal it shut down on; by then the shutdown was graceful, so SIGTERM ends
-    # the command with exit 0 (as `explore` and `streams` do) instead of dying by the signal.
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)
-    try:
-        server.run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if not server.started:
-        raise RftbusError(f"rftbus serve could not start on {cfg.serve.host}:{cfg.serve.port} (see the log above)")
+    run_foreground(uvicorn.Server(uvicorn_config(cfg, service, log_level)),
+                   f"rftbus serve could not start on {cfg.serve.host}:{cfg.serve.port} (see the log above)")
 
 
 class BackgroundServer:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import signal
 from typing import Optional
 
 import typer
 
 from rftbus.cli.context import state
-from rftbus.errors import RftbusError
 
 
 def studio(
@@ -24,6 +22,7 @@ def studio(
 
     from rftbus.consumers.studio.app import standalone
     from rftbus.producers.serve.auth import Scope, TokenAuth
+    from rftbus.producers.serve.foreground import run_foreground
 
     st = state(ctx)
     cfg = st.config(**{"studio.host": host, "studio.port": port})
@@ -34,13 +33,7 @@ def studio(
                  f"{open_scopes})", soft_wrap=True)
     server = uvicorn.Server(uvicorn.Config(standalone(cfg), host=cfg.studio.host, port=cfg.studio.port,
                                            log_level=log_level, server_header=False))
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # uvicorn's own handler stops it cleanly
-    try:
-        server.run()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if not server.started:
-        raise RftbusError(f"rftbus studio could not start on {cfg.studio.host}:{cfg.studio.port} (see above)")
+    run_foreground(server, f"rftbus studio could not start on {cfg.studio.host}:{cfg.studio.port} (see above)")
 
 
 def register(app: typer.Typer) -> None:
