@@ -82,3 +82,19 @@ class StatusFile:
             self._thread.join(timeout=5)
         self.update(**final)
         self.write()
+
+
+def mark_run(state_dir: Path, started: float) -> None:
+    """`rftbus run` notes when it started, so readers of a reused state folder (the studio's dashboard) can
+    show this run's data apart from earlier runs' (analytics keeps every run's records)."""
+    path = Path(state_dir) / "run" / "started.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"started_at": started, "pid": os.getpid()}))
+
+
+def run_started(state_dir: Path) -> float | None:
+    """When the last `rftbus run` on this state folder started (None: never, or unreadable)."""
+    try:
+        return float(json.loads((Path(state_dir) / "run" / "started.json").read_text())["started_at"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

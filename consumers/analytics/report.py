@@ -36,7 +36,7 @@ class Report:
     def __init__(self, cfg: Config, backend: Backend, out: Path):
         self.cfg, self.b, self.out = cfg, backend, Path(out)
         self.db = backend.database
-        self.params: dict[str, str] = {"pass": repr(float(cfg.analytics.pass_threshold))}
+        self.params: dict[str, str] = {"pass": repr(float(cfg.analytics.pass_threshold)), "since": "0"}
         self.sections: dict[str, Section] = {}
 
     def q(self, template: str):

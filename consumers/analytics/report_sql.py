@@ -1,5 +1,6 @@
 """The report's SQL (one dialect for chDB and a server). `{db}` is the database identifier; values go
-as ClickHouse {name:Type} parameters: t0 (ms), bucket_ms, pass (the pass threshold).
+as ClickHouse {name:Type} parameters: t0 (ms), bucket_ms, pass (the pass threshold), since (ms: rows
+before it are left out; 0 = all; the studio's dashboard shows one run of a reused state folder).
 
 Every table is read with FINAL, so re-delivered messages never count twice. "RL" experiences are the
 explorers' (raw topic, source != expert); demonstrations are left out of reward and staleness figures.
@@ -26,28 +27,33 @@ REWARD_BY_VERSION = """
 SELECT model_version AS version, count() AS n, avg(reward) AS mean, stddevPop(reward) AS sd,
        avg(reward >= {{pass:Float64}}) AS pass_rate
 FROM {db}.experiences FINAL
-WHERE topic = 'raw' AND source != 'expert' AND reward IS NOT NULL
+WHERE topic = 'raw' AND source != 'expert' AND reward IS NOT NULL AND {MS}(kafka_ts) >= {{since:Int64}}
 GROUP BY version ORDER BY version"""
 
 STALENESS = """
 SELECT staleness, count() AS n
 FROM {db}.trained FINAL
 WHERE experience_id NOT IN (SELECT experience_id FROM {db}.experiences WHERE topic = 'expert')
+  AND {MS}(trained_at) >= {{since:Int64}}
 GROUP BY staleness ORDER BY staleness"""
 
 REJECTIONS = """
 SELECT {b} AS b, reason, sum(greatest(length(experience_ids), 1)) AS n
 FROM {db}.rejections FINAL
+WHERE {MS}(kafka_ts) >= {{since:Int64}}
 GROUP BY b, reason ORDER BY b, reason"""
 
 THROUGHPUT = """
 SELECT stage, b, count() AS n FROM (
-  SELECT 'produced' AS stage, {b_exp} AS b FROM {db}.experiences FINAL WHERE topic = 'raw'
-  UNION ALL SELECT 'curated', {b_exp} FROM {db}.experiences FINAL WHERE topic IN ('curated', 'curated_priority')
+  SELECT 'produced' AS stage, {b_exp} AS b FROM {db}.experiences FINAL
+    WHERE topic = 'raw' AND {MS}(kafka_ts) >= {{since:Int64}}
+  UNION ALL SELECT 'curated', {b_exp} FROM {db}.experiences FINAL
+    WHERE topic IN ('curated', 'curated_priority') AND {MS}(kafka_ts) >= {{since:Int64}}
   UNION ALL SELECT 'trained', {b_tr} FROM {db}.trained FINAL
     WHERE experience_id NOT IN (SELECT experience_id FROM {db}.experiences WHERE topic = 'expert')
+      AND {MS}(trained_at) >= {{since:Int64}}
   UNION ALL SELECT 'rejected', {b_exp} FROM {db}.rejections FINAL ARRAY JOIN if(empty(experience_ids), [''],
-    experience_ids) AS rejected_id
+    experience_ids) AS rejected_id WHERE {MS}(kafka_ts) >= {{since:Int64}}
 )
 GROUP BY stage, b ORDER BY stage, b"""
 

@@ -21,6 +21,7 @@ from rftbus.consumers.analytics.backends import AnalyticsError
 from rftbus.producers.serve.auth import Scope, TokenAuth
 from rftbus.producers.serve.errors import ApiError, BadRequest, NotFound, Unauthorized, Unavailable, parse
 from rftbus.producers.serve.feedback import FeedbackRequest
+from rftbus.status import run_started
 
 from . import access, dashboard, data
 from .grading import KafkaPublisher, Publisher
@@ -51,12 +52,21 @@ class Studio:
         except Exception:  # noqa: BLE001 - Kafka away or slow: the panel says lags are unknown, the rest still draws
             return None
 
-    def dashboard(self) -> dashboard.Dashboard:
+    def since_ms(self, window: str) -> int:
+        """`run`: from the start of the last `rftbus run` on this state folder (all if none); `all`: 0."""
+        if window not in ("run", "all"):
+            raise BadRequest("window is run or all", param="window")
+        started = run_started(self.cfg.state_dir) if window == "run" else None
+        return int(started * 1000) if started else 0
+
+    def dashboard(self, window: str) -> dashboard.Dashboard:
+        since = self.since_ms(window)
+
         def make() -> dashboard.Dashboard:
             lags = self.lags()
             with data.reading(self.cfg) as r:
-                return dashboard.build(self.cfg, r, lags)
-        return self.cache.get("dashboard", make)
+                return dashboard.build(self.cfg, r, lags, since)
+        return self.cache.get(f"dashboard:{since}", make)
 
 
 def create_studio(cfg: Config, publisher: Publisher | None = None) -> FastAPI:
@@ -103,14 +113,14 @@ def create_studio(cfg: Config, publisher: Publisher | None = None) -> FastAPI:
         return page(request, "queue.html", me=access.annotator(request))
 
     @app.get("/dashboard", name="dashboard")
-    def dashboard_page(request: Request):
+    def dashboard_page(request: Request, window: str = "run"):
         need(request, Scope.read)
-        return page(request, "dashboard.html", d=st.dashboard())
+        return page(request, "dashboard.html", d=st.dashboard(window), window=window)
 
     @app.get("/fragments/dashboard", name="dashboard_fragment")
-    def dashboard_fragment(request: Request):
+    def dashboard_fragment(request: Request, window: str = "run"):
         need(request, Scope.read)
-        return page(request, "panels.html", d=st.dashboard())
+        return page(request, "panels.html", d=st.dashboard(window))
 
     @app.get("/experience", name="experience")
     def experience_page(request: Request, id: str = ""):  # noqa: A002 - the query parameter's name

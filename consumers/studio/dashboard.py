@@ -29,7 +29,7 @@ class Dashboard:
     panels: list[Panel] = field(default_factory=list)
     built_ms: float = 0.0  # how long the queries took
     at: float = field(default_factory=time.time)
-    errors: list[str] = field(default_factory=list)
+    since_ms: int = 0
 
 
 def bucket_ms(span_ms: int) -> int:
@@ -48,17 +48,18 @@ def _by(rows: list[dict[str, Any]], key: str, x: str, y: str, scale: float = 1.0
     return {k: [(b * scale, v.get(b, 0.0)) for b in range(lo, hi + 1)] for k, v in per.items()}
 
 
-def build(cfg: Config, r: Reader, lags: list[dict[str, Any]] | None) -> Dashboard:
+def build(cfg: Config, r: Reader, lags: list[dict[str, Any]] | None, since_ms: int = 0) -> Dashboard:
+    """`since_ms`: leave out what came before (the current run of a reused state folder); 0 = everything."""
     t_start = time.perf_counter()
-    d = Dashboard()
-    span = r.rows(S.SPAN)
+    d = Dashboard(since_ms=since_ms)
+    span = r.rows(S.SPAN, {"since": since_ms})
     t0 = int(span[0]["t0"] or 0) if span else 0
     t1 = int(span[0]["t1"] or 0) if span else 0
     b = bucket_ms(max(0, t1 - t0))
     minutes = b / 60_000
-    params = {"t0": t0, "bucket_ms": b, "pass": repr(float(cfg.analytics.pass_threshold))}
+    params = {"t0": t0, "bucket_ms": b, "pass": repr(float(cfg.analytics.pass_threshold)), "since": since_ms}
 
-    ev = r.rows(S.EVAL)
+    ev = r.rows(S.EVAL, params)
     d.panels.append(Panel("eval", "Held-out eval", charts.line_chart(
         {"eval reward": [((int(p["ms"]) - t0) / 60_000, float(p["reward"])) for p in ev]},
         "held-out eval over time", "minutes into the run", "eval reward", (0.0, 1.0)),

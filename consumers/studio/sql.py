@@ -40,7 +40,7 @@ ORDER BY f.created_at DESC LIMIT {limit:UInt32}"""
 # -- dashboard ---------------------------------------------------------------------------------------
 EVAL = """
 SELECT version, step, values['reward'] AS reward, {MS}(created_at) AS ms
-FROM {db}.metrics FINAL WHERE kind = 'eval' AND mapContains(values, 'reward')
+FROM {db}.metrics FINAL WHERE kind = 'eval' AND mapContains(values, 'reward') AND {MS}(kafka_ts) >= {since:Int64}
 ORDER BY created_at"""
 
 # The grade (mapped to a reward by the streams) of the answers served, by when they were served.
@@ -48,6 +48,7 @@ LIVE_REWARD = """
 SELECT intDiv({MS}(created_at) - {t0:Int64}, {bucket_ms:Int64}) AS b, avg(reward) AS mean, count() AS n
 FROM {db}.experiences FINAL
 WHERE topic IN ('curated', 'curated_priority') AND source = 'live' AND reward IS NOT NULL
+  AND {MS}(kafka_ts) >= {since:Int64}
 GROUP BY b ORDER BY b"""
 
 # Kafka timestamps of everything the dashboard draws: its time axis.
@@ -56,7 +57,7 @@ SELECT min(ms) AS t0, max(ms) AS t1 FROM (
   SELECT {MS}(kafka_ts) AS ms FROM {db}.experiences
   UNION ALL SELECT {MS}(kafka_ts) FROM {db}.rejections
   UNION ALL SELECT {MS}(trained_at) FROM {db}.trained
-)"""
+) WHERE ms >= {since:Int64}"""
 
 # -- the path of an experience, a group or a task ------------------------------------------------------
 FIND = """

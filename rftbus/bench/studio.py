@@ -50,7 +50,7 @@ def load_ms(d) -> float:
 
 def measure(url: str, runs: int, experience: str | None, shots: Path | None, pause_s: float,
             token: str | None = None) -> dict[str, Any]:
-    d = chrome()
+    d = chrome(1400, 1300)  # the dashboard's three rows of panels in one screenshot
     out: dict[str, Any] = {"url": url, "runs": runs, "pages": {}}
     try:
         if token:

@@ -34,7 +34,7 @@ from rftbus.run.pace import Pace, pace_summary, read_best
 from rftbus.run.passes import TaskPasses
 from rftbus.run.plots import plot_eval, plot_steps
 from rftbus.run.supervisor import ChildSpec, Supervisor
-from rftbus.status import read_statuses
+from rftbus.status import mark_run, read_statuses
 
 STOP_ORDER = ["simulate", "serve", "studio", "explorer", "streams", "trainer", "analytics"]  # producers first: the rest drain
 
@@ -163,6 +163,7 @@ class MainJob:
         self.passes.tick(backlog)
 
     def write_child_config(self) -> Path:
+        mark_run(self.cfg.state_dir, self.started)
         return write_config(self.cfg, self.run_dir / "config.yaml")
 
     def child_specs(self, config_path: Path) -> list[ChildSpec]:

@@ -179,8 +179,8 @@ const panels = document.getElementById("panels");
 if (panels) {
   setInterval(async () => {
     try {
-      const r = await fetch(base + "/fragments/dashboard", {credentials: "same-origin"});
-      if (r.ok) { panels.innerHTML = await r.text(); document.getElementById("dash-updated").textContent = "updated " + new Date().toLocaleTimeString(); }
+      const r = await fetch(base + "/fragments/dashboard?window=" + panels.dataset.window, {credentials: "same-origin"});
+      if (r.ok) { panels.innerHTML = await r.text(); fmtTimes(panels); document.getElementById("dash-updated").textContent = "updated " + new Date().toLocaleTimeString(); }
     } catch (e) { /* keep the last panels */ }
   }, refreshMs);
 }
