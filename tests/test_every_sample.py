@@ -177,3 +177,16 @@ def test_pace_keeps_the_final_reading_and_splits_the_run_in_thirds():
     first, last = step_rates(p, 0.0, 30.0)
     # readings at 0, 2, 30: by 10 s 2 steps, by 20 s still 2 (nothing read in between), by 30 s 30
     assert first == pytest.approx(0.2) and last == pytest.approx(2.8)
+
+
+def test_pace_ignores_an_earlier_runs_status_files():
+    """A reused state folder keeps the last run's trainer status: its first step (hours ago) is not this run's
+    (a 15-minute demo reported its first step -17,770 s after the broker answered)."""
+    from rftbus.run.pace import Pace
+
+    p = Pace(since=1000.0)
+    old = {"role": "trainer", "step": 900, "first_step_at": 10.0, "updated_at": 20.0}
+    p.see(1001.0, [old])
+    assert p.first_step_at is None and not p.timeline
+    p.see(1010.0, [{"role": "trainer", "step": 1, "first_step_at": 1009.0, "updated_at": 1010.0}])
+    assert p.first_step_at == 1009.0 and p.timeline == [(1010.0, 1)]

@@ -65,7 +65,7 @@ class MainJob:
         self.curriculum: Curriculum | None = None  # with `run.curriculum`
         self.broker: BrokerWatch | None = None  # the embedded broker this job started
         self.broker_ready: float | None = None  # when the broker first answered (epoch s)
-        self.pace = Pace()  # the trainer's steps over time, for the summary
+        self.pace = Pace(since=self.started)  # the trainer's steps over time, for the summary
         self.passes: TaskPasses | None = None  # the configured taskset's passes, once it is being published
 
     # ---- setup -------------------------------------------------------------------------------

@@ -19,15 +19,16 @@ class Pace:
 
     timeline: list[tuple[float, int]] = field(default_factory=list)
     first_step_at: float | None = None
+    since: float = 0.0  # this run's start: status files older than it are an earlier run's, left in a reused folder
 
     def see(self, now: float, statuses: list[dict[str, Any]], last: bool = False) -> None:
         """`last`: the run's final reading, kept however soon after the previous one it comes."""
-        trainers = [st for st in statuses if st.get("role") == "trainer"]
+        trainers = [st for st in statuses if st.get("role") == "trainer" and float(st.get("updated_at") or 0) >= self.since]
         step = max((int(st.get("step") or 0) for st in trainers), default=0)
         changed = not self.timeline or step != self.timeline[-1][1]
         if changed and (last or not self.timeline or now - self.timeline[-1][0] >= 2.0):
             self.timeline.append((now, step))  # every 2 s at most: a 15-minute run keeps ~450 points
-        firsts = [float(st["first_step_at"]) for st in trainers if st.get("first_step_at")]
+        firsts = [float(st["first_step_at"]) for st in trainers if float(st.get("first_step_at") or 0) >= self.since]
         if firsts and self.first_step_at is None:
             self.first_step_at = min(firsts)
 
