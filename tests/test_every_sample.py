@@ -187,6 +187,6 @@ def test_pace_ignores_an_earlier_runs_status_files():
     p = Pace(since=1000.0)
     old = {"role": "trainer", "step": 900, "first_step_at": 10.0, "updated_at": 20.0}
     p.see(1001.0, [old])
-    assert p.first_step_at is None and not p.timeline
+    assert p.first_step_at is None and p.timeline == [(1001.0, 0)]  # no trainer of this run yet
     p.see(1010.0, [{"role": "trainer", "step": 1, "first_step_at": 1009.0, "updated_at": 1010.0}])
-    assert p.first_step_at == 1009.0 and p.timeline == [(1010.0, 1)]
+    assert p.first_step_at == 1009.0 and p.timeline[-1] == (1010.0, 1)

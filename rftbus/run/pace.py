@@ -28,7 +28,8 @@ class Pace:
         changed = not self.timeline or step != self.timeline[-1][1]
         if changed and (last or not self.timeline or now - self.timeline[-1][0] >= 2.0):
             self.timeline.append((now, step))  # every 2 s at most: a 15-minute run keeps ~450 points
-        firsts = [float(st["first_step_at"]) for st in trainers if float(st.get("first_step_at") or 0) >= self.since]
+        firsts = [float(st["first_step_at"]) for st in trainers
+                  if st.get("first_step_at") and float(st["first_step_at"]) >= self.since]
         if firsts and self.first_step_at is None:
             self.first_step_at = min(firsts)
 
