@@ -72,7 +72,10 @@ def prepare(cfg: Config) -> Topology:
             continue
         if conf["cleanup.policy"] == "delete":
             conf = {**conf, "retention.ms": str(cfg.streams.internal_retention_ms)}
-        missing.append(NewTopic(name, n, t.raw.replication_factor, config=conf))
+        raw = cfg.declared_topics()["raw"]
+        if "min.insync.replicas" in raw.config:
+            conf = {**conf, "min.insync.replicas": raw.config["min.insync.replicas"]}
+        missing.append(NewTopic(name, n, raw.replication_factor, config=conf))
     if missing:
         for name, fut in admin.create_topics(missing).items():
             try:

@@ -1,8 +1,10 @@
-"""Start, stop and check a single-node Apache Kafka 4.x broker in KRaft combined mode.
+"""Start, stop and check the embedded Apache Kafka 4.x broker in KRaft combined mode: one node, or a
+cluster of three (`broker.nodes: 3`: each node a broker and one of three controller voters).
 
-The broker is the official `kafka.Kafka` main class from the Maven Central jars, run as a detached
-java process. Everything it owns lives under `<state_dir>/kafka/`: data, logs, server.properties,
-its pid file and the cluster id. A restart reuses the data folder, so every record survives.
+Each node is the official `kafka.Kafka` main class from the Maven Central jars, run as a detached java
+process. One node owns `<state_dir>/kafka/` (data, logs, server.properties, its pid file); in a cluster
+node N owns `<state_dir>/kafka/node-N/`, all formatted with one cluster id. A restart reuses the data
+folders, so every record survives.
 """
 
 from __future__ import annotations
@@ -41,8 +43,11 @@ class BrokerPaths:
     root: Path
 
     @classmethod
-    def of(cls, cfg: Config) -> BrokerPaths:
-        return cls(cfg.state_dir / "kafka")
+    def of(cls, cfg: Config, node: int | None = None) -> BrokerPaths:
+        """A node's folder (`node` None: the first node's)."""
+        if cfg.broker.nodes == 1:
+            return cls(cfg.state_dir / "kafka")
+        return cls(cfg.state_dir / "kafka" / f"node-{cfg.broker.node_id if node is None else node}")
 
     data = property(lambda self: self.root / "data")
     logs = property(lambda self: self.root / "logs")
@@ -60,29 +65,37 @@ class BrokerState:
     started: bool  # False when it was already running
 
 
-def _server_properties(cfg: Config, paths: BrokerPaths) -> str:
+def _server_properties(cfg: Config, paths: BrokerPaths, node: int) -> str:
     b = cfg.broker
+    port, ctl = b.port_of(node), b.controller_of(node)
+    rf = cfg.replicas
     props = {
         "process.roles": "broker,controller",
-        "node.id": b.node_id,
-        "controller.quorum.voters": f"{b.node_id}@{b.host}:{b.controller}",
-        "listeners": f"PLAINTEXT://{b.host}:{b.port},CONTROLLER://{b.host}:{b.controller}",
-        "advertised.listeners": f"PLAINTEXT://{b.host}:{b.port}",
+        "node.id": node,
+        "controller.quorum.voters": ",".join(f"{n}@{b.host}:{b.controller_of(n)}" for n in b.node_ids),
+        "listeners": f"PLAINTEXT://{b.host}:{port},CONTROLLER://{b.host}:{ctl}",
+        "advertised.listeners": f"PLAINTEXT://{b.host}:{port}",
         "controller.listener.names": "CONTROLLER",
         "inter.broker.listener.name": "PLAINTEXT",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": paths.data,
         "num.partitions": 1,
-        "offsets.topic.replication.factor": 1,
-        "transaction.state.log.replication.factor": 1,
-        "transaction.state.log.min.isr": 1,
-        "share.coordinator.state.topic.replication.factor": 1,
-        "share.coordinator.state.topic.min.isr": 1,
+        "default.replication.factor": rf,
+        "min.insync.replicas": 2 if rf >= 3 else 1,
+        "offsets.topic.replication.factor": rf,
+        "transaction.state.log.replication.factor": rf,
+        "transaction.state.log.min.isr": 2 if rf >= 3 else 1,
+        "share.coordinator.state.topic.replication.factor": rf,
+        "share.coordinator.state.topic.min.isr": 2 if rf >= 3 else 1,
         "group.initial.rebalance.delay.ms": 0,
         "auto.create.topics.enable": "false",
         "message.max.bytes": 16 * 1024 * 1024 + 1024,
         "log.cleaner.enable": "true",
     }
+    if b.nodes > 1:
+        # A follower that falls behind for 10 s (a node killed) leaves the ISR soon, so acks=all writes go on
+        # with the two left; a restarted node catches up and rejoins.
+        props["replica.lag.time.max.ms"] = 10000
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 
@@ -108,9 +121,10 @@ def _read_meta(path: Path) -> dict[str, str]:
     return meta
 
 
-def check_state(cfg: Config) -> bool:
-    """True if storage is formatted and consistent, False if it is new; BrokerError if it is corrupt."""
-    paths = BrokerPaths.of(cfg)
+def check_state(cfg: Config, node: int | None = None) -> bool:
+    """True if a node's storage is formatted and consistent, False if it is new; BrokerError if it is corrupt."""
+    node = cfg.broker.node_id if node is None else node
+    paths = BrokerPaths.of(cfg, node)
     has_data = paths.data.exists() and any(paths.data.iterdir())
     if not paths.meta.exists():
         if has_data:
@@ -129,10 +143,10 @@ def check_state(cfg: Config) -> bool:
             f"state folder {cfg.state_dir} is corrupt: {paths.meta} lacks {', '.join(missing)}; "
             "move it away or choose another --state-dir"
         )
-    if meta["node.id"] != str(cfg.broker.node_id):
+    if meta["node.id"] != str(node):
         raise BrokerError(
-            f"state folder {cfg.state_dir} belongs to broker node.id={meta['node.id']}, "
-            f"but broker.node_id is {cfg.broker.node_id}"
+            f"state folder {paths.root} belongs to broker node.id={meta['node.id']}, "
+            f"but this node is {node} (broker.node_id)"
         )
     return True
 
@@ -160,9 +174,12 @@ def _port_owner(port: int) -> str:
     return ""
 
 
-def running_pid(cfg: Config) -> int | None:
-    """Pid of this state folder's broker if it is alive (a stale or garbled pid file counts as none)."""
-    paths = BrokerPaths.of(cfg)
+def running_pid(cfg: Config, node: int | None = None) -> int | None:
+    """Pid of a node of this state folder if it is alive (a stale or garbled pid file counts as none);
+    `node` None: any node's (the first that runs)."""
+    if node is None:
+        return next((p for p in running_pids(cfg).values() if p is not None), None)
+    paths = BrokerPaths.of(cfg, node)
     try:
         pid = int(paths.pidfile.read_text().strip())
         proc = psutil.Process(pid)
@@ -174,14 +191,19 @@ def running_pid(cfg: Config) -> int | None:
     return None
 
 
+def running_pids(cfg: Config) -> dict[int, int | None]:
+    """node id -> its pid, or None when it is not running."""
+    return {n: running_pid(cfg, n) for n in cfg.broker.node_ids}
+
+
 def _classpath(cfg: Config, console: Console | None) -> str:
     b = cfg.broker
     target = b.libs_dir or cfg.state_dir / "kafka" / f"libs-{b.kafka_version}"
     return str(ensure_jars(target, b.kafka_version, console)) + "/*"
 
 
-def _java_cmd(cfg: Config, java: str, classpath: str, main: str, *args: str) -> list[str]:
-    paths = BrokerPaths.of(cfg)
+def _java_cmd(cfg: Config, java: str, classpath: str, main: str, *args: str, node: int | None = None) -> list[str]:
+    paths = BrokerPaths.of(cfg, node)
     log4j = resources.files("rftbus.broker") / "log4j2.properties"
     return [
         java, f"-Xmx{cfg.broker.heap}", f"-Xms{cfg.broker.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
@@ -190,84 +212,123 @@ def _java_cmd(cfg: Config, java: str, classpath: str, main: str, *args: str) -> 
     ]
 
 
-def _format(cfg: Config, java: str, classpath: str) -> None:
-    paths = BrokerPaths.of(cfg)
-    cmd = _java_cmd(cfg, java, classpath, STORAGE_TOOL, "format", "-t", _new_cluster_id(), "-c", str(paths.props))
+def _cluster_id(cfg: Config) -> str:
+    """One id for every node of the cluster: kept beside the nodes' folders (a node formatted later, or
+    again after its folder was lost, joins the same cluster)."""
+    if cfg.broker.nodes == 1:
+        return _new_cluster_id()
+    path = cfg.state_dir / "kafka" / "cluster.id"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(_new_cluster_id())
+    return path.read_text().strip()
+
+
+def _format(cfg: Config, java: str, classpath: str, node: int) -> None:
+    paths = BrokerPaths.of(cfg, node)
+    cmd = _java_cmd(cfg, java, classpath, STORAGE_TOOL, "format", "-t", _cluster_id(cfg), "-c", str(paths.props),
+                    node=node)
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BrokerError(f"formatting Kafka storage in {paths.data} failed:\n{(proc.stdout + proc.stderr).strip()[-2000:]}")
 
 
-def log_tail(cfg: Config, lines: int = 15) -> str:
-    """Last lines of the broker's logs, preferring ERROR/FATAL lines, for error messages."""
-    paths = BrokerPaths.of(cfg)
+def log_tail(cfg: Config, lines: int = 15, node: int | None = None) -> str:
+    """Last lines of the broker's logs (a node's, or every node's), preferring ERROR/FATAL lines."""
     text = ""
-    for f in (paths.logs / "server.log", paths.stdout):
-        if f.exists():
-            text += f.read_text(errors="replace")
+    for n in ([node] if node is not None else cfg.broker.node_ids):
+        paths = BrokerPaths.of(cfg, n)
+        for f in (paths.logs / "server.log", paths.stdout):
+            if f.exists():
+                text += f.read_text(errors="replace")
     all_lines = text.strip().splitlines()
     errors = [ln for ln in all_lines if " ERROR " in ln or " FATAL " in ln or "Exception" in ln]
     return "\n".join((errors or all_lines)[-lines:])
 
 
 def start(cfg: Config, console: Console | None = None) -> BrokerState:
-    """Start the broker (formatting storage on first start) and wait until it answers."""
-    paths = BrokerPaths.of(cfg)
+    """Start every node that is not running (formatting storage on first start) and wait until all answer."""
     b = cfg.broker
-    pid = running_pid(cfg)
-    if pid is not None:
-        return BrokerState(pid, b.bootstrap, cfg.state_dir, started=False)
+    pids = running_pids(cfg)
+    if all(p is not None for p in pids.values()):
+        return BrokerState(pids[b.node_id], b.bootstrap, cfg.state_dir, started=False)
     java = find_java()
-    for port in (b.port, b.controller):
-        if not _port_free(b.host, port):
-            raise BrokerError(
-                f"port {port} on {b.host} is already in use{_port_owner(port)}; "
-                "choose another with --port (or broker.port / broker.controller_port)"
-            )
-    formatted = check_state(cfg)
+    down = [n for n, p in pids.items() if p is None]
+    for n in down:
+        for port in (b.port_of(n), b.controller_of(n)):
+            if not _port_free(b.host, port):
+                raise BrokerError(
+                    f"port {port} on {b.host} is already in use{_port_owner(port)}; "
+                    "choose another with --port (or broker.port / broker.controller_port)"
+                )
     classpath = _classpath(cfg, console)
+    procs = {n: _launch(cfg, java.path, classpath, n) for n in down}
+    for n, proc in procs.items():  # a node answers only once a quorum of controllers is up: start all first
+        _wait_ready(cfg, proc, n)
+    first = running_pid(cfg, b.node_id)
+    return BrokerState(first, b.bootstrap, cfg.state_dir, started=True)
+
+
+def start_node(cfg: Config, node: int) -> int:
+    """Start one node of the cluster again (after a kill) on its data folder; its pid once it answers."""
+    pid = running_pid(cfg, node)
+    if pid is not None:
+        return pid
+    proc = _launch(cfg, find_java().path, _classpath(cfg, None), node)
+    _wait_ready(cfg, proc, node)
+    return proc.pid
+
+
+def _launch(cfg: Config, java: str, classpath: str, node: int) -> subprocess.Popen[bytes]:
+    paths = BrokerPaths.of(cfg, node)
+    formatted = check_state(cfg, node)
     paths.logs.mkdir(parents=True, exist_ok=True)
-    paths.props.write_text(_server_properties(cfg, paths))
+    paths.props.write_text(_server_properties(cfg, paths, node))
     if not formatted:
-        _format(cfg, java.path, classpath)
-    cmd = _java_cmd(cfg, java.path, classpath, MAIN_CLASS, str(paths.props))
+        _format(cfg, java, classpath, node)
+    cmd = _java_cmd(cfg, java, classpath, MAIN_CLASS, str(paths.props), node=node)
     with open(paths.stdout, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=paths.root)
     paths.pidfile.write_text(f"{proc.pid}\n")
-    _wait_ready(cfg, proc)
-    return BrokerState(proc.pid, b.bootstrap, cfg.state_dir, started=True)
+    return proc
 
 
-def _wait_ready(cfg: Config, proc: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + cfg.broker.start_timeout_s
-    ready_cfg = cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"bootstrap_servers": cfg.broker.bootstrap})})
+def _wait_ready(cfg: Config, proc: subprocess.Popen[bytes], node: int) -> None:
+    b = cfg.broker
+    deadline = time.monotonic() + b.start_timeout_s
+    here = f"{b.host}:{b.port_of(node)}"
+    ready_cfg = cfg.model_copy(update={"kafka": cfg.kafka.model_copy(update={"bootstrap_servers": here})})
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            BrokerPaths.of(cfg).pidfile.unlink(missing_ok=True)
-            raise BrokerError(f"the Kafka broker exited during start (code {proc.returncode}):\n{log_tail(cfg)}")
+            BrokerPaths.of(cfg, node).pidfile.unlink(missing_ok=True)
+            raise BrokerError(f"Kafka node {node} exited during start (code {proc.returncode}):\n"
+                              f"{log_tail(cfg, node=node)}")
         try:
             check_reachable(ready_cfg, timeout=2.0)
             return
         except BrokerUnreachable:
             time.sleep(0.5)
     stop(cfg)
-    raise BrokerError(f"the Kafka broker did not answer within {cfg.broker.start_timeout_s:.0f}s:\n{log_tail(cfg)}")
+    raise BrokerError(f"Kafka node {node} did not answer within {b.start_timeout_s:.0f}s:\n{log_tail(cfg, node=node)}")
 
 
 def stop(cfg: Config, timeout: float = 60.0) -> int | None:
-    """Stop the broker with SIGTERM (a controlled shutdown that flushes logs); SIGKILL after timeout."""
-    pid = running_pid(cfg)
-    paths = BrokerPaths.of(cfg)
-    if pid is None:
-        paths.pidfile.unlink(missing_ok=True)
-        return None
-    os.kill(pid, signal.SIGTERM)
-    if not _wait_gone(pid, timeout):
-        os.kill(pid, signal.SIGKILL)
-        _wait_gone(pid, 15.0)
-    paths.pidfile.unlink(missing_ok=True)
-    return pid
+    """Stop every node with SIGTERM (a controlled shutdown that flushes logs); SIGKILL after timeout.
+    Returns the first node's pid, or None when nothing was running."""
+    pids = running_pids(cfg)
+    for n, pid in pids.items():
+        if pid is None:
+            BrokerPaths.of(cfg, n).pidfile.unlink(missing_ok=True)
+        else:
+            os.kill(pid, signal.SIGTERM)
+    for n, pid in pids.items():
+        if pid is not None:
+            if not _wait_gone(pid, timeout):
+                os.kill(pid, signal.SIGKILL)
+                _wait_gone(pid, 15.0)
+            BrokerPaths.of(cfg, n).pidfile.unlink(missing_ok=True)
+    return next((p for p in pids.values() if p is not None), None)
 
 
 def _wait_gone(pid: int, timeout: float) -> bool:

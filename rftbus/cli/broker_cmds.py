@@ -17,16 +17,20 @@ from rftbus.kafka.committed import CommittedOffsets
 
 def up(
     ctx: typer.Context,
-    port: int = typer.Option(None, "--port", "-p", help="Broker port (default 9092; the controller uses port+1)."),
+    port: int = typer.Option(None, "--port", "-p", help="Broker port (default 9092; the controller uses port+1; "
+                             "with --nodes 3, node k uses port+2k and port+2k+1)."),
     host: str = typer.Option(None, "--host", help="Address to listen on (default 127.0.0.1)."),
+    nodes: int = typer.Option(None, "--nodes", help="1 (default) or 3: a replicated KRaft cluster (broker.nodes)."),
 ) -> None:
-    """Start the embedded Apache Kafka broker (KRaft, single node) and wait until it answers."""
+    """Start the embedded Apache Kafka broker (KRaft: one node, or a cluster of three) and wait until it answers."""
     st = state(ctx)
-    cfg = st.config(**{"broker.port": port, "broker.host": host})
-    with st.err.status(f"starting Kafka {cfg.broker.kafka_version} in {cfg.state_dir} ..."):
+    cfg = st.config(**{"broker.port": port, "broker.host": host, "broker.nodes": nodes})
+    what = "Kafka" if cfg.broker.nodes == 1 else f"a {cfg.broker.nodes}-node Kafka cluster"
+    with st.err.status(f"starting {what} {cfg.broker.kafka_version} in {cfg.state_dir} ..."):
         info = embedded.start(cfg, st.err)
     verb = "started" if info.started else "already running"
-    st.err.print(f"Kafka broker {verb} (pid {info.pid}, state {info.state_dir})")
+    pids = ", ".join(f"node {n} pid {p}" for n, p in embedded.running_pids(cfg).items())
+    st.err.print(f"Kafka {verb} ({pids}; state {info.state_dir})")
     st.console.print(info.bootstrap)
 
 
@@ -47,7 +51,8 @@ def status(
     st = state(ctx)
     cfg = st.config()
     pid = embedded.running_pid(cfg)
-    report: dict = {"bootstrap": cfg.bootstrap_servers, "embedded_pid": pid, "reachable": False, "topics": [], "groups": []}
+    report: dict = {"bootstrap": cfg.bootstrap_servers, "embedded_pid": pid, "reachable": False, "topics": [], "groups": [],
+                    "nodes": {str(n): p for n, p in embedded.running_pids(cfg).items()}}
     try:
         admin = check_reachable(cfg, timeout=5.0)
         report["reachable"] = True
@@ -71,11 +76,17 @@ def _print_status(console, report: dict) -> None:
     else:
         console.print(f"[red]broker[/] {escape(report['bootstrap'])} not reachable: {escape(report.get('error', ''))}")
         return
-    t = Table("topic", "partitions", "replicas", "cleanup", "retention.ms", "messages", title="topics")
+    if len(report["nodes"]) > 1:
+        console.print("nodes: " + ", ".join(f"{n} {'[green]pid ' + str(p) + '[/]' if p else '[red]down[/]'}"
+                                            for n, p in report["nodes"].items()))
+    t = Table("topic", "partitions", "replicas", "cleanup", "retention.ms", "messages", "leaders", "under-replicated",
+              title="topics")
     t.columns[0].no_wrap = True
     for tp in report["topics"]:
+        leaders = " ".join(str(v) for _, v in sorted(tp["leaders"].items(), key=lambda kv: int(kv[0])))
+        under = str(tp["under_replicated"]) if not tp["under_replicated"] else f"[red]{tp['under_replicated']}[/]"
         t.add_row(tp["name"], str(tp["partitions"]), str(tp["replication_factor"]), str(tp["cleanup_policy"]),
-                  str(tp["retention_ms"]), str(tp["messages"]))
+                  str(tp["retention_ms"]), str(tp["messages"]), leaders, under)
     console.print(t)
     g = Table("group", "state", "lag", title="consumer groups")
     g.columns[0].no_wrap = True

@@ -51,6 +51,15 @@ class TopicSpec(_Strict):
     cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
     config: dict[str, str] = Field(default_factory=dict, description="extra topic configs, passed as-is")
 
+    def replicated(self, replicas: int) -> TopicSpec:
+        """This topic on a cluster of `replicas` copies: at least that replication factor, and with three or
+        more, `min.insync.replicas=2` (unless set), so an acks=all write survives the loss of any one node."""
+        rf = max(self.replication_factor, replicas)
+        conf = dict(self.config)
+        if rf >= 3:
+            conf.setdefault("min.insync.replicas", "2")
+        return self.model_copy(update={"replication_factor": rf, "config": conf})
+
     def topic_config(self) -> dict[str, str]:
         """The topic-level configs rftbus declares (what `topics create` sets and compares)."""
         out: dict[str, str] = {"cleanup.policy": self.cleanup_policy}
@@ -97,11 +106,15 @@ class KafkaConfig(_Strict):
 
 
 class BrokerConfig(_Strict):
-    """The embedded single-node Apache Kafka broker (KRaft combined mode)."""
+    """The embedded Apache Kafka broker: one node, or a cluster of three (KRaft, every node a broker and a
+    controller voter), all on loopback ports."""
 
     host: str = "127.0.0.1"
     port: int = Field(9092, ge=1, le=65535)
-    controller_port: int | None = Field(None, ge=1, le=65535, description="default: port + 1")
+    controller_port: int | None = Field(None, ge=1, le=65535, description="default: port + 1 (one node)")
+    nodes: int = Field(1, ge=1, le=5, description="3: a replicated cluster; node k (0, 1, 2, ...) listens on port + "
+                       "2k and its controller on port + 2k + 1; topics get min(3, nodes) replicas, min.insync.replicas 2 "
+                       "with 3")
     kafka_version: str = "4.1.1"
     heap: str = "512m"
     start_timeout_s: float = Field(120.0, gt=0)
@@ -110,11 +123,21 @@ class BrokerConfig(_Strict):
 
     @property
     def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
+        return ",".join(f"{self.host}:{self.port_of(n)}" for n in self.node_ids)
 
     @property
     def controller(self) -> int:
         return self.controller_port if self.controller_port is not None else self.port + 1
+
+    @property
+    def node_ids(self) -> list[int]:
+        return [self.node_id + k for k in range(self.nodes)]
+
+    def port_of(self, node: int) -> int:
+        return self.port + 2 * (node - self.node_id)
+
+    def controller_of(self, node: int) -> int:
+        return self.controller if self.nodes == 1 else self.port + 2 * (node - self.node_id) + 1
 
 
 class SchemaRegistryConfig(_Strict):
@@ -155,6 +178,15 @@ class Config(_Strict):
     def _absolute(cls, v: Path) -> Path:
         # Absolute at load time: child processes (java, mvn) may run from other working directories.
         return Path(os.path.expanduser(str(v))).absolute()
+
+    @property
+    def replicas(self) -> int:
+        """Copies of each partition on the embedded cluster (3 with three nodes), else as each topic declares."""
+        return min(3, self.broker.nodes) if not self.kafka.bootstrap_servers else 1
+
+    def declared_topics(self) -> dict[str, TopicSpec]:
+        """The topics as they are created here (replicated on the embedded cluster)."""
+        return {k: s.replicated(self.replicas) for k, s in self.topics.all().items()}
 
     @property
     def bootstrap_servers(self) -> str:

@@ -19,6 +19,16 @@ class TopicInfo:
     cleanup_policy: str | None
     retention_ms: str | None
     messages: int  # sum over partitions of (high watermark - low watermark)
+    leaders: dict[int, int] = field(default_factory=dict)  # partition -> leader node (-1: none)
+    isr: dict[int, list[int]] = field(default_factory=dict)  # partition -> in-sync replicas
+    under_replicated: int = 0  # partitions whose ISR is smaller than their replica set
+
+
+def partition_layout(admin: AdminClient, timeout: float = 10.0) -> dict[str, dict[int, tuple[int, list[int], list[int]]]]:
+    """topic -> partition -> (leader, replicas, in-sync replicas), from the cluster's metadata."""
+    md = admin.list_topics(timeout=timeout)
+    return {n: {p: (pm.leader, list(pm.replicas), list(pm.isrs)) for p, pm in t.partitions.items()}
+            for n, t in md.topics.items() if not n.startswith("__")}
 
 
 @dataclass
@@ -49,7 +59,11 @@ def topics_info(admin: AdminClient, timeout: float = 10.0) -> list[TopicInfo]:
         rf = len(next(iter(parts.values())).replicas) if parts else 0
         msgs = sum(high.get((n, p), 0) - low.get((n, p), 0) for p in parts)
         c = configs.get(n, {})
-        out.append(TopicInfo(n, len(parts), rf, c.get("cleanup.policy"), c.get("retention.ms"), msgs))
+        lay = {p: (pm.leader, list(pm.replicas), list(pm.isrs)) for p, pm in parts.items()}
+        out.append(TopicInfo(n, len(parts), rf, c.get("cleanup.policy"), c.get("retention.ms"), msgs,
+                             leaders={p: v[0] for p, v in sorted(lay.items())},
+                             isr={p: sorted(v[2]) for p, v in sorted(lay.items())},
+                             under_replicated=sum(len(v[2]) < len(v[1]) for v in lay.values())))
     return out
 
 

@@ -56,7 +56,7 @@ def _differences(spec: TopicSpec, partitions: int, replication: int, actual: dic
 
 def create_topics(cfg: Config, admin: AdminClient, timeout: float = 30.0) -> list[TopicResult]:
     """Create missing topics; existing ones are compared with the declaration, never altered."""
-    specs = cfg.topics.all()
+    specs = cfg.declared_topics()
     md = admin.list_topics(timeout=timeout)
     results: dict[str, TopicResult] = {}
     new = [
