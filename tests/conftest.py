@@ -69,6 +69,38 @@ def broker(tmp_path_factory) -> Config:
     embedded.stop(cfg)
 
 
+def _free_ports(n: int) -> int:
+    """A port p with p .. p+n-1 free (a cluster's listeners and controllers), below the ephemeral range."""
+    from rftbus.chaos.plan import ephemeral_low
+
+    top = min(40000, ephemeral_low() - n)
+    for _ in range(200):
+        p = random.randint(15000, top)
+        ok = True
+        for port in range(p, p + n):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    ok = False
+        if ok:
+            return p
+    raise RuntimeError(f"no {n} free ports in a row")
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> Config:
+    """A three-node KRaft cluster (512 MB each), started once for the session by the first test that asks."""
+    cfg = make_config(tmp_path_factory.mktemp("rftbus-cluster"), _free_ports(6), **{"broker.nodes": 3})
+    out = rftbus_cli(cfg, "up", env={"RFTBUS_BROKER__NODES": "3"})
+    if out.returncode != 0:
+        msg = f"the session's 3-node cluster did not start:\n{out.stderr}\n{embedded.log_tail(cfg)}"
+        embedded.stop(cfg)
+        pytest.fail(msg)
+    yield cfg
+    embedded.stop(cfg)
+
+
 def rftbus_cli(cfg: Config | None, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
     """Run the real `rftbus` console script against the session broker."""
     full_env = {**os.environ, **(env or {})}

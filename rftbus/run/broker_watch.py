@@ -1,7 +1,8 @@
 """The embedded broker `rftbus run` started is supervised like its children (#18).
 
 If it dies (kill -9, the OOM killer), it is started again on the same data folder, so every record
-survives and the stages, which retry their connections, resume by themselves. The restart runs in a
+survives and the stages, which retry their connections, resume by themselves. In a cluster
+(`broker.nodes: 3`) each node is watched: a dead node is started again while the other two go on. The restart runs in a
 thread because it can take a while (the JVM, and the port: a client reconnecting meanwhile can hold it
 for a moment, see docs/RELIABILITY.md item 10), and the live view keeps going meanwhile.
 """
@@ -21,6 +22,7 @@ RETRY_S = 1.0
 class BrokerWatch:
     def __init__(self, cfg: Config, max_restarts: int, pid: int | None):
         self.cfg, self.max_restarts, self.pid = cfg, max_restarts, pid
+        self.pids = {n: p for n, p in embedded.running_pids(cfg).items() if p is not None}  # ours: reaped when dead
         self.restarts = 0
         self.gave_up = False
         self.causes: list[str] = []
@@ -44,11 +46,13 @@ class BrokerWatch:
             events, self._events = self._events, []
         if self.gave_up or (self._thread is not None and self._thread.is_alive()):
             return events
-        if embedded.running_pid(self.cfg) is not None:
+        down = [n for n, p in embedded.running_pids(self.cfg).items() if p is None]
+        if not down:
             return events
-        self._reap()
-        last = embedded.log_tail(self.cfg, 1).strip()
-        cause = f"the embedded broker (pid {self.pid}) is gone" + (f"; its log ends: {last[-200:]}" if last else "")
+        self._reap(down)
+        last = embedded.log_tail(self.cfg, 1, node=down[0]).strip()
+        who = "the embedded broker" if self.cfg.broker.nodes == 1 else f"Kafka node {down[0]}"
+        cause = f"{who} (pid {self.pids.get(down[0], self.pid)}) is gone" + (f"; its log ends: {last[-200:]}" if last else "")
         self.causes.append(cause)
         events.append(f"broker: crashed: {cause}")
         if self.restarts >= self.max_restarts:
@@ -60,14 +64,16 @@ class BrokerWatch:
         self._thread.start()
         return events
 
-    def _reap(self) -> None:
-        """Collect the dead broker's exit status (it is this process's child), so no zombie stays."""
-        if self.pid is None:
-            return
-        try:
-            os.waitpid(self.pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
+    def _reap(self, nodes: list[int]) -> None:
+        """Collect the dead nodes' exit status (they are this process's children), so no zombie stays."""
+        for n in nodes:
+            pid = self.pids.pop(n, None)
+            if pid is None:
+                continue
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
 
     def _restart(self) -> None:
         t0 = time.monotonic()
@@ -75,8 +81,9 @@ class BrokerWatch:
         while True:
             try:
                 self.pid = embedded.start(self.cfg).pid
-                msg = f"broker: restarted pid {self.pid} on the same data in {time.monotonic() - t0:.1f}s " \
-                      f"(restart {self.restarts})"
+                self.pids = {n: p for n, p in embedded.running_pids(self.cfg).items() if p is not None}
+                msg = f"broker: restarted on the same data in {time.monotonic() - t0:.1f}s (restart {self.restarts}; " \
+                      f"pids {sorted(self.pids.values())})"
                 break
             except embedded.BrokerError as e:
                 if time.monotonic() > deadline:
