@@ -25,6 +25,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 from rich.console import Console
 
+from rftbus.chaos import failover as FO
 from rftbus.chaos import faults as F
 from rftbus.chaos import live_join as LJ
 from rftbus.chaos.drain import drain, lag
@@ -165,7 +166,8 @@ class ChaosDriver:
         restart come between. With a single round the poison comes first, so the restarted processes
         also meet the poisoned topics (the weights topic above all) when they start."""
         extras = [("poison", ""), ("burst", ""), ("live_join", "")]
-        broker = [("broker", "")] * self.plan.broker_restarts
+        broker = [("broker", "")] * self.plan.broker_restarts + [("leader_kill", "")] * self.plan.leader_kills \
+            + [("rolling_restart", "")] * self.plan.rolling_restarts
         one_by_one = [("kill", k) for k in F.KINDS]
         if self.plan.kill_rounds <= 1:
             return extras + one_by_one * self.plan.kill_rounds + broker
@@ -173,6 +175,13 @@ class ChaosDriver:
 
     def _faults(self) -> None:
         self.faults_t0 = time.monotonic()
+        self.steps = FO.StepWatch(self.cfg.state_dir).start()
+        try:
+            self._each_fault()
+        finally:
+            self.steps.stop()
+
+    def _each_fault(self) -> None:
         for what, arg in self._schedule():
             if not self.running():
                 raise RftbusError(f"rftbus run exited ({self.run_proc.returncode}) during the faults; see {self.workdir / 'run.log'}")
@@ -181,7 +190,9 @@ class ChaosDriver:
                 continue
             {"kill": lambda k: self._kill([k]), "kill_all": lambda _: self._kill(list(F.KINDS)),
              "poison": lambda _: self._poison_mid_run(), "burst": lambda _: self._burst(),
-             "broker": lambda _: self._broker(), "live_join": lambda _: self._live_join()}[what](arg)
+             "broker": lambda _: self._broker(), "live_join": lambda _: self._live_join(),
+             "leader_kill": lambda _: self._cluster("leader_kill"),
+             "rolling_restart": lambda _: self._cluster("rolling_restart")}[what](arg)
             time.sleep(self.plan.settle_s)
 
     def _record(self, fault: F.Fault, ok: bool, started: float, note: str | None = None) -> None:
@@ -321,6 +332,18 @@ class ChaosDriver:
             ok = F.wait_trainer_step(self.cfg.state_dir, step, self.plan.recover_timeout_s, self.running)
         self._record(fault, ok, started, f"broker pid {old} -> {new}; " +
                      ("trainer stepping again" if ok else "trainer did not step again"))
+
+    def _cluster(self, what: str) -> None:
+        """A node of the cluster killed (and started again later), or every node restarted in turn."""
+        started, at = time.monotonic(), self.now()
+        with self.console.status(f"{what.replace('_', ' ')} ..."):
+            if what == "leader_kill":
+                fault, ok = FO.leader_kill(self.broker_cfg, self.steps, self.plan.down_s, self.plan.recover_timeout_s,
+                                           self.running)
+            else:
+                fault, ok = FO.rolling_restart(self.broker_cfg, self.steps, self.plan.recover_timeout_s, self.running)
+        fault.at_s = at
+        self._record(fault, ok, started, ", ".join(f"{k} {v}" for k, v in fault.metrics.items()))
 
     def _drain(self) -> None:
         with self.console.status("draining ...") as status:

@@ -36,11 +36,12 @@ class Fault:
     recovered_s: float | None = None  # how long until the system worked again (None: not measured)
     ok: bool = True
     notes: list[str] = field(default_factory=list)
+    metrics: dict[str, float | None] = field(default_factory=dict)  # a cluster fault's stall and ISR recovery
 
     def to_json(self) -> dict:
         return {"kind": self.kind, "detail": self.detail, "at_s": round(self.at_s, 1),
                 "recovered_s": None if self.recovered_s is None else round(self.recovered_s, 1),
-                "ok": self.ok, "notes": self.notes}
+                "ok": self.ok, "notes": self.notes, **({"metrics": self.metrics} if self.metrics else {})}
 
 
 def kind_of(argv: list[str]) -> str | None:

@@ -25,6 +25,10 @@ class ChaosPlan:
     max_minutes: float  # bound of the fault phase: past it, no new fault starts and the drain begins
     tasks: int | None = None  # run.tasks override (None: the config's)
     seed: int = 0
+    nodes: int = 1  # 3: the run's broker is a three-node cluster, attacked by the two faults below instead
+    leader_kills: int = 0  # (nodes 3) kill -9 of the node leading the loop's partitions, started again after down_s
+    rolling_restarts: int = 0  # (nodes 3) controlled restart of every node in turn
+    down_s: float = 10.0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -40,12 +44,19 @@ PLANS = {
 }
 
 
-def get_plan(name: str, **changes) -> ChaosPlan:
+def get_plan(name: str, nodes: int = 1, **changes) -> ChaosPlan:
+    """A named budget; with `nodes` 3 its broker restart becomes five leader kills and a rolling restart."""
     from rftbus.errors import RftbusError
 
     if name not in PLANS:
         raise RftbusError(f"unknown chaos budget {name!r}; choose one of {', '.join(PLANS)}")
-    return replace(PLANS[name], **{k: v for k, v in changes.items() if v is not None})
+    plan = replace(PLANS[name], **{k: v for k, v in changes.items() if v is not None})
+    if nodes == 3:
+        plan = replace(plan, nodes=3, broker_restarts=0, leader_kills=5, rolling_restarts=1,
+                       max_minutes=plan.max_minutes + 4)
+    elif nodes != 1:
+        raise RftbusError(f"--nodes is 1 or 3, not {nodes}")
+    return plan
 
 
 def run_overrides(plan: ChaosPlan, serve: bool) -> dict[str, object]:
@@ -87,18 +98,19 @@ def ephemeral_low() -> int:
         return 32768
 
 
-def free_port_pair(host: str = "127.0.0.1") -> int:
-    """A port p with p + 1 also free (the embedded broker's listener and controller), below the
-    ephemeral range: while the broker is down, a client reconnecting to a port inside that range can
-    be handed the very same port as its source and connect to itself, and the restart finds it taken."""
+def free_port_pair(host: str = "127.0.0.1", n: int = 2) -> int:
+    """A port p with p + 1 .. p + n - 1 also free (the embedded broker's listener and controller; a
+    cluster's two per node), below the ephemeral range: while the broker is down, a client reconnecting to a
+    port inside that range can be handed the very same port as its source and connect to itself, and the
+    restart finds it taken."""
     import random
     import socket
 
-    top = max(ephemeral_low() - 2, 12000)
+    top = max(ephemeral_low() - n, 12000)
     for _ in range(200):
         p = random.randint(10000, top)
         try:
-            for port in (p, p + 1):
+            for port in range(p, p + n):
                 with socket.socket() as s:
                     s.bind((host, port))
         except OSError:
@@ -127,9 +139,9 @@ def attacked_config(base, plan: ChaosPlan, serve: bool):
         shutil.rmtree(state)
     state.mkdir(parents=True)
     libs = base.broker.libs_dir or base.state_dir / "kafka" / f"libs-{base.broker.kafka_version}"
-    port = free_port_pair(base.broker.host)
+    port = free_port_pair(base.broker.host, 2 * plan.nodes)
     return with_overrides(base, {
         **run_overrides(plan, serve), "state_dir": str(state), "kafka.bootstrap_servers": None,
-        "broker.port": port, "broker.controller_port": None, "broker.libs_dir": str(libs),
+        "broker.port": port, "broker.controller_port": None, "broker.libs_dir": str(libs), "broker.nodes": plan.nodes,
         "serve.port": free_port_pair(base.serve.host),
     })

@@ -17,6 +17,13 @@ def print_result(res: ChaosResult, console: Console) -> None:
         times = [f.recovered_s for f in res.faults if f.kind.split(":")[0] == kind and f.recovered_s is not None]
         faults.add_row(kind, str(n), f"{max(times):.1f}" if times else "-")
     console.print(faults)
+    cluster = [f for f in res.faults if f.metrics]
+    if cluster:
+        c = Table("fault", "stall (s)", "ISR whole again (s)", title="cluster faults: the longest gap between "
+                  "trainer steps, and the time until no partition is under-replicated")
+        for f in cluster:
+            c.add_row(f.kind, str(f.metrics.get("stall_s")), str(f.metrics.get("isr_recovery_s")))
+        console.print(c)
     t = res.tally
     if t is not None:
         tab = Table("", "", title="reconciliation (by experience id / position)", show_header=False)

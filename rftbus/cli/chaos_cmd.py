@@ -17,6 +17,9 @@ def chaos(
     rounds: int = typer.Option(None, "--rounds", min=0, help="Rounds of kill -9 over every process kind."),
     minutes: float = typer.Option(None, "--minutes", min=0.5, help="No new fault starts after this."),
     seed: int = typer.Option(None, "--seed", help="Seed of the poison and burst records."),
+    nodes: int = typer.Option(1, "--nodes", help="3: the run's Kafka is a three-node cluster, and the broker "
+                              "restart becomes five kills of the node leading the loop's partitions and a rolling "
+                              "restart (stall and ISR recovery measured)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole result as JSON instead of tables."),
 ) -> None:
     """Run `rftbus run` on its own broker (under <state_dir>/chaos), kill -9 each process kind in turn,
@@ -30,11 +33,13 @@ def chaos(
     st = state(ctx)
     if config is not None:
         st.config_path = config
-    plan = get_plan(budget, kill_rounds=rounds, max_minutes=minutes, seed=seed)
+    plan = get_plan(budget, nodes=nodes, kill_rounds=rounds, max_minutes=minutes, seed=seed)
     base = st.config()
     cfg = attacked_config(base, plan, serve=available("rftbus.producers.serve.service"))
     console = st.err if as_json else st.console
-    console.print(f"chaos ({plan.name}): {plan.kill_rounds} kill round(s), {plan.broker_restarts} broker restart(s), "
+    console.print(f"chaos ({plan.name}, {plan.nodes} Kafka node(s)): {plan.kill_rounds} kill round(s), "
+                  f"{plan.broker_restarts} broker restart(s), {plan.leader_kills} leader kill(s), "
+                  f"{plan.rolling_restarts} rolling restart(s), "
                   f"burst of {plan.burst_groups} groups, faults for up to {plan.max_minutes:g} min; "
                   f"state in {cfg.state_dir}")
     res = ChaosDriver(cfg, plan, console).run()
