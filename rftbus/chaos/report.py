@@ -21,8 +21,8 @@ def print_result(res: ChaosResult, console: Console) -> None:
     if cluster:
         c = Table("fault", "stall (s)", "ISR whole again (s)", title="cluster faults: the longest gap between "
                   "trainer steps, and the time until no partition is under-replicated")
-        for f in cluster:
-            c.add_row(f.kind, str(f.metrics.get("stall_s")), str(f.metrics.get("isr_recovery_s")))
+        for cf in cluster:
+            c.add_row(cf.kind, str(cf.metrics.get("stall_s")), str(cf.metrics.get("isr_recovery_s")))
         console.print(c)
     t = res.tally
     if t is not None:
