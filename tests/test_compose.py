@@ -246,7 +246,7 @@ def test_compose_broker_settings_match_the_embedded_broker(services, tmp_path):
 
     # If the embedded broker's code changes shape this fails (AttributeError, TypeError) instead of
     # skipping: a check that quietly stops running is no check.
-    props_text = embedded._server_properties(Config(), embedded.BrokerPaths(tmp_path))
+    props_text = embedded._server_properties(Config(), embedded.BrokerPaths(tmp_path), 1)
     embedded_props = dict(line.split("=", 1) for line in props_text.splitlines() if "=" in line)
     compose_props = {
         kafka_property_name(k): v for k, v in env(services["kafka"]).items() if k.startswith("KAFKA_")
@@ -359,3 +359,29 @@ def test_dockerignore_keeps_the_context_small_but_complete():
     assert {".venv", ".rftbus", ".git"} <= patterns
     excluded = copied_sources() & patterns
     assert not excluded, f".dockerignore excludes {excluded}, which the Dockerfile copies"
+
+
+def test_cluster_overlay_matches_the_embedded_cluster():
+    """docker-compose.cluster.yml: three voters, each node's id and ports as `rftbus up --nodes 3` lays them out,
+    replicated internal topics, and every rftbus service pointed at all three with 3 replicas per topic."""
+    from rftbus.broker.embedded import BrokerPaths, _server_properties
+    from rftbus.config import load_config
+
+    over = yaml.safe_load((REPO / "docker-compose.cluster.yml").read_text())["services"]
+    nodes = {name: svc["environment"] for name, svc in over.items() if name.startswith("kafka")}
+    assert sorted(nodes) == ["kafka", "kafka-2", "kafka-3"]
+    voters = {env["KAFKA_CONTROLLER_QUORUM_VOTERS"] for env in nodes.values()}
+    assert voters == {"1@kafka:9093,2@kafka-2:9093,3@kafka-3:9093"}
+    assert sorted(env["KAFKA_NODE_ID"] for env in nodes.values()) == ["1", "2", "3"]
+    cfg = load_config(overrides={"broker": {"nodes": 3}}, environ={})
+    assert [int(p.split(":")[0]) for p in (over["kafka-2"]["ports"] + over["kafka-3"]["ports"])] == \
+        [cfg.broker.port_of(2), cfg.broker.port_of(3)]
+    props = dict(line.split("=", 1) for line in
+                 _server_properties(cfg, BrokerPaths.of(cfg, 1), 1).splitlines())
+    for key in ("offsets.topic.replication.factor", "min.insync.replicas", "transaction.state.log.min.isr",
+                "broker.session.timeout.ms", "replica.lag.time.max.ms"):
+        env = "KAFKA_" + key.upper().replace(".", "_")
+        assert nodes["kafka-2"][env] == props[key], key
+    for svc in ("topics", "explorer", "streams", "trainer", "serve", "analytics-sink"):
+        env = over[svc]["environment"]
+        assert env["RFTBUS_KAFKA__BOOTSTRAP_SERVERS"].count(":9092") == 3 and env["RFTBUS_KAFKA__REPLICATION_FACTOR"] == "3"

@@ -80,8 +80,6 @@ def _server_properties(cfg: Config, paths: BrokerPaths, node: int) -> str:
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "log.dirs": paths.data,
         "num.partitions": 1,
-        "default.replication.factor": rf,
-        "min.insync.replicas": 2 if rf >= 3 else 1,
         "offsets.topic.replication.factor": rf,
         "transaction.state.log.replication.factor": rf,
         "transaction.state.log.min.isr": 2 if rf >= 3 else 1,
@@ -96,7 +94,8 @@ def _server_properties(cfg: Config, paths: BrokerPaths, node: int) -> str:
         # Failover time is how soon the controllers fence a silent node (its partitions then get new leaders)
         # and drop it from the ISR (acks=all writes then go on with the two left): 9 s and 30 s by default,
         # 4 s and 5 s here (heartbeats every 1 s).
-        props.update({"broker.session.timeout.ms": 4000, "broker.heartbeat.interval.ms": 1000,
+        props.update({"default.replication.factor": rf, "min.insync.replicas": 2 if rf >= 3 else 1,
+                      "broker.session.timeout.ms": 4000, "broker.heartbeat.interval.ms": 1000,
                       "replica.lag.time.max.ms": 5000})
     return "".join(f"{k}={v}\n" for k, v in props.items())
 

@@ -99,6 +99,9 @@ class KafkaConfig(_Strict):
     bootstrap_servers: str | None = Field(
         None, description="host:port list; unset means the embedded broker's address"
     )
+    replication_factor: int | None = Field(None, ge=1, description="replicas of every declared topic on this "
+                                           "cluster (3: also min.insync.replicas 2); unset: each topic's own, or "
+                                           "the embedded cluster's (broker.nodes)")
     client: dict[str, ClientValue] = Field(default_factory=dict, description="librdkafka settings for every client")
     producer: dict[str, ClientValue] = Field(default_factory=dict)
     consumer: dict[str, ClientValue] = Field(default_factory=dict)
@@ -182,6 +185,8 @@ class Config(_Strict):
     @property
     def replicas(self) -> int:
         """Copies of each partition on the embedded cluster (3 with three nodes), else as each topic declares."""
+        if self.kafka.replication_factor:
+            return self.kafka.replication_factor
         return min(3, self.broker.nodes) if not self.kafka.bootstrap_servers else 1
 
     def declared_topics(self) -> dict[str, TopicSpec]:
