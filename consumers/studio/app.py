@@ -7,6 +7,7 @@ feedback path) or run alone by `rftbus studio`.
 
 from __future__ import annotations
 
+import threading
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -39,6 +40,7 @@ class Studio:
         self.publisher = publisher or KafkaPublisher(cfg)
         self.cache = data.Cache(cfg.studio.cache_s)
         self.templates = Jinja2Templates(directory=str(HERE / "templates"))
+        self._kafka_quiet_until = 0.0
 
     def lags(self) -> list[dict] | None:
         from rftbus.kafka import inspect
@@ -63,9 +65,22 @@ class Studio:
         since = self.since_ms(window)
 
         def make() -> dashboard.Dashboard:
-            lags = self.lags()
+            # Kafka's lags beside the analytics queries, waited for at most studio.lag_timeout_s in all: a
+            # broker that is down (the run has ended) must not hold the page.
+            # Kafka that did not answer lately (the run has ended) is asked again but not waited for.
+            t0 = time.monotonic()
+            box: list[list[dict] | None] = []
+            asking = threading.Thread(target=lambda: box.append(self.lags()), name="studio-lags", daemon=True)
+            asking.start()
             with data.reading(self.cfg) as r:
-                return dashboard.build(self.cfg, r, lags, since)
+                d = dashboard.build(self.cfg, r, None, since)
+            wait = 0.0 if time.monotonic() < self._kafka_quiet_until else self.cfg.studio.lag_timeout_s
+            asking.join(max(0.0, wait - (time.monotonic() - t0)))
+            lags = box[0] if box else None
+            if lags is None:
+                self._kafka_quiet_until = time.monotonic() + 15.0
+            d.panels[-1] = dashboard.lag_panel(lags, self.cfg.studio.lag_timeout_s)
+            return d
         return self.cache.get(f"dashboard:{since}", make)
 
 

@@ -97,7 +97,7 @@ def build(cfg: Config, r: Reader, lags: list[dict[str, Any]] | None, since_ms: i
         _by(tp, "stage", "b", "n", minutes), "throughput per stage", "minutes into the run",
         f"experiences per {b // 1000} s", markers=False), _totals(tp, "stage")))
 
-    d.panels.append(Panel("lag", "Lag per stage", _lag_table(lags)))
+    d.panels.append(lag_panel(lags))
     d.built_ms = (time.perf_counter() - t_start) * 1000
     return d
 
@@ -117,11 +117,16 @@ def _totals(rows: list[dict[str, Any]], key: str) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(tot.items(), key=lambda kv: -kv[1]))
 
 
-def _lag_table(lags: list[dict[str, Any]] | None) -> str:
+def lag_panel(lags: list[dict[str, Any]] | None, waited_s: float | None = None) -> Panel:
+    return Panel("lag", "Lag per stage", _lag_table(lags, waited_s))
+
+
+def _lag_table(lags: list[dict[str, Any]] | None, waited_s: float | None) -> str:
     from html import escape
 
     if lags is None:
-        return '<p class="empty">Kafka did not answer in time: lags unknown</p>'
+        within = f" within {waited_s:g} s" if waited_s else ""
+        return f'<p class="empty">Kafka did not answer{within} (is the broker up?): lags unknown</p>'
     if not lags:
         return '<p class="empty">no consumer groups yet</p>'
     rows = []

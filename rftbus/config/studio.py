@@ -16,4 +16,5 @@ class StudioConfig(BaseModel):
     queue_limit: int = Field(40, ge=1, le=500, description="experiences shown in the feedback queue at once")
     cache_s: float = Field(2.0, ge=0, description="dashboard queries answered from a cache this young (many "
                            "open pages cost one set of queries)")
-    lag_timeout_s: float = Field(3.0, gt=0, description="how long the dashboard waits for Kafka's consumer lags")
+    lag_timeout_s: float = Field(0.8, gt=0, description="how long the dashboard waits for Kafka's consumer lags "
+                                 "(asked beside the analytics queries; a broker that is down does not hold the page)")
