@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
 
-.PHONY: install demo demo-grpo demo-grpo-reverse demo-live demo-live-reverse test chaos lock clean
+.PHONY: install demo demo-grpo demo-grpo-reverse demo-live demo-live-reverse test chaos chaos-cluster lock clean
 
 install: $(STAMP)
 
@@ -49,6 +49,10 @@ demo-live-reverse: install
 # Fault injection + load on the toy run, then reconciliation by experience id (docs/RELIABILITY.md).
 chaos: install
 	$(VENV)/bin/rftbus chaos configs/toy.yaml $(CHAOS_ARGS)
+
+# The same on a three-node Kafka cluster: five kill -9 of the node leading the loop's partitions and a rolling restart
+chaos-cluster: install
+	$(VENV)/bin/rftbus chaos configs/toy.yaml --nodes 3 $(CHAOS_ARGS)
 
 # Lint and type-check (scripts/typecheck.py: mypy over the installed package layout), then the suite.
 test: install

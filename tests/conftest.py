@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -22,21 +20,9 @@ JARS = REPO / ".rftbus" / "kafka" / f"libs-{BrokerConfig().kafka_version}"
 def _free_pair() -> int:
     """A port p with p+1 also free (broker + controller), below the kernel's ephemeral range: while a
     broker is down (the chaos test restarts it), a client's outgoing socket could take a port in that range."""
-    from rftbus.chaos.plan import ephemeral_low
+    from rftbus.chaos.plan import free_port_pair
 
-    top = min(40000, ephemeral_low() - 2)
-    for _ in range(200):
-        p = random.randint(15000, top)
-        ok = True
-        for port in (p, p + 1):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-        if ok:
-            return p
-    raise RuntimeError("no free port pair")
+    return free_port_pair("127.0.0.1", 2)
 
 
 def make_config(state_dir: Path, port: int, **overrides) -> Config:
@@ -69,29 +55,12 @@ def broker(tmp_path_factory) -> Config:
     embedded.stop(cfg)
 
 
-def _free_ports(n: int) -> int:
-    """A port p with p .. p+n-1 free (a cluster's listeners and controllers), below the ephemeral range."""
-    from rftbus.chaos.plan import ephemeral_low
-
-    top = min(40000, ephemeral_low() - n)
-    for _ in range(200):
-        p = random.randint(15000, top)
-        ok = True
-        for port in range(p, p + n):
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                except OSError:
-                    ok = False
-        if ok:
-            return p
-    raise RuntimeError(f"no {n} free ports in a row")
-
-
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory) -> Config:
     """A three-node KRaft cluster (512 MB each), started once for the session by the first test that asks."""
-    cfg = make_config(tmp_path_factory.mktemp("rftbus-cluster"), _free_ports(6), **{"broker.nodes": 3})
+    from rftbus.chaos.plan import free_port_pair
+
+    cfg = make_config(tmp_path_factory.mktemp("rftbus-cluster"), free_port_pair("127.0.0.1", 6), **{"broker.nodes": 3})
     out = rftbus_cli(cfg, "up", env={"RFTBUS_BROKER__NODES": "3"})
     if out.returncode != 0:
         msg = f"the session's 3-node cluster did not start:\n{out.stderr}\n{embedded.log_tail(cfg)}"
