@@ -79,3 +79,18 @@ def test_the_live_view_shows_restarts_and_causes():
     text = console.export_text()
     assert re.search(r"trainer\s+gave up after 3 restarts: exit code 1: \[rank0\]: IndexError: boom", text), text
     assert re.search(r"streams-0\s+running \(restarts 1, last crash: signal 9\)", text), text
+
+
+def test_an_optional_helper_given_up_on_is_not_a_dead_stage(tmp_path):
+    """The studio is optional: its port taken, it gives up, and the run (which stops on a dead stage) goes on."""
+    helper = ChildSpec("studio", [sys.executable, "-c", "import sys; sys.exit(1)"], max_restarts=1, optional=True)
+    stage = ChildSpec("crasher", [sys.executable, "-c", "import sys; sys.exit(2)"], max_restarts=0)
+    sup = Supervisor([helper, stage], backoff_s=0.05)
+    sup.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not all(c.gave_up for c in sup.children.values()):
+        sup.poll()
+        time.sleep(0.05)
+    assert all(c.gave_up for c in sup.children.values())
+    assert list(sup.gave_up()) == ["crasher"]
+    sup.stop(timeout=5)

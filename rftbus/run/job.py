@@ -191,7 +191,9 @@ class MainJob:
         if c.run.simulate:
             specs.append(ChildSpec("simulate", base + ["simulate"], env, c.run.max_restarts, logs / "simulate.log"))
         if c.run.studio:
-            specs.append(ChildSpec("studio", base + ["studio"], env, c.run.max_restarts, logs / "studio.log"))
+            # optional: a console that cannot start (its port taken) must not stop the training it shows
+            specs.append(ChildSpec("studio", base + ["studio"], env, c.run.max_restarts, logs / "studio.log",
+                                   optional=True))
         return specs
 
     # ---- the loop ----------------------------------------------------------------------------

@@ -40,6 +40,7 @@ class ChildSpec:
     env: dict[str, str] = field(default_factory=dict)
     max_restarts: int = 3
     log: Path | None = None
+    optional: bool = False  # a helper (the studio): given up on, it is reported, but the run goes on and is not failed
 
 
 @dataclass
@@ -128,8 +129,8 @@ class Supervisor:
         return events
 
     def gave_up(self) -> dict[str, str]:
-        """Children given up on -> the cause of their last crash."""
-        return {n: c.cause for n, c in self.children.items() if c.gave_up}
+        """Stages (not optional helpers) given up on -> the cause of their last crash."""
+        return {n: c.cause for n, c in self.children.items() if c.gave_up and not c.spec.optional}
 
     def alive(self) -> list[str]:
         return [n for n, c in self.children.items() if c.proc is not None and c.proc.poll() is None]
