@@ -17,7 +17,7 @@ from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.read import read_to_end
 from rftbus.kafka.topics import create_topics
 from rftbus.models.loading import load_policy, load_tokenizer
-from rftbus.producers.serve.auth import OpenScopeRefused, TokenAuth
+from rftbus.producers.serve.auth import OpenScopeRefused, Scope, TokenAuth
 from rftbus.producers.serve.server import BackgroundServer
 from rftbus.schemas import ExperienceGroup, FeedbackKind, Source, WeightVersion, make_codec
 from rftbus.weights import WeightStore
@@ -371,7 +371,9 @@ def test_kafka_unreachable_gives_503_and_buffer_is_bounded(tmp_path):
 def test_open_scope_on_a_public_address_is_refused():
     auth = TokenAuth([], [SecretStr(FB)])
     with pytest.raises(OpenScopeRefused, match="inference scope has no tokens"):
-        auth.check_exposure("0.0.0.0", allow_open=False)
+        auth.check_exposure("0.0.0.0", allow_open=False, used={Scope.inference, Scope.feedback})
+    with pytest.raises(OpenScopeRefused, match="inference and read scopes have no tokens"):
+        auth.check_exposure("0.0.0.0", allow_open=False)  # the studio mounted: its read scope too
     auth.check_exposure("127.0.0.1", allow_open=False)
     auth.check_exposure("::1", allow_open=False)
     auth.check_exposure("0.0.0.0", allow_open=True)

@@ -49,8 +49,11 @@ class Studio:
 
         try:
             with CommittedOffsets(self.cfg) as committed:
-                return inspect.as_dicts(inspect.groups_info(make_admin(self.cfg), committed,
-                                                            timeout=self.cfg.studio.lag_timeout_s))
+                c = self.cfg
+                stages = {c.explorer.group_id, c.streams.app_id, c.trainer.group_id, c.analytics.group_id}
+                names = {t.name for t in c.topics.all().values()}
+                return inspect.as_dicts(inspect.groups_info(make_admin(c), committed, timeout=c.studio.lag_timeout_s,
+                                                            only=stages, topics=names))
         except Exception:  # noqa: BLE001 - Kafka away or slow: the panel says lags are unknown, the rest still draws
             return None
 

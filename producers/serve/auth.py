@@ -63,7 +63,8 @@ class TokenAuth:
         if open_ and not is_loopback(host) and not allow_open:
             names = " and ".join(s.value for s in open_)
             raise OpenScopeRefused(
-                f"serve.host is {host} but the {names} scope has no tokens: set serve.{open_[0].value}_tokens "
+                f"serve.host is {host} but the {names} scope{'s have' if len(open_) > 1 else ' has'} no tokens: "
+                f"set serve.{open_[0].value}_tokens "
                 f"(env RFTBUS_SERVE__{open_[0].value.upper()}_TOKENS, comma-separated) or serve.allow_open: true")
 
     def _scopes_of(self, token: str) -> set[Scope]:

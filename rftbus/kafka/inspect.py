@@ -67,14 +67,19 @@ def topics_info(admin: AdminClient, timeout: float = 10.0) -> list[TopicInfo]:
     return out
 
 
-def groups_info(admin: AdminClient, committed_of: CommittedOffsets, timeout: float = 10.0) -> list[GroupInfo]:
-    """Every group's lag on the partitions it has committed in (user topics only)."""
+def groups_info(admin: AdminClient, committed_of: CommittedOffsets, timeout: float = 10.0,
+                only: set[str] | None = None, topics: set[str] | None = None) -> list[GroupInfo]:
+    """Every group's lag on the partitions it has committed in (user topics only); `only` these groups, on
+    `topics` only: a broker shared by many runs has many of both, and each costs a round trip."""
     listing = admin.list_consumer_groups(request_timeout=timeout).result(timeout=timeout)
     md = admin.list_topics(timeout=timeout)
-    every = [TopicPartition(n, p) for n in sorted(md.topics) if not n.startswith("__") for p in md.topics[n].partitions]
+    every = [TopicPartition(n, p) for n in sorted(md.topics) if not n.startswith("__")
+             and (topics is None or n in topics) for p in md.topics[n].partitions]
     high = _offsets(admin, every, OffsetSpec.latest(), timeout)
     out = []
     for g in sorted(listing.valid, key=lambda g: g.group_id):
+        if only is not None and g.group_id not in only:
+            continue
         try:
             committed = {tp: off for tp, off in committed_of(g.group_id, every, timeout).items() if off >= 0}
         except KafkaException:

@@ -202,8 +202,9 @@ class MainJob:
         wanted = {self.cfg.streams.app_id: "streams", self.cfg.trainer.group_id: "trainer",
                   self.cfg.explorer.group_id: "explorers"}
         try:
-            return {wanted[g.group_id]: g.lag for g in groups_info(admin, self.committed, timeout=5)
-                    if g.group_id in wanted}
+            topics = {t.name for t in self.cfg.topics.all().values()}
+            return {wanted[g.group_id]: g.lag
+                    for g in groups_info(admin, self.committed, timeout=5, only=set(wanted), topics=topics)}
         except (KafkaException, TimeoutError) as e:
             self.events.append(f"consumer lags unreadable ({type(e).__name__}: {e}); retrying")
             return last
@@ -303,10 +304,14 @@ class MainJob:
                     time.sleep(0.5)
             self.console.print(f"stopping: {reason}")
             order = [n for kind in STOP_ORDER for n in sup.children if n.startswith(kind)]
-            codes = sup.stop(order=order, timeout=60)
+            # the analytics sink last, after the final eval: that point goes to rft.metrics too, and the sink
+            # drains to the end on its way out, so analytics holds everything Kafka does
+            sink = {n for n in order if n.startswith("analytics")}
+            codes = sup.stop(order=order, timeout=60, leave=sink)
+            evaluator.finish()
+            codes.update(sup.stop(order=sorted(sink), timeout=60))
             self.exit_codes = codes
             self.console.print("children stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()))
-            evaluator.finish()
         finally:
             sup.stop(timeout=10)  # no-op when already stopped; a safety net on errors
         return self.summarize(evaluator.points, reason, sup)

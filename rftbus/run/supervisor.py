@@ -135,9 +135,12 @@ class Supervisor:
     def alive(self) -> list[str]:
         return [n for n, c in self.children.items() if c.proc is not None and c.proc.poll() is None]
 
-    def stop(self, order: list[str] | None = None, timeout: float = 30.0) -> dict[str, int | None]:
-        """SIGTERM each child (in `order`, then the rest), wait, SIGKILL stragglers; exit codes."""
+    def stop(self, order: list[str] | None = None, timeout: float = 30.0,
+             leave: set[str] | None = None) -> dict[str, int | None]:
+        """SIGTERM each child (in `order`, then the rest, but not those to `leave` running), wait, SIGKILL
+        stragglers; exit codes."""
         names = list(order or []) + [n for n in self.children if n not in (order or [])]
+        names = [n for n in names if n not in (leave or set())]
         codes: dict[str, int | None] = {}
         for name in names:
             child = self.children[name]
