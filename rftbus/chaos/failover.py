@@ -142,6 +142,6 @@ def rolling_restart(cfg: Config, watch: StepWatch, timeout_s: float,
     step = F.trainer_step(cfg.state_dir)
     ok = ok and F.wait_trainer_step(cfg.state_dir, step, timeout_s, running)
     fault.metrics = {"stall_s": round(watch.stall(t0, time.monotonic()), 2),
-                     "isr_recovery_s": max((t for t in isr_times if t is not None), default=None),
+                     "isr_recovery_s": round(max((t for t in isr_times if t is not None), default=0.0), 1),
                      "restart_s": round(time.monotonic() - t0, 1)}
     return fault, ok
