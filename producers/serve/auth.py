@@ -61,7 +61,8 @@ class TokenAuth:
         unless told to."""
         open_ = [s for s in self.open_scopes() if used is None or s in used]
         if open_ and not is_loopback(host) and not allow_open:
-            names = " and ".join(s.value for s in open_)
+            vals = [s.value for s in open_]
+            names = vals[0] if len(vals) == 1 else ", ".join(vals[:-1]) + " and " + vals[-1]
             raise OpenScopeRefused(
                 f"serve.host is {host} but the {names} scope{'s have' if len(open_) > 1 else ' has'} no tokens: "
                 f"set serve.{open_[0].value}_tokens "
