@@ -291,6 +291,17 @@ def kill_node(cfg: Config, node: int, timeout_s: float = 30.0) -> int:
     return pid
 
 
+def stop_node(cfg: Config, node: int, timeout_s: float = 60.0) -> None:
+    """A controlled shutdown of one node (SIGTERM: it hands its leaderships over first); SIGKILL after timeout."""
+    pid = running_pid(cfg, node)
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGTERM)
+    if not _wait_gone(pid, timeout_s):
+        os.kill(pid, signal.SIGKILL)
+        _wait_gone(pid, 15.0)
+
+
 def _launch(cfg: Config, java: str, classpath: str, node: int) -> subprocess.Popen[bytes]:
     paths = BrokerPaths.of(cfg, node)
     formatted = check_state(cfg, node)

@@ -68,37 +68,25 @@ def loop_leader(cfg: Config) -> int:
     return votes.most_common(1)[0][0]
 
 
-def under_replicated(cfg: Config) -> int:
-    prefix = {s.name for s in cfg.topics.all().values()}
-    layout = partition_layout(make_admin(cfg))
-    return sum(len(isr) < len(replicas) for name, parts in layout.items() if name in prefix
+def under_replicated(cfg: Config, admin) -> int:
+    names = {s.name for s in cfg.topics.all().values()}
+    layout = partition_layout(admin)
+    return sum(len(isr) < len(replicas) for name, parts in layout.items() if name in names
                for _, replicas, isr in parts.values())
 
 
 def wait_isr_whole(cfg: Config, timeout_s: float) -> float | None:
     """Seconds until no partition of the loop's topics is under-replicated (None: not within timeout_s)."""
     t0 = time.monotonic()
+    admin = make_admin(cfg)  # one client for every poll
     while time.monotonic() - t0 < timeout_s:
         try:
-            if under_replicated(cfg) == 0:
+            if under_replicated(cfg, admin) == 0:
                 return time.monotonic() - t0
         except Exception:  # noqa: BLE001 - metadata unavailable for a moment during the failover: ask again
             pass
         time.sleep(0.5)
     return None
-
-
-def stop_node(cfg: Config, node: int, timeout_s: float = 60.0) -> None:
-    """A controlled shutdown of one node (SIGTERM: it hands its leaderships over first)."""
-    import os
-    import signal
-
-    pid = embedded.running_pid(cfg, node)
-    if pid is not None:
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout_s
-        while embedded.running_pid(cfg, node) is not None and time.monotonic() < deadline:
-            time.sleep(0.2)
 
 
 def leader_kill(cfg: Config, watch: StepWatch, down_s: float, timeout_s: float,
@@ -134,7 +122,7 @@ def rolling_restart(cfg: Config, watch: StepWatch, timeout_s: float,
     ok = True
     isr_times = []
     for node in cfg.broker.node_ids:
-        stop_node(cfg, node)
+        embedded.stop_node(cfg, node)
         embedded.start_node(cfg, node)
         isr = wait_isr_whole(cfg, timeout_s)
         ok = ok and isr is not None
