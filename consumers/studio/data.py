@@ -44,13 +44,13 @@ class Reader:
         self.b = backend
 
     def rows(self, template: str, params: dict[str, Any] | None = None, **literals: str) -> list[dict[str, Any]]:
-        text = render(template, self.b.database, **literals)
-        used = set(_PLACEHOLDER.findall(text))
-        return self.b.query(text, {k: str(v) for k, v in (params or {}).items() if k in used}).dicts()
+        return self._run(render(template, self.b.database, **literals), params or {})
 
     def report_rows(self, template: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         """A query of the analytics report (report_sql's own formatting)."""
-        text = R.sql(template, self.b.database)
+        return self._run(R.sql(template, self.b.database), params)
+
+    def _run(self, text: str, params: dict[str, Any]) -> list[dict[str, Any]]:
         used = set(_PLACEHOLDER.findall(text))
         return self.b.query(text, {k: str(v) for k, v in params.items() if k in used}).dicts()
 
