@@ -88,12 +88,16 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     tokenizer = load_tokenizer(cfg.model)
     lm = load_policy(cfg.model, tokenizer)
     lm.config.use_cache = False
+    if tc.gradient_checkpointing:
+        lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     module = PolicyWithValue(lm, value_head=loss.needs_values)
     ref_model = None
     if loss.uses_reference():
         ref_model = load_policy(cfg.model, tokenizer).eval()
         ref_model.requires_grad_(False)
     engine = build_engine(module, tc)
+    if ref_model is not None:  # beside the policy, in the policy's compute dtype (bf16 under trainer.precision)
+        ref_model.to(engine.device, dtype=next(engine.module.parameters()).dtype)
     context = int(getattr(lm.config, "max_position_embeddings", 0) or 0) or tc.max_seq_len or 2048
     max_len = min(tc.max_seq_len or context, context)  # rows are cut at max_len; records past `context` are rejected
     embeddings: Any = lm.get_input_embeddings()

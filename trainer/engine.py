@@ -14,11 +14,24 @@ import torch
 from rftbus.config.trainer import TrainerConfig
 
 
+def use_bf16(cfg: TrainerConfig) -> bool:
+    """trainer.precision resolved on this machine: bf16 needs a CUDA device that has it."""
+    if cfg.precision == "fp32":
+        return False
+    cuda = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if cfg.precision == "bf16" and not cuda:
+        from rftbus.errors import RftbusError
+
+        raise RftbusError("trainer.precision=bf16 needs a CUDA GPU with bf16 (none here); use auto or fp32")
+    return cuda
+
+
 def ds_config(cfg: TrainerConfig) -> dict[str, Any]:
     zero: dict[str, Any] = {"stage": cfg.zero_stage}
     if cfg.zero_stage == 3:
         zero["stage3_gather_16bit_weights_on_model_save"] = True
     return {
+        "bf16": {"enabled": use_bf16(cfg)},
         "train_micro_batch_size_per_gpu": 1,
         "gradient_accumulation_steps": 1,
         "gradient_clipping": cfg.grad_clip,

@@ -17,6 +17,12 @@ class TrainerConfig(BaseModel):
     # What is learned.
     loss: LossName = "grpo"
     zero_stage: int = Field(1, ge=0, le=3, description="DeepSpeed ZeRO stage")
+    precision: Literal["auto", "fp32", "bf16"] = Field(
+        "auto", description="auto: bf16 on a CUDA GPU that supports it (fp32 master weights in DeepSpeed's "
+        "optimizer), fp32 elsewhere")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in backward (long responses)")
+    micro_batch_tokens: int | None = Field(None, ge=2, description="cut each batch into micro-batches of at most "
+                                           "this many padded tokens, gradients accumulated (trainer/micro.py)")
     lr: float = Field(1e-3, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     warmup_steps: int = Field(0, ge=0, description="linear LR warm-up, in optimizer steps")

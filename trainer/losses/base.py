@@ -8,7 +8,7 @@ Keeping one layout for every loss is why SFT, GRPO, PPO, MIX and DPO can share o
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import fields, dataclass, field
 from typing import ClassVar, Literal
 
 import torch
@@ -39,6 +39,12 @@ class TrainBatch:
     @property
     def n_rows(self) -> int:
         return int(self.input_ids.shape[0])
+
+    def to(self, device: torch.device | str) -> TrainBatch:
+        """The same batch on `device` (the engine's: collate builds it on the CPU)."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        return TrainBatch(**{f.name: getattr(self, f.name).to(device, non_blocking=True) for f in fields(self)})
 
 
 @dataclass
