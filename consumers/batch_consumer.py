@@ -68,6 +68,7 @@ class BatchConsumer:
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
+                    self._at_end(msg)
                     continue
                 if err.fatal() or err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED):
                     raise RftbusError(f"trainer consumer: {err.str()}")
@@ -75,6 +76,14 @@ class BatchConsumer:
             taken += self._take(msg)
         self._flow_control()
         return taken
+
+    def _at_end(self, msg) -> None:
+        """Read up to the partition's end: what lies between the last record and it is invisible to a
+        read_committed reader (a recovery fence, transaction markers), so the position moves past it and
+        the lanes count as drained, the committed offset as caught up."""
+        tp = (msg.topic(), msg.partition())
+        if tp in self.read_pos and msg.offset() > self.read_pos[tp]:
+            self.read_pos[tp] = msg.offset()
 
     def _take(self, msg) -> int:
         tp = (msg.topic(), msg.partition())

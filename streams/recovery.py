@@ -6,6 +6,10 @@ the evidence: every one names its source record, its input partition, how many o
 has, which one it is, and the weight version its decision used (outputs.py). A record whose outputs
 all landed is done; one partly written keeps the indices that did land and the version, so only the
 rest is written again, decided the same way.
+
+Where partitions are replicated, the scan first fences them (rftbus/kafka/fence.py) and reads up to the
+fence: the dead worker's last writes may still sit above the high watermark, invisible, and would appear
+after a scan that missed them (the cluster chaos run's one duplicated group).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
+from rftbus.kafka.fence import fence
 from rftbus.kafka.read import read_to_end
 from rftbus.streams.outputs import H_IN, H_K, H_LATEST, H_N, H_SRC
 
@@ -65,9 +70,19 @@ class Landed:
         self.partial.pop(src, None)
 
 
+def fenced(cfg: Config) -> bool:
+    """Whether recovery scans fence first: `streams.recovery_fence`, else wherever partitions may be
+    replicated (three embedded nodes, or a cluster rftbus did not start)."""
+    if cfg.streams.recovery_fence is not None:
+        return cfg.streams.recovery_fence
+    return cfg.replicas > 1 or bool(cfg.kafka.bootstrap_servers)
+
+
 def scan(cfg: Config, outputs: list[tuple[str, int]], ingest_partition: int, since_ms: int,
          timeout_s: float = 30.0) -> Landed:
     """outputs: (topic, partition) to read. Blocking; run it in an executor."""
+    until = (fence(cfg, outputs, f"{cfg.streams.app_id}-fence-{ingest_partition}", timeout_s)
+             if fenced(cfg) else {})
     window = cfg.streams.dedupe_window_s
     landed = Landed(Recent(window), Recent(window))
     seen: dict[str, set[int]] = defaultdict(set)
@@ -76,8 +91,9 @@ def scan(cfg: Config, outputs: list[tuple[str, int]], ingest_partition: int, sin
     consumer = make_consumer(cfg, f"{cfg.streams.app_id}-recovery", **{"enable.partition.eof": True})
     try:
         for topic, part in outputs:
-            for msg in read_to_end(cfg, topic, partitions=[part], since_ms=since_ms, timeout_s=timeout_s,
-                                   consumer=consumer):
+            end = {part: until[(topic, part)]} if (topic, part) in until else None
+            for msg in read_to_end(cfg, topic, partitions=[part], since_ms=since_ms, until=end,
+                                   timeout_s=timeout_s, consumer=consumer):
                 landed.scanned += 1
                 pairs: Any = msg.headers() or []  # [(name, value)]
                 h: dict[str, bytes] = {k: v for k, v in pairs if isinstance(v, bytes)}

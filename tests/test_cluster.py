@@ -94,3 +94,51 @@ def test_leader_kill_loses_nothing_acknowledged(cluster):
     assert not missing, f"{len(missing)} acknowledged records not read after the failover"
     assert len(consumed) == len(set(consumed)), "a record was read twice (the producer is idempotent)"
     print(f"failover: leader {leader} -> {new_leader}, first ack after the kill {stall:.2f} s, {len(acked)} acked")
+
+
+def test_recovery_scan_sees_writes_not_yet_replicated(cluster):
+    """A dead worker's last output, appended by the leader but not yet on the in-sync followers, sits above
+    the high watermark: a plain scan misses it (the successor would do the work again: a duplicate), the
+    fenced scan waits for it. One follower is stopped (SIGSTOP) to hold the window open: the high watermark
+waits for every replica in the ISR, and the stopped one stays there for replica.lag.time.max.ms (5 s)."""
+    import os
+    import signal
+
+    from rftbus.streams.outputs import H_IN, H_K, H_N, H_SRC
+    from rftbus.streams.recovery import scan
+
+    topic = f"fence-{uuid.uuid4().hex[:6]}"
+    admin = make_admin(cluster)
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    # the topic's replicas start in the ISR only once they fetched: wait for all three
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len(partition_layout(admin)[topic][0][2]) < 3:
+        time.sleep(0.2)
+    leader, replicas, _ = partition_layout(admin)[topic][0]
+    followers = [embedded.running_pid(cluster, n) for n in replicas if n != leader][:1]
+    out = [(topic, 0)]
+    headers = [(H_IN, b"0"), (H_SRC, b"raw/0/7"), (H_N, b"1"), (H_K, b"0")]
+    p = make_producer(cluster, **{"acks": "1", "enable.idempotence": False})
+    since = int(time.time() * 1000) - 1000
+    for pid in followers:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        p.produce(topic, b"out", key=b"g-7", partition=0, headers=headers)
+        assert p.flush(10) == 0  # on the leader's log, not yet replicated
+        plain = scan(cluster.model_copy(update={"streams": cluster.streams.model_copy(
+            update={"recovery_fence": False})}), out, 0, since)
+        assert "raw/0/7" not in plain.done, "the window did not open (the write was already visible)"
+        resume = threading.Timer(1.5, lambda: [os.kill(pid, signal.SIGCONT) for pid in followers])
+        resume.start()
+        t = time.monotonic()
+        fenced = scan(cluster, out, 0, since)
+        waited = time.monotonic() - t
+        resume.join()
+    finally:
+        for pid in followers:
+            os.kill(pid, signal.SIGCONT)
+    assert "raw/0/7" in fenced.done, "the fenced scan missed a write the leader had appended before it"
+    assert waited >= 1.0, f"the fence returned in {waited:.2f} s, before the followers had the write"
+    # the fence itself is invisible to every reader (read_committed): the scan read one record
+    assert fenced.scanned == 1
+    print(f"fenced scan waited {waited:.2f} s for the followers")

@@ -152,6 +152,31 @@ def test_positions_are_plain_offsets_and_records_finish_in_order(broker, tmp_pat
     bc.close()
 
 
+def test_a_recovery_fence_is_read_past(broker, tmp_path):
+    """A streams recovery fence (an aborted record and its marker, rftbus/kafka/fence.py) after the last
+    group: the trainer never sees it, and its position, the lanes' drained check and so the committed
+    offset go past it (else a lane holding a fence at its end would never count as drained)."""
+    from rftbus.kafka.fence import fence
+
+    cfg, _ = trainer_config(tmp_path, broker, **{"topics.curated.partitions": 1})
+    topic = cfg.topics.curated.name
+    produce(cfg, topic, [curated_group("fenced0", 2)])
+    ends = fence(cfg, [(topic, 0)], f"test-fence-{uuid.uuid4().hex[:6]}")
+    assert ends == {(topic, 0): 1}
+    c = make_consumer(cfg, f"fence-{uuid.uuid4().hex[:6]}", **{"enable.partition.eof": True})
+    bc = BatchConsumer(c, {"curated": topic}, CODEC.deserializer(ExperienceGroup), {(topic, 0): 0})
+    for _ in range(50):
+        bc.poll(0.2)
+        if bc.waiting("curated") == 1 and bc.lane_drained("curated"):
+            break
+    (only,) = bc.head("curated", 5)
+    assert only.group is not None and only.group.group_id == "fenced0"
+    bc.finish([only])
+    assert bc.lane_drained("curated")
+    assert bc.positions() == {(topic, 0): 3}  # the group, the fence, the abort marker
+    bc.close()
+
+
 def test_gc_never_deletes_versions_an_explorer_may_load():
     superseded = {0: 0.0, 1: 0.0, 2: 95.0, 3: 99.0}
     got = protected_versions([0, 1, 2, 3, 4], newest=4, eta=1, superseded_at=superseded, grace_s=10.0, now=100.0)

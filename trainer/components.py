@@ -105,7 +105,7 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
 
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     producer = make_producer(cfg, **{"linger.ms": 0})
-    consumer = make_consumer(cfg, tc.group_id, **{"enable.partition.eof": False})
+    consumer = make_consumer(cfg, tc.group_id, **{"enable.partition.eof": True})  # see BatchConsumer._at_end
     topics = cfg.topics
     lanes = {"priority": topics.curated_priority.name, "curated": topics.curated.name, "expert": topics.expert.name}
     wanted = (("priority", "curated") if "rl" in loss.lanes else ()) + (("expert",) if "expert" in loss.lanes else ())

@@ -65,6 +65,7 @@ class Trainer:
         self.verdicts: dict[tuple[str, int, int], list[int]] = {}  # record -> samples it may still train
         self.last_ckpt, self.dirty = 0, False
         self.last_ckpt_at, self.rejected_at_ckpt = time.monotonic(), 0
+        self.ckpt_positions: dict[tuple[str, int], int] | None = None  # bc.positions() at the last checkpoint
         self.last_step_at = time.monotonic()  # the end of the last step (or the start): `step_wait_s`
 
     # -- setup -----------------------------------------------------------------------------------
@@ -226,7 +227,9 @@ class Trainer:
         batch = collate(rows, self.c.pad_id, self.c.max_len)
         try:
             parts = train_step(self.c.engine, self.loss, batch, self.c.ref_model, self.tc.update_epochs,
-                               agree=lambda ok: all(all_gather(ok, self.world)))
+                               agree=lambda ok: all(all_gather(ok, self.world)),
+                               micro_tokens=self.tc.micro_batch_tokens,
+                               agree_count=lambda n: max(all_gather(n, self.world)))
         except NonFiniteLoss as e:
             self._skip_step(bc, take, e.detail)
             return
@@ -298,6 +301,14 @@ class Trainer:
     def _rejected_since_checkpoint(self) -> bool:
         return self.dirty or sum(self.c.rejector.count.values()) != self.rejected_at_ckpt
 
+    def _moved_since_checkpoint(self, bc: BatchConsumer) -> bool:
+        """Positions moved without a step: rejections, or a partition read past records no reader sees
+        (a streams recovery fence, rftbus/kafka/fence.py). Both must reach Kafka's committed offsets while
+        the trainer waits, or admission counts them as pending and the explorers wait for a step that never
+        comes (the fence's case found by the cluster chaos run)."""
+        return self._rejected_since_checkpoint() or (self.ckpt_positions is not None
+                                                      and bc.positions() != self.ckpt_positions)
+
     def _checkpoint(self, bc: BatchConsumer, version: int) -> None:
         self.c.rejector.flush()
         positions = bc.positions()
@@ -305,6 +316,7 @@ class Trainer:
         segment = [line for seg in all_gather(self.pending_lineage, self.world) for line in seg]
         self.ckpts.save(self.c.engine, self.step, version, all_pos, segment, self.loss.name)
         bc.commit(positions)  # only now: the checkpoint holding these offsets is durable
+        self.ckpt_positions = dict(positions)
         if self.rank == 0:
             assert self.c.metrics is not None  # rank 0 has one
             self.c.metrics.emit_trained(segment)  # lineage for analytics, never of a step a restart rolls back
@@ -326,6 +338,7 @@ class Trainer:
             self.c.close()
             raise
         self.last_ckpt, self.dirty = self.step, False
+        self.ckpt_positions = bc.positions()
         self.last_ckpt_at = self.last_step_at = time.monotonic()
         idle_since = time.monotonic()
         try:
@@ -342,7 +355,7 @@ class Trainer:
                 # Rejections (stale, malformed) move positions without a step; checkpoint them while
                 # waiting, or their offsets stay uncommitted, count as pending for admission, and the
                 # explorers wait for a step that can never come (found by `rftbus chaos`).
-                due = (self._rejected_since_checkpoint()
+                due = (self._moved_since_checkpoint(bc)
                        and time.monotonic() - self.last_ckpt_at >= REJECTIONS_CHECKPOINT_S)
                 flags = all_gather((records is not None, self.stop_reason, at_end, due), self.world)
                 stops = [f[1] for f in flags if f[1]]

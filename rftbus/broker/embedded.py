@@ -83,6 +83,7 @@ def _server_properties(cfg: Config, paths: BrokerPaths, node: int) -> str:
         "offsets.topic.replication.factor": rf,
         "transaction.state.log.replication.factor": rf,
         "transaction.state.log.min.isr": 2 if rf >= 3 else 1,
+        "transaction.state.log.num.partitions": 4,  # (50 by default) created on the first fence, in its path
         "share.coordinator.state.topic.replication.factor": rf,
         "share.coordinator.state.topic.min.isr": 2 if rf >= 3 else 1,
         "group.initial.rebalance.delay.ms": 0,

@@ -85,6 +85,10 @@ class StreamsConfig(BaseModel):
                                    "of a group within this window is rejected as duplicate")
     recovery_margin_s: float = Field(300.0, ge=0, description="output scan starts this much before the "
                                      "first replayed record's timestamp (clock skew allowance)")
+    recovery_fence: bool | None = Field(None, description="before the output scan, fence each output partition "
+                                        "(rftbus/kafka/fence.py) so a dead worker's writes not yet replicated are "
+                                        "seen; None: on wherever partitions are replicated or the cluster is "
+                                        "external, off on one embedded node (where it only costs start-up time)")
     redelivery_quiet_s: float = Field(10.0, gt=0, description="a partition fetched past what reached the "
                                       "ingest agent, with nothing delivered for this long, is fetched again "
                                       "from the first missing offset (streams/redelivery.py)")
