@@ -164,3 +164,16 @@ def test_vllm_engine_needs_gpu(cfg, tok):
     engine = make_engine(vcfg, tok)
     outs = engine.generate([[5, 6, 7]] * 2, SamplingConfig(max_new_tokens=4))
     assert len(outs) == 2 and all(len(c.logprobs) == len(c.response_ids) for c in outs)
+
+
+def test_vllm_engine_asks_one_request_per_group_and_names_its_versions():
+    """A group's n copies of a prompt become one vLLM request with SamplingParams(n=...) (the prompt is
+    prefilled once); the engine names the vLLM versions it was written for when another is installed."""
+    from rftbus.producers.engines.vllm import WRITTEN_FOR, runs_of, vllm_unavailable_reason
+
+    assert runs_of([[1, 2]] * 3 + [[3]] * 2 + [[1, 2]]) == [([1, 2], 3), ([3], 2), ([1, 2], 1)]
+    assert runs_of([]) == []
+    assert WRITTEN_FOR[0] <= (0, 33) < WRITTEN_FOR[1]
+    reason = vllm_unavailable_reason()  # None only where it can run (tests/gpu/ then runs it)
+    if reason is not None:
+        assert any(why in reason for why in ("not installed", "CUDA GPU", "written for")), reason

@@ -1,30 +1,61 @@
-"""vLLM rollout engine (GPU only; `pip install rftbus[vllm]`). Imported lazily by `make_engine`.
+"""vLLM rollout engine (GPU only; `pip install 'rftbus[vllm]'`). Imported lazily by `make_engine`.
 
-Weights are swapped with vLLM's `load_weights` on the driver's model, between generations.
-Not exercised on the CPU-only development machine: tests skip it with the reason.
+Written against vLLM 0.33 (V1 engine) through its supported API only:
+- weights are swapped in place by a worker extension (`worker_extension_cls`, vllm_worker.py) called
+  through `LLM.collective_rpc`, the mechanism vLLM documents for RL weight updates, and the prefix cache
+  is reset after each swap (cached KV of the old weights must not be reused);
+- a group of n samples of one prompt is one request with `SamplingParams(n=n)` (the prompt is prefilled
+  once);
+- behaviour logprobs are the *processed* ones (`logprobs_mode="processed_logprobs"`: after temperature,
+  top-k and top-p), the distribution actually sampled, as the transformers engine's "sampling" kind.
+  vLLM's default ("raw_logprobs") is the model's plain softmax, which is not what an importance ratio at
+  temperature != 1 needs.
+Not exercised on the CPU-only development machine: tests/gpu/ runs it where CUDA is, and skips with the
+reason elsewhere.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 
 import torch
 
 from rftbus.config import Config
-from rftbus.errors import RftbusError
 from rftbus.config.explorer import SamplingConfig
+from rftbus.errors import RftbusError
 from rftbus.producers.engines.base import Completion, RolloutEngine
+
+WRITTEN_FOR = ((0, 11), (0, 34))  # vLLM versions [from, to): logprobs_mode, worker extensions, reset_prefix_cache
+EXTENSION = "rftbus.producers.engines.vllm_worker.WeightSwap"
 
 
 def vllm_unavailable_reason() -> str | None:
     """Why the vllm engine cannot run here, or None when it can."""
     try:
-        import vllm  # noqa: F401
+        import vllm
     except ImportError:
         return "vllm is not installed (pip install 'rftbus[vllm]')"
+    parts = tuple(int(x) for x in vllm.__version__.split(".")[:2] if x.isdigit())
+    if not (WRITTEN_FOR[0] <= parts < WRITTEN_FOR[1]):
+        return (f"vllm {vllm.__version__} is outside the versions this engine was written for "
+                f"(>= {'.'.join(map(str, WRITTEN_FOR[0]))}, < {'.'.join(map(str, WRITTEN_FOR[1]))})")
     if not torch.cuda.is_available():
         return "vllm needs a CUDA GPU and none is visible"
     return None
+
+
+def runs_of(prompts: Sequence[list[int]]) -> list[tuple[list[int], int]]:
+    """Consecutive equal prompts as (prompt, n): a group's n copies become one request with n samples."""
+    runs: list[tuple[list[int], int]] = []
+    for p in prompts:
+        if runs and runs[-1][0] == list(p):
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((list(p), 1))
+    return runs
 
 
 class VllmEngine(RolloutEngine):
@@ -37,32 +68,58 @@ class VllmEngine(RolloutEngine):
         if cfg.model.path is None:
             raise RftbusError("explorer.engine.kind=vllm needs model.path (vLLM loads Hugging Face folders)")
         from vllm import LLM
+
+        ec = cfg.explorer.engine
         self.tok = tokenizer
-        self.llm = LLM(model=cfg.model.path, dtype=cfg.model.dtype,
-                       gpu_memory_utilization=cfg.explorer.engine.gpu_memory_utilization,
+        self.llm = LLM(model=str(cfg.model.path), dtype=cfg.model.dtype,
+                       gpu_memory_utilization=ec.gpu_memory_utilization,
+                       tensor_parallel_size=ec.tensor_parallel_size, max_model_len=ec.max_model_len,
+                       enforce_eager=ec.enforce_eager, enable_prefix_caching=True,
+                       logprobs_mode="processed_logprobs", worker_extension_cls=EXTENSION,
                        seed=cfg.explorer.sampling.seed or 0)
         self.version = 0
         self.max_context = int(self.llm.llm_engine.model_config.max_model_len)
+        # the swap file: local disk of this explorer, read by its own vLLM workers
+        self._swap_dir = Path(tempfile.mkdtemp(prefix="rftbus-vllm-swap-"))
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
                  max_new_tokens: int | None = None) -> list[Completion]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
-        params = SamplingParams(temperature=sampling.temperature, top_p=sampling.top_p,
-                                top_k=sampling.top_k or -1,
-                                max_tokens=self.budget(prompts, max_new_tokens or sampling.max_new_tokens),
-                                min_tokens=sampling.min_new_tokens, logprobs=0, seed=sampling.seed)
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+
+        limit = self.budget(prompts, max_new_tokens or sampling.max_new_tokens)
+        runs = runs_of(prompts)
+        params = [SamplingParams(n=n, temperature=sampling.temperature, top_p=sampling.top_p,
+                                 top_k=sampling.top_k or 0, max_tokens=limit,
+                                 min_tokens=min(sampling.min_new_tokens, limit), logprobs=0, seed=sampling.seed)
+                  for _, n in runs]
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p, _ in runs], params, use_tqdm=False)
+        meta = {"logprob_kind": "sampling", "logprob_temperature": repr(sampling.temperature)}
         results = []
         for out in outs:
-            c = out.outputs[0]
-            ids = list(c.token_ids)
-            lps = [float(step[tok].logprob) for tok, step in zip(ids, c.logprobs)]
-            results.append(Completion(ids, lps, "stop" if c.finish_reason == "stop" else "length", c.text,
-                                      {"logprob_kind": "vllm", "logprob_temperature": repr(sampling.temperature)}))
+            for c in out.outputs:
+                ids = list(c.token_ids)
+                if c.logprobs is None or len(c.logprobs) != len(ids):
+                    raise RftbusError(f"vllm returned {0 if c.logprobs is None else len(c.logprobs)} logprobs "
+                                      f"for {len(ids)} tokens")
+                lps = [float(step[tok].logprob) for tok, step in zip(ids, c.logprobs)]
+                results.append(Completion(ids, lps, "stop" if c.finish_reason == "stop" else "length", c.text,
+                                          dict(meta)))
         return results
 
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
-        model.load_weights(state_dict.items())
+        from safetensors.torch import save_file
+
+        path = self._swap_dir / f"v{version}.safetensors"
+        save_file({k: v.detach().contiguous().cpu() for k, v in state_dict.items()}, str(path))
+        try:
+            self.llm.collective_rpc("rftbus_load_weights", args=(str(path),))
+        finally:
+            path.unlink(missing_ok=True)
+        self.llm.reset_prefix_cache()
         self.version = version
+
+    def close(self) -> None:
+        for f in self._swap_dir.glob("*"):
+            f.unlink(missing_ok=True)
+        os.rmdir(self._swap_dir)

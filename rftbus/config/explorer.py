@@ -43,6 +43,10 @@ class EngineConfig(_Strict):
     served_version: int = Field(0, ge=0, description="openai: weight version the endpoint serves (stamped)")
     # vllm engine
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
+    tensor_parallel_size: int = Field(1, ge=1, description="vllm: GPUs one engine shards the model over")
+    max_model_len: int | None = Field(None, ge=1, description="vllm: context to reserve KV cache for "
+                                      "(default: the model's)")
+    enforce_eager: bool = Field(False, description="vllm: no CUDA graphs (faster start, slower decode)")
 
 
 class WorkflowConfig(_Strict):
