@@ -149,8 +149,9 @@ class LiveService:
             hit = cut_at_stop(self.tokenizer, c.response_ids, stops)
             if hit:
                 k, text = hit
-                c = Completion(c.response_ids[:k], c.logprobs[:k], "stop",
-                               self.tokenizer.decode(c.response_ids[:k], skip_special_tokens=True), dict(c.metadata))
+                kept = self.tokenizer.decode(c.response_ids[:k], skip_special_tokens=True)
+                assert isinstance(kept, str)  # (transformers 5 types decode as str | list[str]; ids in, str out)
+                c = Completion(c.response_ids[:k], c.logprobs[:k], "stop", kept, dict(c.metadata))
             else:
                 text = c.text
             comps.append(c)

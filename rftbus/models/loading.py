@@ -28,7 +28,7 @@ def load_policy(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase | None = No
     """Version-0 weights: the tiny model from `cfg.seed`, or the pretrained weights at `cfg.path`."""
     dtype = getattr(torch, cfg.dtype)
     if cfg.path is not None:
-        return AutoModelForCausalLM.from_pretrained(cfg.path, torch_dtype=dtype)
+        return AutoModelForCausalLM.from_pretrained(cfg.path, dtype=dtype)
     tok = tokenizer or build_char_tokenizer()
     t = cfg.tiny
     config = LlamaConfig(
