@@ -119,6 +119,8 @@ def _drain_rate(cfg, worker: WorkerProcess, expected: int, group: int, timeout: 
         time.sleep(0.1)
     msgs = [m for r in ("curated", "curated_priority") for m in read_all(cfg, getattr(cfg.topics, r).name)]
     ts = sorted(m.timestamp()[1] for m in msgs)
+    if not ts:
+        raise RftbusError(f"the worker curated nothing within {timeout:g} s (status: {st})")
     n = st.get("curated", 0) - (first or {}).get("curated", 0)
     cpu_ms = (st["cpu_s"] - first["cpu_s"]) * 1000 / n if first is not None and n > 0 else float("nan")
     return (len(ts) - 1) * group / max(1e-3, (ts[-1] - ts[0]) / 1000), len(ts) * group, cpu_ms
