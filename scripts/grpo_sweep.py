@@ -49,7 +49,7 @@ class TorchEngine:
     def __call__(self, ids, attn):
         return self.policy(ids, attn)
 
-    def backward(self, loss):
+    def backward(self, loss, scale_wrt_gas: bool = True):
         self.opt.zero_grad()
         loss.backward()
         self.norm = float(torch.nn.utils.clip_grad_norm_(self.policy.parameters(), 1.0))
@@ -132,6 +132,11 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--adv", choices=["grpo", "process", "position"], default="grpo")
     ap.add_argument("--entropy", type=float, default=0.0, help="entropy bonus coefficient")
+    ap.add_argument("--kl-cov", type=float, default=0.0, help="trainer.kl_cov_ratio")
+    ap.add_argument("--kl-cov-coef", type=float, default=1.0, help="trainer.kl_cov_coef")
+    ap.add_argument("--entropy-target", type=float, default=None, help="adaptive entropy control: target nats/token")
+    ap.add_argument("--entropy-step", type=float, default=0.002, help="adaptive entropy control: coefficient change per step")
+    ap.add_argument("--entropy-max", type=float, default=0.05, help="adaptive entropy control: coefficient cap")
     ap.add_argument("--hidden", type=int, default=128, help="tiny model width (from scratch only)")
     ap.add_argument("--layers", type=int, default=2, help="tiny model depth (from scratch only)")
     ap.add_argument("--clip-high", type=float, default=0.2, help="ratio clip 1 + clip_high (DAPO's clip-higher: 0.28)")
@@ -182,9 +187,12 @@ def main() -> None:
                 ev(k, "sft")
                 torch.save(lm.state_dict(), a.out / f"sft-{a.tag}-{k}.pt")
     eng, est = TorchEngine(policy, a.lr), make_estimator(a.estimator, 1e-6)
-    grpo = make_loss(TrainerConfig(loss="grpo", entropy_coef=a.entropy, clip_high=a.clip_high), 0)
+    grpo = make_loss(TrainerConfig(loss="grpo", entropy_coef=a.entropy, clip_high=a.clip_high,
+                                     kl_cov_ratio=a.kl_cov, kl_cov_coef=a.kl_cov_coef), 0)
     ev(0, "grpo")
     t0, zero, groups = time.time(), 0, 0
+    ent_hist: list[float] = []
+    last = (0, 0)
     for step in range(1, a.steps + 1):
         exps, tok_adv = [], []
         lm.eval()
@@ -209,10 +217,17 @@ def main() -> None:
         lm.train()
         if exps:
             loss = grpo if a.adv == "grpo" else TokenGRPO(tok_adv, 0.2, a.entropy)
-            train_step(eng, loss, collate(exps, tok.pad_token_id, 64), update_epochs=a.epochs)
+            parts = train_step(eng, loss, collate(exps, tok.pad_token_id, 64), update_epochs=a.epochs)
+            if a.entropy_target is not None:
+                c = grpo.cfg.entropy_coef + (a.entropy_step if parts["entropy"] < a.entropy_target else -a.entropy_step)
+                grpo.cfg.entropy_coef = min(max(c, 0.0), a.entropy_max)
+            ent_hist.append(parts.get("entropy", 0.0))
         if step % a.eval_every == 0 or step == a.steps:
             ev(step, "grpo")
-            print(f"  {time.time() - t0:.0f}s, zero-variance groups {zero / max(groups, 1):.2f}", flush=True)
+            print(f"  {time.time() - t0:.0f}s, zero-variance groups {zero / max(groups, 1):.2f}"
+                  f" (recent {(zero - last[0]) / max(groups - last[1], 1):.2f})"
+                  f" entropy {sum(ent_hist[-20:]) / max(len(ent_hist[-20:]), 1):.3f} coef {grpo.cfg.entropy_coef:.4f}", flush=True)
+            last = (zero, groups)
     (a.out / f"sweep-{a.tag}.json").write_text(json.dumps({"args": {k: str(v) for k, v in vars(a).items()},
                                                            "eval": hist}, indent=1))
 

@@ -135,3 +135,38 @@ def test_the_lr_schedule_drives_deepspeeds_optimizer(dist_env):
     assert engine.get_lr()[0] == pytest.approx(1e-3 * 0.55)
     train_step(engine, loss, batch, update_epochs=2)
     assert engine.get_lr()[0] == pytest.approx(1e-4)
+
+
+def test_kl_cov_holds_the_tokens_whose_covariance_drives_entropy_down(dist_env):
+    """trainer.kl_cov_ratio (KL-Cov) through the real engine: with four update epochs, the held tokens are
+    kept near the proximal policy, so the batch moves less than without it; off, the loss is GRPO's own."""
+    from rftbus.trainer.step import train_step
+
+    moved, held = {}, {}
+    for ratio in (0.0, 0.5):
+        engine, loss, batch, _ = grpo_setup(1, 4, lr=3e-4, kl_cov_ratio=ratio, kl_cov_coef=5.0)
+        before = response_logp(engine, batch)
+        parts = train_step(engine, loss, batch, update_epochs=4)
+        after = response_logp(engine, batch)
+        assert after[0] > before[0] and after[1] < before[1], (ratio, before.tolist(), after.tolist())
+        moved[ratio] = float((after[0] - before[0]) - (after[1] - before[1]))
+        held[ratio] = parts.get("kl_cov_tokens")
+    assert held[0.0] is None and held[0.5] == int(0.5 * int(batch.mask.sum()))
+    assert moved[0.5] < 0.9 * moved[0.0], moved
+
+
+def test_kl_cov_picks_the_tokens_with_the_largest_logprob_advantage_covariance():
+    """Logic only: the penalty falls on the top-k of (logp - mean)(A - mean) and is zero at the proximal policy."""
+    from rftbus.trainer.losses.terms import kl_cov
+
+    logp = torch.tensor([[-0.1, -3.0], [-2.0, -0.2]], requires_grad=True)
+    adv = torch.tensor([[1.0, 1.0], [-1.0, -1.0]])
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    penalty, k = kl_cov(logp, logp.detach(), adv, mask, 0.25)
+    assert k == 1 and float(penalty.detach()) == 0.0  # at the proximal policy: no pull yet
+    shifted = logp.detach() - 0.5
+    penalty, _ = kl_cov(logp, shifted, adv, mask, 0.25)
+    penalty.backward()
+    # (-0.1 - mean)·(1 - 0) is the largest covariance: only that token is pulled back
+    assert logp.grad is not None and logp.grad[0, 0] != 0 and int((logp.grad != 0).sum()) == 1
+    assert kl_cov(logp, shifted, adv, mask, 0.1)[1] == 0  # fewer than one token: off

@@ -42,6 +42,9 @@ class TrainerConfig(BaseModel):
     is_cap: float = Field(2.0, gt=0, description="truncation C of the behaviour importance weight")
     kl_coef: float | None = Field(None, ge=0, description="KL to the frozen reference; default 0.05 for ppo, else 0")
     entropy_coef: float = Field(0.0, ge=0)
+    kl_cov_ratio: float = Field(0.0, ge=0, le=1, description="KL-Cov: the share of trained tokens with the largest "
+                                "logprob-advantage covariance held near the proximal policy (entropy collapse); 0 = off")
+    kl_cov_coef: float = Field(1.0, ge=0, description="KL-Cov: weight of their |logp - logp_prox| penalty")
     mix_mu: float = Field(0.1, ge=0, le=1, description="μ: loss = (1-μ)·GRPO(usual) + μ·SFT(expert)")
     mix_expert_per_batch: int | None = Field(None, ge=0, description="expert experiences per MIX batch; default B")
     mix_min_groups: int | None = Field(None, ge=1, description="MIX: step once this many RL groups (≤ B) are "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from rftbus.trainer.losses.base import Loss, LossResult, PolicyOut, TrainBatch
-from rftbus.trainer.losses.terms import kl_k3, masked_mean, policy_gradient, num
+from rftbus.trainer.losses.terms import kl_cov, kl_k3, masked_mean, policy_gradient, num
 
 
 def grpo_terms(loss: Loss, out: PolicyOut, batch: TrainBatch, mask: torch.Tensor) -> LossResult:
@@ -19,6 +19,10 @@ def grpo_terms(loss: Loss, out: PolicyOut, batch: TrainBatch, mask: torch.Tensor
                                 cfg.clip_low, cfg.clip_high, cfg.is_cap)
     total = pg
     parts["pg"] = num(pg)
+    if cfg.kl_cov_ratio > 0:
+        held, k = kl_cov(out.logp, out.proximal(), adv, mask, cfg.kl_cov_ratio)
+        total = total + cfg.kl_cov_coef * held
+        parts["kl_cov"], parts["kl_cov_tokens"] = num(held), float(k)
     if out.ref_logp is not None:
         kl = masked_mean(kl_k3(out.logp, out.ref_logp), mask)
         parts["kl_ref"] = num(kl)

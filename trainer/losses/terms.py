@@ -56,3 +56,23 @@ def policy_gradient(
         parts["clip_frac"] = num(masked_mean(active.float(), mask))
         parts["ratio"] = num(masked_mean(ratio, mask))
     return loss, parts
+
+
+def kl_cov(logp: torch.Tensor, prox_logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+           ratio: float) -> tuple[torch.Tensor, int]:
+    """KL-Cov (Cui et al. 2025, "The Entropy Mechanism of RL for Reasoning LMs"): entropy falls by the
+    covariance of a token's logprob and its advantage, so the `ratio` share of trained tokens with the largest
+    (logp − mean)(A − mean) get a |logp − logp_prox| penalty that holds them near the proximal policy.
+    Returns the penalty's token sum ÷ trained tokens, and how many tokens it held."""
+    m = mask.bool()
+    n = int(m.sum())
+    k = int(ratio * n)
+    if k < 1:
+        return logp.new_zeros(()), 0
+    lp, a = logp.detach()[m], adv.detach()[m]
+    cov = (lp - lp.mean()) * (a - a.mean())
+    top = torch.topk(cov, k).indices
+    held = torch.zeros_like(cov, dtype=torch.bool)
+    held[top] = True
+    penalty = (logp - prox_logp).abs()[m] * held
+    return penalty.sum() / n, k
