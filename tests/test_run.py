@@ -65,7 +65,7 @@ def test_run_turns_the_loop_and_counts_reconcile(broker, tmp_path):
 
 
 def test_ctrl_c_during_start_up_stops_cleanly(broker, tmp_path):
-    """SIGINT while the job is still starting (here: topics and tasks, before any child) is a clean stop."""
+    """SIGINT while the job is still starting (here: topics and tasks, children still loading) is a clean stop."""
     cmd = [str(Path(sys.executable).parent / "rftbus"), "--state-dir", str(tmp_path / "state"), "run",
            str(REPO / "configs" / "toy.yaml"), "--summary-json", str(tmp_path / "s.json")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -85,8 +85,10 @@ def test_ctrl_c_during_start_up_stops_cleanly(broker, tmp_path):
     assert proc.returncode == 0, out[-3000:]
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["stop_reason"] == "stopped by the user"
-    # No child was started after the stop (a child never started has no exit code).
-    assert all(code is None for code in s["exit_codes"].values()) and s["trainer_steps"] == 0, s
+    # The children start beside the broker (they load their models while it boots): the stop stopped
+    # each of them during its own start, cleanly, before anything was trained.
+    assert s["exit_codes"] and all(code in (0, None) for code in s["exit_codes"].values()), s["exit_codes"]
+    assert s["trainer_steps"] == 0 and s["stages_dead"] == {}, s
 
 
 def test_a_start_up_error_is_one_message_and_stops_the_broker_it_started(broker, tmp_path):

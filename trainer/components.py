@@ -12,6 +12,7 @@ from typing import Any
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
+from rftbus.kafka.topics import create_topics
 from rftbus.schemas import ExperienceGroup, Rejection, TrainerMetric, WeightVersion, make_codec
 from rftbus.trainer.checks import Limits
 from rftbus.trainer.losses import Loss, make_loss
@@ -82,7 +83,8 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     from rftbus.trainer.policy import PolicyWithValue
 
     tc = cfg.trainer
-    check_reachable(cfg)
+    if not cfg.kafka.wait_s:
+        check_reachable(cfg)  # an unreachable cluster is the first thing said, before a slow engine build
     loss = make_loss(tc, cfg.rl.max_staleness)
     torch.manual_seed(tc.seed + rank)
     tokenizer = load_tokenizer(cfg.model)
@@ -103,6 +105,8 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     embeddings: Any = lm.get_input_embeddings()
     limits = Limits(vocab=int(embeddings.num_embeddings), context=context)
 
+    if cfg.kafka.wait_s:  # the engine was built while the broker started (rftbus run): wait for it, and its topics
+        create_topics(cfg, check_reachable(cfg))
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     producer = make_producer(cfg, **{"linger.ms": 0})
     consumer = make_consumer(cfg, tc.group_id, **{"enable.partition.eof": True})  # see BatchConsumer._at_end

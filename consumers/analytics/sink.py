@@ -16,7 +16,8 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from rftbus.config import Config
 from rftbus.errors import RftbusError
-from rftbus.kafka.clients import make_admin, make_consumer
+from rftbus.kafka.clients import check_reachable, make_admin, make_consumer
+from rftbus.kafka.topics import create_topics
 from rftbus.schemas import make_codec
 from rftbus.status import StatusFile
 
@@ -239,6 +240,8 @@ def run(cfg: Config, ident: str = "0", *, until_end: bool = False, log=print) ->
             status.update(query_url=server.url)
         log(f"analytics sink: {backend.describe}, database {cfg.analytics.database}"
             + (f", queries at {server.url}" if server else ""))
+        if cfg.kafka.wait_s:  # started beside the broker (rftbus run): subscribe once it and the topics are there
+            create_topics(cfg, check_reachable(cfg))
         summary = Sink(cfg, backend, status, ident, until_end=until_end, log=log).run()
     except BaseException:
         status.stop(state="failed")

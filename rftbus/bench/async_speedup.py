@@ -35,7 +35,6 @@ from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.read import read_to_end
 from rftbus.schemas import DecodeError, TrainerMetric, make_codec
 from rftbus.status import read_statuses
-from rftbus.trainer.checkpoint import read_lineage
 
 TOPIC_KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
 
@@ -109,6 +108,8 @@ def _one_run(cfg: Config, steps: int, progress: Progress, label: str) -> dict:
 
 def _measure(cfg: Config, steps: int) -> dict:
     ckpt = Path(cfg.trainer.checkpoint_dir or cfg.state_dir / "checkpoints")
+    from rftbus.trainer.checkpoint import read_lineage  # (imports torch: not at every `rftbus` start)
+
     times = {seg["step"]: seg["time_ms"] / 1000 for seg in read_lineage(ckpt / "lineage.jsonl")}
     if len(times) < steps:
         raise RftbusError(f"the run under {cfg.state_dir} reached step {max(times, default=0)} of {steps}; "

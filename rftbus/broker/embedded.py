@@ -230,6 +230,7 @@ def _format(cfg: Config, java: str, classpath: str, node: int) -> None:
     paths = BrokerPaths.of(cfg, node)
     cmd = _java_cmd(cfg, java, classpath, STORAGE_TOOL, "format", "-t", _cluster_id(cfg), "-c", str(paths.props),
                     node=node)
+    cmd.insert(1, "-XX:TieredStopAtLevel=1")  # a one-shot tool: the quick JIT alone starts it ~0.5 s sooner
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise BrokerError(f"formatting Kafka storage in {paths.data} failed:\n{(proc.stdout + proc.stderr).strip()[-2000:]}")
@@ -329,10 +330,10 @@ def _wait_ready(cfg: Config, proc: subprocess.Popen[bytes], node: int) -> None:
             raise BrokerError(f"Kafka node {node} exited during start (code {proc.returncode}):\n"
                               f"{log_tail(cfg, node=node)}")
         try:
-            check_reachable(ready_cfg, timeout=2.0)
+            check_reachable(ready_cfg, timeout=2.0, wait=False)
             return
         except BrokerUnreachable:
-            time.sleep(0.5)
+            time.sleep(0.1)  # a refused connect answers at once (clients._listening): poll often
     stop(cfg)
     raise BrokerError(f"Kafka node {node} did not answer within {b.start_timeout_s:.0f}s:\n{log_tail(cfg, node=node)}")
 

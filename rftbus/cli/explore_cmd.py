@@ -39,8 +39,9 @@ def explore(
         signal.signal(sig, on_signal)
     cfg = st.config(**{"explorer.id": explorer_id, "explorer.engine.kind": engine, "explorer.workflow.kind": workflow,
                        "explorer.expert": expert, "explorer.max_tasks": max_tasks, "explorer.idle_exit_s": idle_exit})
+    from rftbus.producers.explorer import Explorer  # heavy (torch): only for this command; before the broker
+
     create_topics(cfg, check_reachable(cfg))
-    from rftbus.producers.explorer import Explorer  # heavy (torch): only for this command
 
     explorer = Explorer(cfg, report=lambda line: st.err.print(f"[dim]explorer:[/] {escape(line)}", soft_wrap=True))
     st.err.print(f"explorer {explorer.id} ({cfg.explorer.engine.kind}, v{explorer.engine.version}) "

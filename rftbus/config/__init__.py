@@ -102,6 +102,8 @@ class KafkaConfig(_Strict):
     replication_factor: int | None = Field(None, ge=1, description="replicas of every declared topic on this "
                                            "cluster (3: also min.insync.replicas 2); unset: each topic's own, or "
                                            "the embedded cluster's (broker.nodes)")
+    wait_s: float = Field(0.0, ge=0, description="how long a command keeps asking an unreachable cluster before it "
+                          "gives up (rftbus run's children: they load their models while the broker starts)")
     client: dict[str, ClientValue] = Field(default_factory=dict, description="librdkafka settings for every client")
     producer: dict[str, ClientValue] = Field(default_factory=dict)
     consumer: dict[str, ClientValue] = Field(default_factory=dict)

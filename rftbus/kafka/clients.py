@@ -8,6 +8,8 @@ acknowledged to a caller before the broker has it.
 from __future__ import annotations
 
 import logging
+import socket
+import time
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer
@@ -74,8 +76,42 @@ def make_admin(cfg: Config) -> AdminClient:
     return AdminClient(admin_conf(cfg), logger=_quiet)
 
 
-def check_reachable(cfg: Config, timeout: float = 5.0) -> AdminClient:
-    """An AdminClient whose cluster answered a metadata request, or BrokerUnreachable."""
+def check_reachable(cfg: Config, timeout: float = 5.0, wait: bool = True) -> AdminClient:
+    """An AdminClient whose cluster answered a metadata request, or BrokerUnreachable. With `kafka.wait_s`
+    (and `wait`) it keeps asking that long first: `rftbus run` starts its children beside the broker, so
+    they import and build their models while the JVM boots instead of after it."""
+    deadline = time.monotonic() + (cfg.kafka.wait_s if wait else 0.0)
+    while True:
+        try:
+            return _answered(cfg, timeout if not wait or not cfg.kafka.wait_s
+                             else max(0.5, min(timeout, deadline - time.monotonic())))
+        except BrokerUnreachable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.25)
+
+
+def _listening(bootstrap: str, timeout: float) -> bool:
+    """Whether any bootstrap address accepts a TCP connection. librdkafka's metadata request waits out its
+    whole timeout when nothing listens (3 s at every `rftbus run` start, before the embedded broker was
+    even launched); a refused connect answers at once. An address it cannot parse counts as listening."""
+    for addr in filter(None, (a.strip() for a in bootstrap.split(","))):
+        host, _, port = addr.split("://")[-1].rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]") or "localhost", int(port)), timeout=timeout):
+                return True
+        except ValueError:
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def _answered(cfg: Config, timeout: float) -> AdminClient:
+    if not _listening(cfg.bootstrap_servers, min(timeout, 1.0)):
+        raise BrokerUnreachable(
+            f"Kafka at {cfg.bootstrap_servers} is not reachable (nothing accepts connections there); "
+            "start the embedded broker with `rftbus up` or set kafka.bootstrap_servers")
     admin = make_admin(cfg)
     try:
         md = admin.list_topics(timeout=timeout)

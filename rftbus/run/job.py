@@ -13,6 +13,7 @@ import signal
 import threading
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -71,7 +72,7 @@ class MainJob:
     # ---- setup -------------------------------------------------------------------------------
     def ensure_broker(self) -> None:
         try:
-            check_reachable(self.cfg, timeout=3.0)
+            check_reachable(self.cfg, timeout=3.0, wait=False)
             self.console.print(f"using Kafka at {self.cfg.bootstrap_servers}")
         except BrokerUnreachable:
             if self.cfg.kafka.bootstrap_servers:
@@ -82,6 +83,18 @@ class MainJob:
             if info.started:  # ours: supervised like a child (one that was already running is someone else's)
                 self.broker = BrokerWatch(self.cfg, self.cfg.run.max_restarts, info.pid)
             self.console.print(f"embedded Kafka broker running (pid {info.pid}) at {info.bootstrap}")
+
+    def bring_up_bus(self):
+        """The broker (started when none answers), the declared topics and the first tasks: in a thread of its
+        own while the children and this process load their models. Returns the admin client."""
+        self.ensure_broker()
+        admin = check_reachable(self.cfg, wait=False)
+        self.broker_ready = time.time()
+        self.console.print(f"broker answered {self.broker_ready - self.started:.1f} s after start; "
+                           "creating topics, publishing tasks")
+        create_topics(self.cfg, admin)
+        self.publish_tasks(admin)
+        return admin
 
     def publish_tasks(self, admin) -> None:
         """The configured taskset now, or with `run.curriculum` its first stage now and the rest
@@ -163,8 +176,12 @@ class MainJob:
         self.passes.tick(backlog)
 
     def write_child_config(self) -> Path:
+        """The children's config: this one, plus `kafka.wait_s` long enough for the broker to start, since
+        they are started beside it (#19: each imports torch and builds its model while the JVM boots)."""
         mark_run(self.cfg.state_dir, self.started)
-        return write_config(self.cfg, self.run_dir / "config.yaml")
+        wait = max(self.cfg.kafka.wait_s, self.cfg.broker.start_timeout_s + 30)
+        child = self.cfg.model_copy(update={"kafka": self.cfg.kafka.model_copy(update={"wait_s": wait})})
+        return write_config(child, self.run_dir / "config.yaml")
 
     def child_specs(self, config_path: Path) -> list[ChildSpec]:
         c = self.cfg
@@ -252,24 +269,23 @@ class MainJob:
                 self.console.print("embedded Kafka broker stopped")
 
     def _run(self) -> dict:
-        from rftbus.run.evaluator import Evaluator
-
-        self.ensure_broker()
-        admin = check_reachable(self.cfg)
-        self.broker_ready = time.time()
-        self.console.print(f"broker answered {self.broker_ready - self.started:.1f} s after start; "
-                           "creating topics, publishing tasks")
-        create_topics(self.cfg, admin)
-        self.publish_tasks(admin)
+        # Everything at once (#19: start learning at once): the broker starts in a thread while the children
+        # import torch and DeepSpeed and build their models (each waits for the broker: kafka.wait_s) and this
+        # process loads the evaluator's.
         sup = Supervisor(self.child_specs(self.write_child_config()))
-        evaluator = Evaluator(self.cfg, self.started, report=lambda m: self.events.append(f"eval: {m}"),
-                              log_path=self.run_dir / "eval.jsonl")
         reason = "stopped by the user"
         lags: dict[str, int] = {}
         last_lag = last_feed = 0.0
+        pool = ThreadPoolExecutor(1, thread_name_prefix="bus")
         try:
+            bus = pool.submit(self.bring_up_bus)
             if not self._stop_requested:
                 self._note(sup.start())
+            from rftbus.run.evaluator import Evaluator  # torch and transformers: seconds, beside the broker's start
+
+            evaluator = Evaluator(self.cfg, self.started, report=lambda m: self.events.append(f"eval: {m}"),
+                                  log_path=self.run_dir / "eval.jsonl")
+            admin = bus.result()
             # beside training, not in front of it (#19): v0 is scored in the evaluator's thread
             self.console.print("evaluating the initial weights (v0) on the held-out split beside training ...")
             evaluator.start()
@@ -314,6 +330,7 @@ class MainJob:
             self.console.print("children stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()))
         finally:
             sup.stop(timeout=10)  # no-op when already stopped; a safety net on errors
+            pool.shutdown(wait=True)  # a broker still starting is up (and stopped by run()) or failed
         return self.summarize(evaluator.points, reason, sup)
 
     def _dead(self, sup: Supervisor) -> dict[str, str]:
