@@ -27,9 +27,10 @@ def explore(
     current group, flush, commit, exit 0)."""
     st = state(ctx)
     explorer = None
+    running = False
 
     def on_signal(*_) -> None:
-        if explorer is None:  # still starting: nothing consumed or produced yet, so leave cleanly now
+        if explorer is None or not running:  # still starting: nothing consumed or produced yet, so leave now
             raise SystemExit(0)
         explorer.request_stop()
 
@@ -41,11 +42,18 @@ def explore(
                        "explorer.expert": expert, "explorer.max_tasks": max_tasks, "explorer.idle_exit_s": idle_exit})
     from rftbus.producers.explorer import Explorer  # heavy (torch): only for this command; before the broker
 
-    create_topics(cfg, check_reachable(cfg))
+    def build() -> Explorer:
+        return Explorer(cfg, report=lambda line: st.err.print(f"[dim]explorer:[/] {escape(line)}", soft_wrap=True))
 
-    explorer = Explorer(cfg, report=lambda line: st.err.print(f"[dim]explorer:[/] {escape(line)}", soft_wrap=True))
+    # Started beside the broker (kafka.wait_s, rftbus run): build the model while it starts (its clients connect
+    # lazily). Otherwise an unreachable broker is said before a build that can take minutes (vLLM).
+    if cfg.kafka.wait_s:
+        explorer = build()
+    create_topics(cfg, check_reachable(cfg))
+    explorer = explorer or build()
     st.err.print(f"explorer {explorer.id} ({cfg.explorer.engine.kind}, v{explorer.engine.version}) "
                  f"on {cfg.topics.tasks.name} -> {cfg.topics.raw.name}; status in {explorer.status.path}")
+    running = True
     result = explorer.run()
     if as_json:
         st.console.out(json.dumps(result), highlight=False)
