@@ -76,7 +76,8 @@ class Explorer:
         self.admission = Admission(cfg, make_admin(cfg), lambda: self.acks.unacked_groups(),
                                    self._versions) if ex.admission else None
         self.acks, self.seen = AckTracker(), SeenTasks(cfg)
-        self.no_signal = NoSignalMemory(ex.no_signal_floor) if ex.no_signal_floor is not None else None
+        self.no_signal = (NoSignalMemory(ex.no_signal_floor, min_group=ex.no_signal_min_group)
+                          if ex.no_signal_floor is not None else None)
         self.status = StatusFile(cfg.state_dir, "explorer", self.id, ex.status_interval_s)
         self.t = Timings()
         self.stats = {"groups_produced": 0, "experiences_produced": 0, "tasks_rejected": 0,
@@ -225,7 +226,7 @@ class Explorer:
                 ctx = self.engine.max_context
                 if ctx is not None and len(prompt) >= ctx:  # its own call rejects it before generating
                     continue
-                requests.append((tuple(prompt), task.n_samples or self.cfg.rl.group_size))
+                requests.append((tuple(prompt), self._group_size(task)))
         if len(requests) < 2:
             return
         t0 = time.perf_counter()
@@ -283,8 +284,15 @@ class Explorer:
             self.status.update(version=self.engine.version, busy_s=round(t.generate_s + t.encode_s + t.produce_s, 4),
                                groups_timed=t.groups, **self.stats)
 
+    def _group_size(self, task: Task) -> int:
+        """The task's own n_samples, else rl.group_size, smaller for a prompt known flat (no_signal_min_group)."""
+        if task.n_samples:
+            return task.n_samples
+        n = self.cfg.rl.group_size
+        return self.no_signal.group_size(task, n) if self.no_signal is not None else n
+
     def _roll_out(self, task: Task, msg) -> None:
-        ex, n = self.cfg.explorer, task.n_samples or self.cfg.rl.group_size
+        ex, n = self.cfg.explorer, self._group_size(task)
         version = self.engine.version
         t0 = time.perf_counter()
         outcome = run_task(task, n, self.ctx, ex.workflow.kind, ex.task_timeout_s, ex.task_retries)

@@ -6,7 +6,9 @@ gives one answer per prompt): streams drop it as `zero_variance`. The explorer c
 itself, so it knows this about every group it makes before streams see it, with no extra topic to read.
 A prompt whose last k groups all had zero variance is rolled out with probability max(floor, 2^-k);
 one group with variance resets it. So a solved or hopeless prompt is revisited now and then (the policy
-moves, and may make it teachable again) instead of costing a full group every pass.
+moves, and may make it teachable again) instead of costing a full group every pass. With `min_group`, a
+revisit is also smaller: n·2^-k samples, at least `min_group` (groups sized adaptively: a flat prompt is
+probed with 2 samples, not 8; a probe that finds variance trains as a group of its own and restores n).
 
 Keyed by (taskset, prompt), not task id: `rftbus run` gives every pass over the tasks new ids, and the
 streams' pass rates are per task id. The draw is seeded by the task id, so a task redone after a
@@ -30,9 +32,15 @@ def _key(task: Task) -> bytes:
 class NoSignalMemory:
     """Per prompt: how many groups in a row had zero reward variance (bounded LRU)."""
 
-    def __init__(self, floor: float, eps: float = 1e-6, capacity: int = 1_000_000):
-        self.floor, self.eps, self.capacity = floor, eps, capacity
+    def __init__(self, floor: float, eps: float = 1e-6, capacity: int = 1_000_000, min_group: int | None = None):
+        self.floor, self.eps, self.capacity, self.min_group = floor, eps, capacity, min_group
         self.streaks: OrderedDict[bytes, int] = OrderedDict()
+
+    def group_size(self, task: Task, n: int) -> int:
+        """Samples to generate for `task`: n, or n·2^-k (at least min_group) after k flat groups in a row."""
+        if self.min_group is None or n <= self.min_group:
+            return n
+        return max(self.min_group, n >> self.streaks.get(_key(task), 0))
 
     def probability(self, task: Task) -> float:
         k = self.streaks.get(_key(task), 0)

@@ -57,6 +57,36 @@ def test_no_signal_memory_halves_a_flat_prompt_down_to_the_floor_and_resets():
     assert m.roll_out(again) == m.roll_out(again)  # seeded by the task id: a redo decides the same
 
 
+def test_a_flat_prompt_gets_smaller_groups_and_variance_restores_n():
+    m = NoSignalMemory(floor=0.125, min_group=2)
+    t = Task(taskset="reverse", prompt="rev:abcd=", answer="dcba", task_id="a")
+    assert m.group_size(t, 8) == 8
+    for want in (4, 2, 2):
+        m.record(t, [1.0] * m.group_size(t, 8))
+        assert m.group_size(t, 8) == want
+    m.record(t, [1.0, 0.5])  # the probe found variance: a full group next time
+    assert m.group_size(t, 8) == 8
+    assert m.group_size(t, 2) == 2 and NoSignalMemory(floor=0.125).group_size(t, 8) == 8  # off without min_group
+
+
+def test_explorer_probes_flat_prompts_with_smaller_groups(broker, tmp_path):
+    """Through a real explorer: a reward that is the same for every answer, n = 8, no_signal_min_group 2 and
+    every task rolled out (floor 1): the first group has 8 samples, the next 4, then 2 each."""
+    cfg = fresh_config(make_config, tmp_path, broker, **{
+        "explorer.admission": False, "explorer.idle_exit_s": 6.0, "explorer.no_signal_floor": 1.0,
+        "explorer.no_signal_min_group": 2, "rl.group_size": 8,
+        "explorer.rewards": [{"name": "explorer_plugins.half_reward"}]})
+    p = make_producer(cfg)
+    for i in range(5):
+        t = Task(taskset="addition", prompt="3+4=", answer="7", task_id=f"t{i}")
+        p.produce(cfg.topics.tasks.name, key=b"same", value=ENC.encode(t))  # one partition: in order
+    assert p.flush(10) == 0
+    result = Explorer(cfg, report=lambda s: None).run()
+    assert result["groups_produced"] == 5 and result["experiences_produced"] == 8 + 4 + 2 + 2 + 2, result
+    sizes = sorted(len(g.samples) for _, g in read_topic(cfg, "raw"))
+    assert sizes == [2, 2, 2, 4, 8]
+
+
 def test_explorer_skips_prompts_with_no_variance_and_commits_them(broker, tmp_path):
     """A reward that is the same for every answer: after the first groups of a prompt the explorer
     rolls it out at the floor rate; every task is still handled and committed."""

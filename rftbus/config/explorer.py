@@ -81,6 +81,9 @@ class ExplorerConfig(_Strict):
     no_signal_floor: float | None = Field(
         None, gt=0, le=1, description="roll out a prompt whose last k groups had zero reward variance with "
         "probability max(floor, 2^-k) (producers/no_signal.py); None = always")
+    no_signal_min_group: int | None = Field(
+        None, ge=2, description="with no_signal_floor: a prompt whose last k groups had zero reward variance "
+        "gets a group of n·2^-k samples, at least this many (adaptive group size); None = always n")
     batch_tasks: int = Field(1, ge=1, description="single-turn tasks generated together in one engine call "
                              "(those already fetched, within admission's headroom); each is still its own group, "
                              "produced and committed as before. On CPU 8 gives about 3x the samples/s of 1")
