@@ -9,6 +9,9 @@ one group with variance resets it. So a solved or hopeless prompt is revisited n
 moves, and may make it teachable again) instead of costing a full group every pass. With `min_group`, a
 revisit is also smaller: n·2^-k samples, at least `min_group` (groups sized adaptively: a flat prompt is
 probed with 2 samples, not 8; a probe that finds variance trains as a group of its own and restores n).
+A prompt not seen yet is sized by what the explorer's recent groups were like: where a share f of them was
+flat, it starts as if ⌊log2 1/(1−f)⌋ flat groups were behind it (MIX publishes thousands of tasks and rolls
+few of them out twice, so per-prompt memory alone never sees a solved task coming).
 
 Keyed by (taskset, prompt), not task id: `rftbus run` gives every pass over the tasks new ids, and the
 streams' pass rates are per task id. The draw is seeded by the task id, so a task redone after a
@@ -18,8 +21,9 @@ crash gets the same decision from the same memory.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 
 from rftbus.schemas import Task
@@ -32,15 +36,24 @@ def _key(task: Task) -> bytes:
 class NoSignalMemory:
     """Per prompt: how many groups in a row had zero reward variance (bounded LRU)."""
 
-    def __init__(self, floor: float, eps: float = 1e-6, capacity: int = 1_000_000, min_group: int | None = None):
+    def __init__(self, floor: float, eps: float = 1e-6, capacity: int = 1_000_000, min_group: int | None = None,
+                 window: int = 64):
         self.floor, self.eps, self.capacity, self.min_group = floor, eps, capacity, min_group
         self.streaks: OrderedDict[bytes, int] = OrderedDict()
+        self.recent: deque[bool] = deque(maxlen=window)  # the last groups' flatness, every prompt
+
+    def flat_share(self) -> float:
+        return sum(self.recent) / len(self.recent) if len(self.recent) == self.recent.maxlen else 0.0
 
     def group_size(self, task: Task, n: int) -> int:
-        """Samples to generate for `task`: n, or n·2^-k (at least min_group) after k flat groups in a row."""
+        """Samples to generate for `task`: n, or n·2^-k (at least min_group) after k flat groups in a row
+        (for a prompt not seen yet, k from the recent flat share)."""
         if self.min_group is None or n <= self.min_group:
             return n
-        return max(self.min_group, n >> self.streaks.get(_key(task), 0))
+        k = self.streaks.get(_key(task))
+        if k is None:
+            k = int(math.floor(-math.log2(max(1.0 - self.flat_share(), 1e-9))))
+        return max(self.min_group, n >> k)
 
     def probability(self, task: Task) -> float:
         k = self.streaks.get(_key(task), 0)
@@ -57,6 +70,7 @@ class NoSignalMemory:
             return
         key = _key(task)
         flat = max(rewards) - min(rewards) <= self.eps
+        self.recent.append(flat)
         self.streaks[key] = self.streaks.get(key, 0) + 1 if flat else 0
         self.streaks.move_to_end(key)
         if len(self.streaks) > self.capacity:

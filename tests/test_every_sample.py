@@ -69,6 +69,22 @@ def test_a_flat_prompt_gets_smaller_groups_and_variance_restores_n():
     assert m.group_size(t, 2) == 2 and NoSignalMemory(floor=0.125).group_size(t, 8) == 8  # off without min_group
 
 
+def test_an_unseen_prompt_is_sized_by_the_recent_flat_share():
+    """MIX rolls few prompts out twice: a new prompt starts as if ⌊log2 1/(1−f)⌋ flat groups were behind it."""
+    m = NoSignalMemory(floor=0.125, min_group=2, window=8)
+    new = Task(taskset="addition", prompt="9+9=", answer="18", task_id="new")
+    for i, flat in enumerate([True] * 4 + [False] * 3):
+        m.record(Task(taskset="addition", prompt=f"{i}+0=", answer=str(i), task_id=str(i)), [1.0, 1.0 if flat else 0.0])
+    assert m.group_size(new, 8) == 8  # fewer than a window of groups: no prior yet
+    m.record(Task(taskset="addition", prompt="7+0=", answer="7", task_id="7"), [1.0, 1.0])
+    assert m.flat_share() == 5 / 8 and m.group_size(new, 8) == 4  # f = 5/8: one halving
+    for i in range(8):
+        m.record(Task(taskset="addition", prompt=f"{i}+1=", answer=str(i + 1), task_id=f"b{i}"), [1.0, 1.0])
+    assert m.group_size(new, 8) == 2  # all flat: down to the probe
+    m.record(new, [1.0, 0.0])  # once seen, its own streak decides
+    assert m.group_size(new, 8) == 8
+
+
 def test_explorer_probes_flat_prompts_with_smaller_groups(broker, tmp_path):
     """Through a real explorer: a reward that is the same for every answer, n = 8, no_signal_min_group 2 and
     every task rolled out (floor 1): the first group has 8 samples, the next 4, then 2 each."""

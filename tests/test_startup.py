@@ -89,3 +89,23 @@ def _pipe(src: socket.socket, dst: socket.socket) -> None:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+def test_creators_racing_on_fresh_topics_all_succeed(broker, tmp_path):
+    """`rftbus run` and its children create the declared topics at once; one that sees a topic another just made
+    must wait until it is visible, not fail on UNKNOWN_TOPIC_OR_PART (found by a reverse benchmark run)."""
+    import uuid
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rftbus.kafka.clients import make_admin
+    from rftbus.kafka.topics import create_topics
+    from tests.explorer_kafka import KEYS
+
+    for _ in range(3):
+        u = uuid.uuid4().hex[:8]
+        cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"race-{k}-{u}" for k in KEYS})
+        with ThreadPoolExecutor(6) as pool:
+            results = list(pool.map(lambda c: create_topics(c, make_admin(c)), [cfg] * 6))
+        for res in results:
+            assert all(r.status in ("created", "exists") for r in res), [(r.name, r.status, r.error) for r in res]
+        assert sum(r.status == "created" for res in results for r in res) == len(KEYS)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from rftbus.config import Config, TopicSpec
+from rftbus.errors import RftbusError
 
 
 @dataclass
@@ -54,6 +57,24 @@ def _differences(spec: TopicSpec, partitions: int, replication: int, actual: dic
     return diffs
 
 
+def _visible(admin: AdminClient, names: list[str], timeout: float) -> tuple[Any, dict[str, dict[str, str]]]:
+    """Metadata and configs of topics that exist, waiting while one another creator has only just made is not
+    visible yet (UNKNOWN_TOPIC_OR_PART; `rftbus run` and its children create the declared topics at once)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(timeout=timeout)
+        try:
+            if all(n in md.topics and md.topics[n].partitions for n in names):
+                return md, describe_topic_configs(admin, names, timeout)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise
+        if time.monotonic() > deadline:
+            missing = [n for n in names if n not in md.topics or not md.topics[n].partitions]
+            raise RftbusError(f"topics {missing} exist (another creator made them) but are not visible after {timeout:g}s")
+        time.sleep(0.2)
+
+
 def create_topics(cfg: Config, admin: AdminClient, timeout: float = 30.0) -> list[TopicResult]:
     """Create missing topics; existing ones are compared with the declaration, never altered."""
     specs = cfg.declared_topics()
@@ -76,8 +97,7 @@ def create_topics(cfg: Config, admin: AdminClient, timeout: float = 30.0) -> lis
                 results[key] = TopicResult(key, name, "error", error=err.str())
     existing = [k for k, s in specs.items() if k not in results]
     if existing:
-        md = admin.list_topics(timeout=timeout)
-        configs = describe_topic_configs(admin, [specs[k].name for k in existing], timeout)
+        md, configs = _visible(admin, [specs[k].name for k in existing], timeout)
         for key in existing:
             spec = specs[key]
             topic = md.topics[spec.name]
