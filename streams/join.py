@@ -107,7 +107,7 @@ class Join:
             if held is not None and held[0] == FB:
                 fb_id, t0, fb = unpack_fb(held[4])
                 await self._grade(key, msg.value, fb, held[3], fb_id, t0)
-            elif held is None or held[0] == EXP:  # (a replay of the same record overwrites it)
+            elif held is None:  # (a replay or a resend of an index already here keeps its first arrival)
                 self.table[key] = pack(EXP, now_ms(), msg.partition, src, msg.value)
         elif kind == b"fb":
             self.counters.inc("feedback_routed")

@@ -73,16 +73,29 @@ class LiveGroups:
         self.counters = counters
 
     async def hold(self, g: GroupView, src: str, p: int, t0: bytes | None) -> bool:
-        """Hold a group for its feedback; False when it is already held or released (a replay)."""
+        """Hold a group for its feedback; False when it is already held or released (a replay).
+
+        A replay of a group still waiting sends its index records again: a kill -9 can land the table's
+        changelog write and lose the index sends buffered after it, and without them its feedback would
+        never meet it (the join keeps the first arrival of an index, so a resend does not extend the TTL)."""
         key = g.group_id.encode()
-        if self.table.get(key) is not None:
+        raw = self.table.get(key)
+        if raw is not None:
+            if raw[0] == WAITING:
+                graded = unpack(raw).grades
+                await self._index(g, src, p, skip=graded)
+                self.counters.inc("index_resent", sum(1 for i, s in enumerate(g.samples)
+                                                      if s.reward is None and i not in graded))
             return False
         self.table[key] = pack(Held(WAITING, now_ms(), p, src, t0 or b"", g.data))
+        await self._index(g, src, p)
+        return True
+
+    async def _index(self, g: GroupView, src: str, p: int, skip: dict | None = None) -> None:
         for i, s in enumerate(g.samples):
-            if s.reward is None:
+            if s.reward is None and not (skip and i in skip):
                 await self.emit.topics["join"].send(key=s.experience_id.encode(), value=index_value(g.group_id, p, i),
                                                     headers=[(H_KIND, b"exp"), (H_SRC, src.encode())])
-        return True
 
     def grade(self, group_id: bytes, sample: int, feedback: bytes) -> Held | None:
         """Record one grade; the held group when it is now complete (to be released), else None.

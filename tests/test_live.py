@@ -96,6 +96,51 @@ def test_feedback_joins_after_a_streams_kill9_and_late_feedback_has_its_reason(b
 
 
 
+def test_a_held_group_whose_index_records_were_lost_still_joins(broker, tmp_path):
+    """The crash window between the two writes of `hold`: the live table's changelog record landed, the
+    index records sent after it did not (kill -9 with them in the producer's buffer). The replayed raw
+    record finds the group held; it must send the index again, or its feedback is orphaned and the
+    answer rejected no_feedback. Fails without the resend in `LiveGroups.hold`."""
+    from confluent_kafka import Producer
+
+    from rftbus.kafka.clients import producer_conf
+    from rftbus.streams.live import WAITING, Held, pack
+    from rftbus.streams.outputs import H_T0
+    from rftbus.streams.topology import live_table_changelog
+
+    tag = uuid.uuid4().hex[:6]
+    cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"lx{tag}.{k}" for k in TOPIC_KEYS}, **{
+        "streams.app_id": f"lx{tag}", "streams.tick_interval_s": 0.5, "streams.commit_interval_s": 0.2,
+        "streams.version_wait_s": 0.5, "streams.feedback_ttl_s": 60.0, "serve.port": free_port(),
+        "serve.weights_wait_s": 2.0, "serve.id": f"serve-{tag}"})
+    create_topics(cfg, make_admin(cfg))
+    first = WorkerProcess(cfg, "w1", tmp_path / "w1.log")  # creates the internal topics, then stops: nothing held
+    first.wait_ready(120)
+    assert first.stop() == 0, first.tail()
+    with BackgroundServer(cfg) as s:
+        c = httpx.Client(base_url=s.url, timeout=60)
+        eid = c.post("/v1/completions", json={"prompt": "4+4=", "max_tokens": 4}).headers["X-Rftbus-Experience-Id"]
+        (m,) = read_all(cfg, cfg.topics.raw.name, idle_s=0.3)
+        group = DECODE(m.value(), None)
+        t0 = dict(m.headers() or []).get(H_T0, b"")
+        held = Held(WAITING, int(time.time() * 1000), m.partition(), f"{m.topic()}/{m.partition()}/{m.offset()}",
+                    t0, m.value())
+        p = Producer(producer_conf(cfg))
+        p.produce(live_table_changelog(cfg), key=group.group_id.encode(), value=pack(held), partition=m.partition())
+        assert p.flush(30) == 0
+        worker = WorkerProcess(cfg, "w2", tmp_path / "w2.log")  # a fresh store: the table comes from the changelog
+        try:
+            worker.wait_ready(120)
+            _wait(cfg, lambda: (worker.status() or {}).get("replays_skipped") == 1, 60,
+                  "the worker did not find the group held when its raw record was replayed")
+            assert c.post("/v1/feedback", json={"experience_id": eid, "reward": 1.0}).status_code == 202
+            got = _wait(cfg, lambda: _curated(cfg).get(eid), 60, "the feedback never joined the held group")
+            assert got.reward == 1.0 and (worker.status() or {}).get("index_resent") == 1
+            assert not [r for r in _rejected(cfg) if r.reason in ("orphan_feedback", "no_feedback")]
+        finally:
+            assert worker.stop() == 0, worker.tail()
+
+
 def test_live_run_books_balance_through_kill9_of_serve_and_streams(broker, tmp_path):
     """`rftbus run` with serve as the only source and the simulator: serve and the streams worker are
     killed with -9 mid-run; every served completion is trained, rejected with a reason, or in flight."""

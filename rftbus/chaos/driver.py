@@ -317,8 +317,10 @@ class ChaosDriver:
             graded = LJ.grade(self.cfg, waiting, self.plan.recover_timeout_s, self.running)
             n = LJ.wait_joined(self.cfg.state_dir, gone, before + graded, self.plan.recover_timeout_s, self.running)
         ok = graded == len(waiting) and n >= before + graded
-        self._record(fault, ok, started, f"{graded}/{len(waiting)} graded after the restart, "
-                                         f"{n - before} joined by the new worker")
+        note = f"{graded}/{len(waiting)} graded after the restart, {n - before} joined by the new worker"
+        if not ok:
+            note += f" (its feedback counts: {LJ.why(self.cfg.state_dir, gone) or 'none'})"
+        self._record(fault, ok, started, note)
 
     def _broker(self) -> None:
         step = F.trainer_step(self.cfg.state_dir)

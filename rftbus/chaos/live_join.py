@@ -67,3 +67,12 @@ def wait_joined(state_dir, exclude: set[int], at_least: int, timeout_s: float,
         time.sleep(0.5)
         n = joined(state_dir, exclude)
     return n
+
+
+def why(state_dir, exclude: set[int]) -> str:
+    """For a live join that fell short: what the running streams workers did with feedback instead."""
+    keys = ("feedback_retries", "feedback_duplicate", "feedback_expired", "index_resent", "pending_feedback")
+    live = [s for s in read_statuses(state_dir, "streams") if s.get("pid") not in exclude and s.get("state") != "stopped"]
+    counts = {k: sum(int(s.get(k) or 0) for s in live) for k in keys}
+    counts["orphan_feedback"] = sum(int((s.get("rejected_by_reason") or {}).get("orphan_feedback") or 0) for s in live)
+    return ", ".join(f"{k} {v}" for k, v in counts.items() if v)

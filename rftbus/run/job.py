@@ -270,68 +270,83 @@ class MainJob:
 
     def _run(self) -> dict:
         # Everything at once (#19: start learning at once): the broker starts in a thread while the children
-        # import torch and DeepSpeed and build their models (each waits for the broker: kafka.wait_s) and this
-        # process loads the evaluator's.
+        # import torch and DeepSpeed and build their models (each waits for the broker: kafka.wait_s) and
+        # another thread loads the evaluator's. This thread only watches, so a Ctrl-C during start-up stops
+        # the children at once instead of after the slowest load.
         sup = Supervisor(self.child_specs(self.write_child_config()))
         reason = "stopped by the user"
-        lags: dict[str, int] = {}
-        last_lag = last_feed = 0.0
-        pool = ThreadPoolExecutor(1, thread_name_prefix="bus")
+        evaluator = None
+        pool = ThreadPoolExecutor(2, thread_name_prefix="start")
         try:
             bus = pool.submit(self.bring_up_bus)
             if not self._stop_requested:
                 self._note(sup.start())
-            from rftbus.run.evaluator import Evaluator  # torch and transformers: seconds, beside the broker's start
-
-            evaluator = Evaluator(self.cfg, self.started, report=lambda m: self.events.append(f"eval: {m}"),
-                                  log_path=self.run_dir / "eval.jsonl")
-            admin = bus.result()
-            # beside training, not in front of it (#19): v0 is scored in the evaluator's thread
-            self.console.print("evaluating the initial weights (v0) on the held-out split beside training ...")
-            evaluator.start()
-            with Live(console=self.console, refresh_per_second=2, transient=False) as live:
-                while not self._stop_requested:
-                    self._note(sup.poll())
-                    if self.broker is not None:
-                        self._log(self.broker.poll())
-                    statuses = read_statuses(self.cfg.state_dir)
-                    self.pace.see(time.time(), statuses)
-                    if time.monotonic() - last_lag > 2:
-                        lags, last_lag = self._lags(admin, lags), time.monotonic()
-                    if time.monotonic() - last_feed > 1:
-                        if self.curriculum and not self.curriculum.done:
-                            self._feed_curriculum(admin, statuses)
-                        self._feed_passes(admin)
-                        last_feed = time.monotonic()
-                    children = {n: child_state(c) for n, c in sup.children.items()}
-                    if self.broker is not None:
-                        children["broker"] = self.broker.state
-                    live.update(render(started=self.started, statuses=statuses, lags=lags,
-                                       evals=evaluator.points, events=self.events, children=children))
-                    done = self._done(statuses, evaluator.points)
-                    if done:
-                        reason = done
-                        break
-                    dead = self._dead(sup)
-                    if dead and (self.cfg.run.on_give_up == "stop" or len(dead) == len(children)):
-                        reason = "gave up on " + "; ".join(f"{n} ({cause})" for n, cause in dead.items())
-                        self.err.print(f"[red]stopping the run: {reason}[/]")
-                        break
-                    time.sleep(0.5)
+            loading = pool.submit(self._load_evaluator)
+            while not self._stop_requested and not (bus.done() and (loading.done() or bus.exception())):
+                time.sleep(0.1)
+            if not self._stop_requested:
+                admin, evaluator = bus.result(), loading.result()
+                # beside training, not in front of it (#19): v0 is scored in the evaluator's thread
+                self.console.print("evaluating the initial weights (v0) on the held-out split beside training ...")
+                evaluator.start()
+                reason = self._watch(sup, admin, evaluator) or reason
             self.console.print(f"stopping: {reason}")
             order = [n for kind in STOP_ORDER for n in sup.children if n.startswith(kind)]
             # the analytics sink last, after the final eval: that point goes to rft.metrics too, and the sink
             # drains to the end on its way out, so analytics holds everything Kafka does
             sink = {n for n in order if n.startswith("analytics")}
             codes = sup.stop(order=order, timeout=60, leave=sink)
-            evaluator.finish()
+            if evaluator is not None:
+                evaluator.finish()
             codes.update(sup.stop(order=sorted(sink), timeout=60))
             self.exit_codes = codes
             self.console.print("children stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()))
         finally:
             sup.stop(timeout=10)  # no-op when already stopped; a safety net on errors
             pool.shutdown(wait=True)  # a broker still starting is up (and stopped by run()) or failed
-        return self.summarize(evaluator.points, reason, sup)
+        if self._stop_requested and evaluator is None:
+            bus.result()  # an error of the start-up itself is still the run's error, not a silent stop
+        return self.summarize(evaluator.points if evaluator is not None else [], reason, sup)
+
+    def _load_evaluator(self):
+        from rftbus.run.evaluator import Evaluator  # torch and transformers: seconds, beside the broker's start
+
+        return Evaluator(self.cfg, self.started, report=lambda m: self.events.append(f"eval: {m}"),
+                         log_path=self.run_dir / "eval.jsonl")
+
+    def _watch(self, sup: Supervisor, admin, evaluator) -> str | None:
+        """The live view until the run is done (its reason), a stage is given up on, or a stop is asked (None)."""
+        lags: dict[str, int] = {}
+        last_lag = last_feed = 0.0
+        with Live(console=self.console, refresh_per_second=2, transient=False) as live:
+            while not self._stop_requested:
+                self._note(sup.poll())
+                if self.broker is not None:
+                    self._log(self.broker.poll())
+                statuses = read_statuses(self.cfg.state_dir)
+                self.pace.see(time.time(), statuses)
+                if time.monotonic() - last_lag > 2:
+                    lags, last_lag = self._lags(admin, lags), time.monotonic()
+                if time.monotonic() - last_feed > 1:
+                    if self.curriculum and not self.curriculum.done:
+                        self._feed_curriculum(admin, statuses)
+                    self._feed_passes(admin)
+                    last_feed = time.monotonic()
+                children = {n: child_state(c) for n, c in sup.children.items()}
+                if self.broker is not None:
+                    children["broker"] = self.broker.state
+                live.update(render(started=self.started, statuses=statuses, lags=lags,
+                                   evals=evaluator.points, events=self.events, children=children))
+                done = self._done(statuses, evaluator.points)
+                if done:
+                    return done
+                dead = self._dead(sup)
+                if dead and (self.cfg.run.on_give_up == "stop" or len(dead) == len(children)):
+                    reason = "gave up on " + "; ".join(f"{n} ({cause})" for n, cause in dead.items())
+                    self.err.print(f"[red]stopping the run: {reason}[/]")
+                    return reason
+                time.sleep(0.5)
+        return None
 
     def _dead(self, sup: Supervisor) -> dict[str, str]:
         """Stages given up on (children and the broker) -> the cause of their last crash."""
