@@ -18,7 +18,7 @@ from rftbus.streams import offsets
 from rftbus.streams.curate import Decision, decide
 from rftbus.streams.join import ScanClock
 from rftbus.streams.live import Late, LiveGroups
-from rftbus.streams.outputs import H_KIND, H_SAMPLE, H_SRC, H_T0, Output
+from rftbus.streams.outputs import H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0, Output
 from rftbus.streams.recovery import Landed, scan
 from rftbus.streams.redelivery import DeliveryGuard
 from rftbus.streams.verify import Drop, Verdict, needs_feedback, read_group, sample_drops
@@ -123,6 +123,9 @@ class Ingest:
         try:
             h = self.live.grade(msg.key, int(headers[H_SAMPLE]), msg.value)
         except Late as e:
+            if headers.get(H_RESEND):  # a grade sent again after a crash that had landed the first time
+                self.counters.inc("grade_resends_late")
+                return
             self.counters.reject("feedback_expired", "feedback")
             await self.emit.reject(reason="feedback_expired", detail=str(e), stage="feedback",
                                    src=headers[H_SRC].decode(), original=msg.value, key=msg.key, p=p)

@@ -21,7 +21,7 @@ import time
 
 from rftbus.schemas import DecodeError, Feedback
 from rftbus.streams.feedback import BadFeedback, grades
-from rftbus.streams.outputs import H_EXP, H_FBID, H_KIND, H_SAMPLE, H_SRC, H_T0
+from rftbus.streams.outputs import H_EXP, H_FBID, H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0
 
 EXP, FB, DONE, EXPIRED = 1, 2, 3, 4
 _HEAD = struct.Struct(">Bqi")
@@ -71,6 +71,16 @@ def unpack_fb(b: bytes) -> tuple[bytes, bytes, bytes]:
     return b[4:4 + n], b[4 + n:4 + n + m], b[4 + n + m:]
 
 
+def pack_done(fb_id: bytes, index: bytes) -> bytes:
+    """A DONE marker's data: the feedback that graded it and its index (to send the grade again)."""
+    return struct.pack(">H", len(fb_id)) + fb_id + index
+
+
+def unpack_done(b: bytes) -> tuple[bytes, bytes]:
+    (n,) = struct.unpack_from(">H", b)
+    return b[2:2 + n], b[2 + n:]
+
+
 def index_value(group_id: str, raw_partition: int, sample: int) -> bytes:
     """What an `exp` index record carries: where its group is held."""
     return f"{group_id}\x00{raw_partition}\x00{sample}".encode()
@@ -117,9 +127,14 @@ class Join:
             elif held[0] == EXP:
                 await self._grade(key, held[4], msg.value, src, fb_id, t0)
             elif held[0] in (FB, DONE):  # it already has a feedback (waiting for it, or applied): the first is kept
-                first = unpack_fb(held[4])[0] if held[0] == FB else held[4]
+                first, index = (unpack_fb(held[4])[0], b"") if held[0] == FB else unpack_done(held[4])
                 if fb_id and first == fb_id:
                     self.counters.inc("feedback_retries")  # the same feedback again: one feedback downstream
+                    if held[0] == DONE and index:
+                        # a replay after kill -9 may find the marker's changelog write landed and the grade sent
+                        # before it lost: the grade again (the held group keeps a sample's first grade and
+                        # ignores a resent one once released)
+                        await self._send_grade(key, index, msg.value, src, t0, resend=True)
                 else:
                     how = "has feedback waiting for it" if held[0] == FB else "was already graded by feedback"
                     await self._late("duplicate_feedback", f"experience {key.decode()} {how} "
@@ -131,13 +146,17 @@ class Join:
                                  f"{(now_ms() - held[1]) / 1000 + ttl:.0f} s after it arrived", src, msg)
 
     async def _grade(self, key: bytes, index: bytes, feedback: bytes, fb_src: str, fb_id: bytes, t0: bytes) -> None:
+        await self._send_grade(key, index, feedback, fb_src, t0)
+        self.table[key] = pack(DONE, now_ms(), _current_partition(), data=pack_done(fb_id, index))
+        self.counters.inc("joined")
+
+    async def _send_grade(self, key: bytes, index: bytes, feedback: bytes, fb_src: str, t0: bytes,
+                          resend: bool = False) -> None:
         gid, raw_partition, sample = parse_index(index)
         await self.emit.topics["joined"].send(
             key=gid.encode(), value=feedback, partition=raw_partition % self.joined_partitions,
             headers=[(H_KIND, b"grade"), (H_EXP, key), (H_SAMPLE, str(sample).encode()), (H_SRC, fb_src.encode()),
-                     (H_T0, t0)])
-        self.table[key] = pack(DONE, now_ms(), _current_partition(), data=fb_id)
-        self.counters.inc("joined")
+                     (H_T0, t0)] + ([(H_RESEND, b"1")] if resend else []))
 
     async def _late(self, reason: str, detail: str, src: str, msg) -> None:
         """Feedback that grades nothing: its own rejection, so a grader's work is never dropped silently."""

@@ -13,6 +13,7 @@ import time
 import uuid
 
 import httpx
+import pytest
 from conftest import REPO, make_config
 
 from rftbus.bench.processes import WorkerProcess, read_all
@@ -27,12 +28,12 @@ from test_serve import TOPIC_KEYS, free_port
 DECODE = make_codec(None).deserializer()
 
 
-def _wait(cfg, pred, timeout: float, what: str):
+def _wait(cfg, pred, timeout: float, what):
     deadline = time.monotonic() + timeout
     while True:
         got = pred()
         if got or time.monotonic() > deadline:
-            assert got, what
+            assert got, what() if callable(what) else what
             return got
         time.sleep(0.5)
 
@@ -96,17 +97,23 @@ def test_feedback_joins_after_a_streams_kill9_and_late_feedback_has_its_reason(b
 
 
 
-def test_a_held_group_whose_index_records_were_lost_still_joins(broker, tmp_path):
-    """The crash window between the two writes of `hold`: the live table's changelog record landed, the
-    index records sent after it did not (kill -9 with them in the producer's buffer). The replayed raw
-    record finds the group held; it must send the index again, or its feedback is orphaned and the
-    answer rejected no_feedback. Fails without the resend in `LiveGroups.hold`."""
+@pytest.mark.parametrize("lost", ["index", "grade"])
+def test_a_write_lost_to_kill9_between_the_join_writes_still_joins(broker, tmp_path, lost):
+    """The crash windows between two writes of the join, rebuilt in Kafka as a kill -9 leaves them:
+    `index`: the live table's changelog record landed, the index records sent after it did not; the
+    replayed raw record finds the group held and must send its index again (`LiveGroups.hold`).
+    `grade`: the join's DONE marker landed, the grade sent before it did not; the replayed feedback is a
+    retry of the one that graded it and must send the grade again (`Join.handle`).
+    Without either, the feedback never reaches the group and the answer is rejected no_feedback."""
+    from aiokafka.partitioner import murmur2
     from confluent_kafka import Producer
 
     from rftbus.kafka.clients import producer_conf
+    from rftbus.streams.join import DONE, index_value, pack_done
+    from rftbus.streams.join import pack as pack_join
     from rftbus.streams.live import WAITING, Held, pack
     from rftbus.streams.outputs import H_T0
-    from rftbus.streams.topology import live_table_changelog
+    from rftbus.streams.topology import live_table_changelog, pending_table_changelog
 
     tag = uuid.uuid4().hex[:6]
     cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"lx{tag}.{k}" for k in TOPIC_KEYS}, **{
@@ -121,21 +128,30 @@ def test_a_held_group_whose_index_records_were_lost_still_joins(broker, tmp_path
         c = httpx.Client(base_url=s.url, timeout=60)
         eid = c.post("/v1/completions", json={"prompt": "4+4=", "max_tokens": 4}).headers["X-Rftbus-Experience-Id"]
         (m,) = read_all(cfg, cfg.topics.raw.name, idle_s=0.3)
-        group = DECODE(m.value(), None)
-        t0 = dict(m.headers() or []).get(H_T0, b"")
-        held = Held(WAITING, int(time.time() * 1000), m.partition(), f"{m.topic()}/{m.partition()}/{m.offset()}",
-                    t0, m.value())
+        group, now = DECODE(m.value(), None), int(time.time() * 1000)
+        held = Held(WAITING, now, m.partition(), f"{m.topic()}/{m.partition()}/{m.offset()}",
+                    dict(m.headers() or []).get(H_T0, b""), m.value())
         p = Producer(producer_conf(cfg))
         p.produce(live_table_changelog(cfg), key=group.group_id.encode(), value=pack(held), partition=m.partition())
+        fb_id = f"fb-{tag}"
+        if lost == "grade":  # where Faust's producer puts the key on the join topic (aiokafka: murmur2)
+            jp = (murmur2(eid.encode()) & 0x7FFFFFFF) % len(make_admin(cfg).list_topics(timeout=10)
+                                                           .topics[f"lx{tag}-join"].partitions)
+            marker = pack_join(DONE, now, jp, data=pack_done(fb_id.encode(), index_value(group.group_id, m.partition(), 0)))
+            p.produce(pending_table_changelog(cfg), key=eid.encode(), value=marker, partition=jp)
         assert p.flush(30) == 0
-        worker = WorkerProcess(cfg, "w2", tmp_path / "w2.log")  # a fresh store: the table comes from the changelog
+        worker = WorkerProcess(cfg, "w2", tmp_path / "w2.log")  # a fresh store: the tables come from the changelogs
         try:
             worker.wait_ready(120)
             _wait(cfg, lambda: (worker.status() or {}).get("replays_skipped") == 1, 60,
-                  "the worker did not find the group held when its raw record was replayed")
-            assert c.post("/v1/feedback", json={"experience_id": eid, "reward": 1.0}).status_code == 202
+                  lambda: f"the worker did not find the group held when its raw record was replayed: {worker.status()}")
+            assert c.post("/v1/feedback", json={"experience_id": eid, "reward": 1.0,
+                                                "feedback_id": fb_id}).status_code == 202
             got = _wait(cfg, lambda: _curated(cfg).get(eid), 60, "the feedback never joined the held group")
-            assert got.reward == 1.0 and (worker.status() or {}).get("index_resent") == 1
+            assert got.reward == 1.0
+            want = (1, 0) if lost == "index" else (1, 1)  # (index records sent again, feedback seen again)
+            _wait(cfg, lambda: ((st := worker.status() or {}).get("index_resent"), st.get("feedback_retries")) == want,
+                  30, lambda: f"expected (index_resent, feedback_retries) {want}: {worker.status()}")
             assert not [r for r in _rejected(cfg) if r.reason in ("orphan_feedback", "no_feedback")]
         finally:
             assert worker.stop() == 0, worker.tail()
