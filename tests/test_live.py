@@ -113,17 +113,14 @@ def test_a_write_lost_to_kill9_between_the_join_writes_still_joins(broker, tmp_p
     from rftbus.streams.join import pack as pack_join
     from rftbus.streams.live import WAITING, Held, pack
     from rftbus.streams.outputs import H_T0
-    from rftbus.streams.topology import live_table_changelog, pending_table_changelog
+    from rftbus.streams.topology import live_table_changelog, pending_table_changelog, prepare
 
     tag = uuid.uuid4().hex[:6]
     cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"lx{tag}.{k}" for k in TOPIC_KEYS}, **{
         "streams.app_id": f"lx{tag}", "streams.tick_interval_s": 0.5, "streams.commit_interval_s": 0.2,
         "streams.version_wait_s": 0.5, "streams.feedback_ttl_s": 60.0, "serve.port": free_port(),
         "serve.weights_wait_s": 2.0, "serve.id": f"serve-{tag}"})
-    create_topics(cfg, make_admin(cfg))
-    first = WorkerProcess(cfg, "w1", tmp_path / "w1.log")  # creates the internal topics, then stops: nothing held
-    first.wait_ready(120)
-    assert first.stop() == 0, first.tail()
+    prepare(cfg)  # the topics and the worker's internal ones (join, joined, the tables' changelogs)
     with BackgroundServer(cfg) as s:
         c = httpx.Client(base_url=s.url, timeout=60)
         eid = c.post("/v1/completions", json={"prompt": "4+4=", "max_tokens": 4}).headers["X-Rftbus-Experience-Id"]
@@ -140,7 +137,7 @@ def test_a_write_lost_to_kill9_between_the_join_writes_still_joins(broker, tmp_p
             marker = pack_join(DONE, now, jp, data=pack_done(fb_id.encode(), index_value(group.group_id, m.partition(), 0)))
             p.produce(pending_table_changelog(cfg), key=eid.encode(), value=marker, partition=jp)
         assert p.flush(30) == 0
-        worker = WorkerProcess(cfg, "w2", tmp_path / "w2.log")  # a fresh store: the tables come from the changelogs
+        worker = WorkerProcess(cfg, "w1", tmp_path / "w1.log")  # its tables come from the changelogs
         try:
             worker.wait_ready(120)
             _wait(cfg, lambda: (worker.status() or {}).get("replays_skipped") == 1, 60,
