@@ -119,6 +119,8 @@ waits for every replica in the ISR, and the stopped one stays there for replica.
     out = [(topic, 0)]
     headers = [(H_IN, b"0"), (H_SRC, b"raw/0/7"), (H_N, b"1"), (H_K, b"0")]
     p = make_producer(cluster, **{"acks": "1", "enable.idempotence": False})
+    # the producer learns the leader first: a metadata request sent to the stopped follower would hang the flush
+    p.list_topics(topic, timeout=10)
     since = int(time.time() * 1000) - 1000
     for pid in followers:
         os.kill(pid, signal.SIGSTOP)
