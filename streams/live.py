@@ -82,20 +82,21 @@ class LiveGroups:
         raw = self.table.get(key)
         if raw is not None:
             if raw[0] == WAITING:
-                graded = unpack(raw).grades
-                await self._index(g, src, p, skip=graded)
-                self.counters.inc("index_resent", sum(1 for i, s in enumerate(g.samples)
-                                                      if s.reward is None and i not in graded))
+                self.counters.inc("index_resent", await self._index(g, src, p, skip=unpack(raw).grades))
             return False
         self.table[key] = pack(Held(WAITING, now_ms(), p, src, t0 or b"", g.data))
         await self._index(g, src, p)
         return True
 
-    async def _index(self, g: GroupView, src: str, p: int, skip: dict | None = None) -> None:
+    async def _index(self, g: GroupView, src: str, p: int, skip: dict | None = None) -> int:
+        """One index record per sample still waiting for its reward (less those in `skip`); how many were sent."""
+        sent = 0
         for i, s in enumerate(g.samples):
             if s.reward is None and not (skip and i in skip):
                 await self.emit.topics["join"].send(key=s.experience_id.encode(), value=index_value(g.group_id, p, i),
                                                     headers=[(H_KIND, b"exp"), (H_SRC, src.encode())])
+                sent += 1
+        return sent
 
     def grade(self, group_id: bytes, sample: int, feedback: bytes) -> Held | None:
         """Record one grade; the held group when it is now complete (to be released), else None.
