@@ -8,7 +8,6 @@ so partitions and retention are what this module says.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from confluent_kafka.admin import NewTopic
@@ -16,7 +15,7 @@ from confluent_kafka.admin import NewTopic
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable
-from rftbus.kafka.topics import create_topics
+from rftbus.kafka.topics import create_topics, wait_visible
 
 OUTPUT_ROLES = ("curated", "curated_priority", "expert", "rejected")
 
@@ -83,14 +82,7 @@ def prepare(cfg: Config) -> Topology:
             except Exception as e:  # already created by a sibling worker is fine
                 if "TOPIC_ALREADY_EXISTS" not in str(e):
                     raise RftbusError(f"cannot create internal topic {name}: {e}") from None
-        deadline = time.monotonic() + 30  # a new topic shows in metadata a moment after creation
-        while True:
-            md = admin.list_topics(timeout=15)
-            if all(name in md.topics and md.topics[name].partitions for name in internal):
-                break
-            if time.monotonic() > deadline:
-                raise RftbusError(f"internal topics {sorted(internal)} not in metadata 30 s after creation")
-            time.sleep(0.2)
+        md = wait_visible(admin, list(internal), 30.0)
     names = {role: getattr(t, role).name for role in OUTPUT_ROLES}
     names.update(join=f"{app_id}-join", joined=f"{app_id}-joined")
     partitions = {role: parts(name) for role, name in names.items()}

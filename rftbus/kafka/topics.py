@@ -57,21 +57,32 @@ def _differences(spec: TopicSpec, partitions: int, replication: int, actual: dic
     return diffs
 
 
-def _visible(admin: AdminClient, names: list[str], timeout: float) -> tuple[Any, dict[str, dict[str, str]]]:
-    """Metadata and configs of topics that exist, waiting while one another creator has only just made is not
-    visible yet (UNKNOWN_TOPIC_OR_PART; `rftbus run` and its children create the declared topics at once)."""
+def wait_visible(admin: AdminClient, names: list[str], timeout: float) -> Any:
+    """Cluster metadata once every named topic shows with its partitions. A topic shows in metadata a moment
+    after its creation returns (the controller's record reaches the brokers' metadata caches later), so a
+    creator, or a sibling that raced it, waits here rather than reading a topic as missing."""
     deadline = time.monotonic() + timeout
     while True:
         md = admin.list_topics(timeout=timeout)
+        missing = [n for n in names if n not in md.topics or md.topics[n].error is not None or not md.topics[n].partitions]
+        if not missing:
+            return md
+        if time.monotonic() > deadline:
+            raise RftbusError(f"topics {missing} not visible in metadata {timeout:g}s after creation")
+        time.sleep(0.2)
+
+
+def _visible(admin: AdminClient, names: list[str], timeout: float) -> tuple[Any, dict[str, dict[str, str]]]:
+    """Metadata and configs of topics that exist; a config read can still see UNKNOWN_TOPIC_OR_PART for a
+    moment after the metadata shows the topic, and is retried until the deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        md = wait_visible(admin, names, max(deadline - time.monotonic(), 1.0))
         try:
-            if all(n in md.topics and md.topics[n].partitions for n in names):
-                return md, describe_topic_configs(admin, names, timeout)
+            return md, describe_topic_configs(admin, names, timeout)
         except KafkaException as e:
             if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
                 raise
-        if time.monotonic() > deadline:
-            missing = [n for n in names if n not in md.topics or not md.topics[n].partitions]
-            raise RftbusError(f"topics {missing} exist (another creator made them) but are not visible after {timeout:g}s")
         time.sleep(0.2)
 
 
@@ -95,6 +106,9 @@ def create_topics(cfg: Config, admin: AdminClient, timeout: float = 30.0) -> lis
                 if err.name() == "TOPIC_ALREADY_EXISTS":  # raced with another creator
                     continue
                 results[key] = TopicResult(key, name, "error", error=err.str())
+    created = [results[k].name for k in results if results[k].status == "created"]
+    if created:  # callers read a created topic's metadata next: return once it shows
+        wait_visible(admin, created, timeout)
     existing = [k for k, s in specs.items() if k not in results]
     if existing:
         md, configs = _visible(admin, [specs[k].name for k in existing], timeout)
