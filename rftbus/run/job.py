@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import signal
-import threading
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,14 +24,13 @@ from rftbus.config import Config, write_config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import BrokerUnreachable, check_reachable
 from rftbus.kafka.committed import CommittedOffsets
-from rftbus.kafka.inspect import group_lag, groups_info
+from rftbus.kafka.inspect import groups_info
 from rftbus.kafka.topics import create_topics
 from rftbus.run.broker_watch import BrokerWatch
-from rftbus.run.curriculum import Curriculum
 from rftbus.run.display import render
+from rftbus.run.feed import TaskFeed, trainer_step
 from rftbus.run.live import live_summary
 from rftbus.run.pace import Pace, pace_summary, read_best
-from rftbus.run.passes import TaskPasses
 from rftbus.run.plots import plot_eval, plot_steps
 from rftbus.run.supervisor import ChildSpec, Supervisor
 from rftbus.status import mark_run, read_statuses
@@ -48,11 +46,6 @@ def child_state(c) -> str:
     return f"{state} (restarts {c.restarts}, last crash: {c.cause})" if c.causes else state
 
 
-def trainer_step(statuses: list[dict]) -> int:
-    """The trainer's latest step from the status files (0 before its first)."""
-    return max((s.get("step", 0) for s in statuses if s.get("role") == "trainer"), default=0)
-
-
 class MainJob:
     def __init__(self, cfg: Config, console: Console, err: Console):
         self.cfg, self.console, self.err = cfg, console, err
@@ -63,11 +56,10 @@ class MainJob:
         self.committed = CommittedOffsets(cfg)  # the live view's lags (kept: read every 2 s)
         self._stop_requested = False
         self.exit_codes: dict[str, int | None] = {}
-        self.curriculum: Curriculum | None = None  # with `run.curriculum`
         self.broker: BrokerWatch | None = None  # the embedded broker this job started
         self.broker_ready: float | None = None  # when the broker first answered (epoch s)
         self.pace = Pace(since=self.started)  # the trainer's steps over time, for the summary
-        self.passes: TaskPasses | None = None  # the configured taskset's passes, once it is being published
+        self.feed = TaskFeed(cfg, self.committed, self._log, self.events.append, self.started)
 
     # ---- setup -------------------------------------------------------------------------------
     def ensure_broker(self) -> None:
@@ -93,87 +85,8 @@ class MainJob:
         self.console.print(f"broker answered {self.broker_ready - self.started:.1f} s after start; "
                            "creating topics, publishing tasks")
         create_topics(self.cfg, admin)
-        self.publish_tasks(admin)
+        self.feed.publish(admin)
         return admin
-
-    def publish_tasks(self, admin) -> None:
-        """The configured taskset now, or with `run.curriculum` its first stage now and the rest
-        from the main loop (`_feed_curriculum`), the configured taskset after the last stage."""
-        if self.cfg.run.explorers == 0 and not self.cfg.run.expert:
-            return  # live traffic only: nobody reads tasks or demonstrations of the taskset
-        if not self.cfg.run.curriculum:
-            self._publish_configured()
-            return
-        from rftbus.producers.tasks.publish import publish_tasks
-
-        def publish(rows) -> int:
-            rep = publish_tasks(self.cfg, rows)
-            if rep.failed:
-                self._log([f"curriculum: {len(rep.failed)} tasks not acknowledged, e.g. {rep.failed[0]}"])
-            return rep.published
-
-        def then() -> None:
-            threading.Thread(target=self._publish_configured_logged, name="taskset", daemon=True).start()
-
-        self.curriculum = curriculum = Curriculum(self.cfg, publish, then, started=self.started)
-        self._log(curriculum.tick(0, self._tasks_backlog(admin, wait_s=30)))
-
-    def _tasks_backlog(self, admin, wait_s: float = 0.0) -> int:
-        """Tasks published and not yet rolled out (the explorers commit a task once its group is acked).
-        `wait_s`: keep asking that long while the coordinator of a new group answers NOT_COORDINATOR."""
-        c, deadline = self.cfg, time.monotonic() + wait_s
-        while True:
-            try:
-                return group_lag(admin, self.committed, c.explorer.group_id, [c.topics.tasks.name]).lag
-            except KafkaException:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-
-    def _feed_curriculum(self, admin, statuses: list[dict]) -> None:
-        step = trainer_step(statuses)
-        try:
-            backlog = self._tasks_backlog(admin)
-        except (KafkaException, TimeoutError) as e:  # a broker restart: the next look retries
-            self.events.append(f"curriculum: tasks backlog unreadable ({type(e).__name__}: {e}); retrying")
-            return
-        if self.curriculum is not None:
-            self._log(self.curriculum.tick(step, backlog))
-
-    def _publish_configured_logged(self) -> None:
-        try:
-            self._publish_configured()
-        except (RftbusError, KafkaException) as e:
-            self._log([f"tasks: publishing {self.cfg.taskset.name} failed: {e}"])
-
-    def _publish_configured(self) -> None:
-        """Read the configured taskset now (a taskset that cannot give the tasks fails at start-up), publish
-        it in a thread: the explorers start, load their model and take the first tasks while the rest,
-        and the later passes (run/passes.py), are still being published (#19: start learning at once)."""
-        from rftbus.producers.tasks.sources import read_source
-
-        c = self.cfg
-
-        def rows():
-            return read_source(c.taskset.name, fields=c.taskset.fields, split="train", n=c.run.tasks,
-                               seed=c.taskset.seed, params=c.taskset.params)
-
-        self.passes = TaskPasses(c, rows, self._log, self.started)
-        self.passes.start(list(rows()))
-
-    def _feed_passes(self, admin) -> None:
-        """The next pass of a kind (run/passes.py) once fewer than one pass of it is waiting."""
-        if self.passes is None:
-            return
-        c, backlog = self.cfg, {}
-        lanes = {"tasks": (c.explorer.group_id, c.topics.tasks.name), "expert": (c.trainer.group_id, c.topics.expert.name)}
-        for kind in self.passes.wants():
-            group, topic = lanes[kind]
-            try:
-                backlog[kind] = group_lag(admin, self.committed, group, [topic]).lag
-            except (KafkaException, TimeoutError):  # a broker restart: the next look retries
-                return
-        self.passes.tick(backlog)
 
     def write_child_config(self) -> Path:
         """The children's config: this one, plus `kafka.wait_s` long enough for the broker to start, since
@@ -189,7 +102,8 @@ class MainJob:
         logs = c.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a native crash leaves a traceback
-        specs = [ChildSpec("trainer", base + ["train"], env, c.run.max_restarts, logs / "trainer.log")]
+        specs = [ChildSpec("trainer", base + ["train"], {**env, "OMP_NUM_THREADS": str(c.trainer.threads)},
+                           c.run.max_restarts, logs / "trainer.log")]
         for i in range(c.run.streams_workers):
             specs.append(ChildSpec(f"streams-{i}", base + ["streams", "--worker-id", f"s{i}"], env,
                                    c.run.max_restarts, logs / f"streams-{i}.log"))
@@ -328,9 +242,7 @@ class MainJob:
                 if time.monotonic() - last_lag > 2:
                     lags, last_lag = self._lags(admin, lags), time.monotonic()
                 if time.monotonic() - last_feed > 1:
-                    if self.curriculum and not self.curriculum.done:
-                        self._feed_curriculum(admin, statuses)
-                    self._feed_passes(admin)
+                    self.feed.tick(admin, statuses)
                     last_feed = time.monotonic()
                 children = {n: child_state(c) for n, c in sup.children.items()}
                 if self.broker is not None:
@@ -407,7 +319,7 @@ class MainJob:
             "crashes": {n: c.causes for n, c in sup.children.items() if c.causes}
                        | ({"broker": self.broker.causes} if self.broker is not None and self.broker.causes else {}),
             "exit_codes": self.exit_codes,
-            "curriculum": self.curriculum.summary() if self.curriculum else [],
+            "curriculum": self.feed.curriculum.summary() if self.feed.curriculum else [],
             **pace,
             **live,
             "eval_best": read_best(self.run_dir),

@@ -1,0 +1,115 @@
+"""Keeping the tasks (and demonstrations) topics fed for the run: the configured taskset in passes, or a
+curriculum's stages first. Published from the run's start-up thread, then ticked from its main loop."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from confluent_kafka import KafkaException
+
+from rftbus.config import Config
+from rftbus.errors import RftbusError
+from rftbus.kafka.committed import CommittedOffsets
+from rftbus.kafka.inspect import group_lag
+from rftbus.run.curriculum import Curriculum
+from rftbus.run.passes import TaskPasses
+
+
+def trainer_step(statuses: list[dict]) -> int:
+    """The trainer's latest step from the status files (0 before its first)."""
+    return max((s.get("step", 0) for s in statuses if s.get("role") == "trainer"), default=0)
+
+
+class TaskFeed:
+    def __init__(self, cfg: Config, committed: CommittedOffsets, log: Callable[[list[str]], None],
+                 note: Callable[[str], None], started: float):
+        self.cfg, self.committed, self.log, self.note, self.started = cfg, committed, log, note, started
+        self.curriculum: Curriculum | None = None  # with `run.curriculum`
+        self.passes: TaskPasses | None = None  # the configured taskset's passes, once it is being published
+
+    def publish(self, admin) -> None:
+        """The configured taskset now, or with `run.curriculum` its first stage now and the rest
+        from `tick`, the configured taskset after the last stage."""
+        if self.cfg.run.explorers == 0 and not self.cfg.run.expert:
+            return  # live traffic only: nobody reads tasks or demonstrations of the taskset
+        if not self.cfg.run.curriculum:
+            self._publish_configured()
+            return
+        from rftbus.producers.tasks.publish import publish_tasks
+
+        def publish(rows) -> int:
+            rep = publish_tasks(self.cfg, rows)
+            if rep.failed:
+                self.log([f"curriculum: {len(rep.failed)} tasks not acknowledged, e.g. {rep.failed[0]}"])
+            return rep.published
+
+        def then() -> None:
+            threading.Thread(target=self._publish_configured_logged, name="taskset", daemon=True).start()
+
+        self.curriculum = curriculum = Curriculum(self.cfg, publish, then, started=self.started)
+        self.log(curriculum.tick(0, self._tasks_backlog(admin, wait_s=30)))
+
+    def tick(self, admin, statuses: list[dict]) -> None:
+        """From the main loop about once a second: the curriculum's next stage, the taskset's next pass."""
+        if self.curriculum and not self.curriculum.done:
+            self._feed_curriculum(admin, statuses)
+        self._feed_passes(admin)
+
+    def _tasks_backlog(self, admin, wait_s: float = 0.0) -> int:
+        """Tasks published and not yet rolled out (the explorers commit a task once its group is acked).
+        `wait_s`: keep asking that long while the coordinator of a new group answers NOT_COORDINATOR."""
+        c, deadline = self.cfg, time.monotonic() + wait_s
+        while True:
+            try:
+                return group_lag(admin, self.committed, c.explorer.group_id, [c.topics.tasks.name]).lag
+            except KafkaException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+
+    def _feed_curriculum(self, admin, statuses: list[dict]) -> None:
+        step = trainer_step(statuses)
+        try:
+            backlog = self._tasks_backlog(admin)
+        except (KafkaException, TimeoutError) as e:  # a broker restart: the next look retries
+            self.note(f"curriculum: tasks backlog unreadable ({type(e).__name__}: {e}); retrying")
+            return
+        if self.curriculum is not None:
+            self.log(self.curriculum.tick(step, backlog))
+
+    def _publish_configured_logged(self) -> None:
+        try:
+            self._publish_configured()
+        except (RftbusError, KafkaException) as e:
+            self.log([f"tasks: publishing {self.cfg.taskset.name} failed: {e}"])
+
+    def _publish_configured(self) -> None:
+        """Read the configured taskset now (a taskset that cannot give the tasks fails at start-up), publish
+        it in a thread: the explorers start, load their model and take the first tasks while the rest,
+        and the later passes (run/passes.py), are still being published (#19: start learning at once)."""
+        from rftbus.producers.tasks.sources import read_source
+
+        c = self.cfg
+
+        def rows():
+            return read_source(c.taskset.name, fields=c.taskset.fields, split="train", n=c.run.tasks,
+                               seed=c.taskset.seed, params=c.taskset.params)
+
+        self.passes = TaskPasses(c, rows, self.log, self.started)
+        self.passes.start(list(rows()))
+
+    def _feed_passes(self, admin) -> None:
+        """The next pass of a kind (run/passes.py) once fewer than one pass of it is waiting."""
+        if self.passes is None:
+            return
+        c, backlog = self.cfg, {}
+        lanes = {"tasks": (c.explorer.group_id, c.topics.tasks.name), "expert": (c.trainer.group_id, c.topics.expert.name)}
+        for kind in self.passes.wants():
+            group, topic = lanes[kind]
+            try:
+                backlog[kind] = group_lag(admin, self.committed, group, [topic]).lag
+            except (KafkaException, TimeoutError):  # a broker restart: the next look retries
+                return
+        self.passes.tick(backlog)
