@@ -35,7 +35,9 @@ class RunConfig(BaseModel):
     max_steps: int | None = Field(None, ge=1, description="stop once the trainer reached this step")
     target_eval_reward: float | None = Field(None, description="stop early once eval reaches this")
     eval_n: int = Field(64, ge=1, description="held-out eval tasks scored per evaluation")
-    eval_every_versions: int = Field(1, ge=1, description="evaluate every k-th published version")
+    eval_every_versions: int = Field(1, ge=1, description="evaluate the newest version each time it passes a "
+                                     "multiple of k (the evaluator jumps to the newest: a mark passed between two "
+                                     "looks is scored at the next version, not skipped)")
     max_restarts: int = Field(3, ge=0, description="restarts per crashed child (and of the embedded broker) "
                               "before giving up on it")
     on_give_up: Literal["stop", "continue"] = Field(

@@ -30,6 +30,13 @@ from rftbus.weights import sha256_hex
 from rftbus.weights.store import state_bytes
 
 
+def due(scored: int, newest: int, k: int) -> bool:
+    """Score the newest version once it has crossed a multiple of k since the last one scored. It jumps to the
+    newest published, so "a multiple of k" alone skipped every mark passed between two looks (v90 when
+    v89 and then v91 were the newest: 20 versions between points where 10 were asked for)."""
+    return newest // k > scored // k
+
+
 class Evaluator:
     def __init__(self, cfg: Config, started: float, report=lambda msg: None, log_path: Path | None = None):
         """`log_path`: each eval point is also appended there as a JSON line as soon as it is scored,
@@ -108,9 +115,9 @@ class Evaluator:
 
     def _run(self) -> None:
         self._score(0)  # the seed's weights, which v0 is (the trainer publishes exactly them)
-        k = self.cfg.run.eval_every_versions
         while not self._stop.wait(0.5):
-            if self._swap(self.version) and self.version % k == 0:
+            if self._swap(self.version) and due(self.points[-1]["version"], self.version,
+                                                self.cfg.run.eval_every_versions):
                 self._score(self.version)
 
     def finish(self, wait_s: float = 10.0) -> None:

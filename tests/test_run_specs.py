@@ -1,0 +1,25 @@
+"""The children `rftbus run` starts: their commands and environments (no broker needed)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+
+from rich.console import Console
+
+from rftbus.run.job import MainJob
+from tests.conftest import make_config
+
+
+def test_trainer_threads_reach_the_trainer_child_and_torch_uses_them(tmp_path):
+    """`trainer.threads` is the trainer child's OMP_NUM_THREADS (torch's intra-op threads there); every other
+    child keeps one thread, since they share the cores."""
+    cfg = make_config(tmp_path, 9, **{"trainer.threads": 2})
+    quiet = Console(file=io.StringIO())
+    specs = {s.name: s for s in MainJob(cfg, quiet, quiet).child_specs(tmp_path / "config.yaml")}
+    assert specs["trainer"].env["OMP_NUM_THREADS"] == "2"
+    assert {s.env["OMP_NUM_THREADS"] for n, s in specs.items() if n != "trainer"} == {"1"}
+    out = subprocess.run([specs["trainer"].argv[0], "-c", "import torch; print(torch.get_num_threads())"],
+                         env={**os.environ, **specs["trainer"].env}, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "2"
