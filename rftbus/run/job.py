@@ -271,7 +271,7 @@ class MainJob:
     def summarize(self, evals: list[dict], reason: str, sup: Supervisor) -> dict:
         """The summary, written even when the broker cannot be read any more (the reconciliation then
         fails and says why)."""
-        from rftbus.run.summary import Reconciliation, reconcile
+        from rftbus.run.summary import Reconciliation, reconcile, shown
 
         dead = self._dead(sup)
         try:
@@ -287,6 +287,7 @@ class MainJob:
         plots += plot_steps(pace["steps_timeline"], self.run_dir, title=f"{self.cfg.taskset.name}: trainer steps")
         live, live_plots = live_summary(self.cfg, self.started, rec.rejected_by_reason, self.run_dir)
         plots += live_plots
+        best = read_best(self.run_dir)
         summary = {
             "stop_reason": reason,
             "eval_reward_initial": evals[0]["reward"] if evals else None,
@@ -322,9 +323,9 @@ class MainJob:
             "curriculum": self.feed.curriculum.summary() if self.feed.curriculum else [],
             **pace,
             **live,
-            "eval_best": read_best(self.run_dir),
+            "eval_best": best and {**best, "path": shown(best["path"])},
             "wall_seconds": round(time.time() - self.started, 1),
-            "plots": [str(p) for p in plots],
+            "plots": [shown(p) for p in plots],
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary

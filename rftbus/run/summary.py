@@ -11,11 +11,23 @@ show as not yet consumed, never a difference, so a loss cannot hide in it: `lost
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rftbus.config import Config
 from rftbus.run.ledger import read_ledger
 from rftbus.run.tally import tally
+
+def shown(path: str | Path) -> str:
+    """A path as the summary shows it: relative to the working directory when under it, so a summary kept in
+    a repository (docs/runs/) names `.rftbus/<run>/...`, not the folder of the machine it ran on."""
+    p = Path(path).absolute()
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
 
 KEYS = ("raw", "curated", "curated_priority", "rejected", "weights")  # what the tally reads (not tasks, expert, ...)
 

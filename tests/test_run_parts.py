@@ -1,4 +1,4 @@
-"""The children `rftbus run` starts: their commands and environments (no broker needed)."""
+"""Pieces of `rftbus run` that need no broker: the children it starts, how its summary names paths."""
 
 from __future__ import annotations
 
@@ -23,3 +23,14 @@ def test_trainer_threads_reach_the_trainer_child_and_torch_uses_them(tmp_path):
     out = subprocess.run([specs["trainer"].argv[0], "-c", "import torch; print(torch.get_num_threads())"],
                          env={**os.environ, **specs["trainer"].env}, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "2"
+
+
+def test_the_summary_names_paths_under_the_working_directory_relatively(tmp_path, monkeypatch):
+    """A summary kept in the repository (docs/runs/) must not carry the machine's folders."""
+    from rftbus.run.summary import shown
+
+    monkeypatch.chdir(tmp_path)
+    assert shown(tmp_path / ".rftbus" / "r" / "run" / "eval_vs_time.png") == ".rftbus/r/run/eval_vs_time.png"
+    assert shown(".rftbus/r/run/best.safetensors") == ".rftbus/r/run/best.safetensors"
+    elsewhere = tmp_path.parent / "other" / "x.png"
+    assert shown(elsewhere) == str(elsewhere)  # outside it: as it was
