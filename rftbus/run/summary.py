@@ -11,7 +11,6 @@ show as not yet consumed, never a difference, so a loss cannot hide in it: `lost
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
