@@ -45,6 +45,11 @@ def read_statuses(state_dir: Path, role: str | None = None) -> list[dict[str, An
     return out
 
 
+def trainer_step(statuses: list[dict[str, Any]]) -> int:
+    """The trainer's latest step from the status files (0 before its first)."""
+    return max((int(s.get("step") or 0) for s in statuses if s.get("role") == "trainer"), default=0)
+
+
 class StatusFile:
     """A status file rewritten by a daemon thread every `interval_s` from fields the owner updates."""
 

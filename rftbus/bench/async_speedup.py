@@ -34,7 +34,7 @@ from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.read import read_to_end
 from rftbus.schemas import DecodeError, TrainerMetric, make_codec
-from rftbus.status import read_statuses
+from rftbus.status import read_statuses, trainer_step
 
 TOPIC_KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
 
@@ -91,7 +91,7 @@ def _one_run(cfg: Config, steps: int, progress: Progress, label: str) -> dict:
                             stdout=log, stderr=subprocess.STDOUT, env=_child_env())
     try:
         while proc.poll() is None:
-            step = max((s.get("step", 0) for s in read_statuses(cfg.state_dir) if s.get("role") == "trainer"), default=0)
+            step = trainer_step(read_statuses(cfg.state_dir))
             progress.update(task, completed=min(step, steps))
             time.sleep(1.0)
     except KeyboardInterrupt:

@@ -18,6 +18,7 @@ import psutil
 
 from rftbus.config import Config
 from rftbus.status import read_statuses
+from rftbus.status import trainer_step as status_trainer_step
 
 KINDS = ("explorer", "streams", "trainer", "analytics", "serve")
 SUBCOMMAND_KIND = {"explore": "explorer", "streams": "streams", "train": "trainer", "analytics": "analytics",
@@ -126,7 +127,7 @@ def wait_back(run_pid: int, state_dir, kind: str, old_pids: set[int], timeout_s:
 
 
 def trainer_step(state_dir) -> int:
-    return max((int(s.get("step") or 0) for s in read_statuses(state_dir, "trainer")), default=0)
+    return status_trainer_step(read_statuses(state_dir, "trainer"))
 
 
 def wait_trainer_step(state_dir, beyond: int, timeout_s: float, still_running: Callable[[], bool] = lambda: True) -> bool:

@@ -15,11 +15,7 @@ from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.inspect import group_lag
 from rftbus.run.curriculum import Curriculum
 from rftbus.run.passes import TaskPasses
-
-
-def trainer_step(statuses: list[dict]) -> int:
-    """The trainer's latest step from the status files (0 before its first)."""
-    return max((s.get("step", 0) for s in statuses if s.get("role") == "trainer"), default=0)
+from rftbus.status import trainer_step
 
 
 class TaskFeed:

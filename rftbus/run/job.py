@@ -28,12 +28,12 @@ from rftbus.kafka.inspect import groups_info
 from rftbus.kafka.topics import create_topics
 from rftbus.run.broker_watch import BrokerWatch
 from rftbus.run.display import render
-from rftbus.run.feed import TaskFeed, trainer_step
+from rftbus.run.feed import TaskFeed
 from rftbus.run.live import live_summary
 from rftbus.run.pace import Pace, pace_summary, read_best
 from rftbus.run.plots import plot_eval, plot_steps
 from rftbus.run.supervisor import ChildSpec, Supervisor
-from rftbus.status import mark_run, read_statuses
+from rftbus.status import mark_run, read_statuses, trainer_step
 
 STOP_ORDER = ["simulate", "serve", "studio", "explorer", "streams", "trainer", "analytics"]  # producers first: the rest drain
 

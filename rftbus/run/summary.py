@@ -18,6 +18,7 @@ from rftbus.config import Config
 from rftbus.run.ledger import read_ledger
 from rftbus.run.tally import tally
 
+
 def shown(path: str | Path) -> str:
     """A path as the summary shows it: relative to the working directory when under it, so a summary kept in
     a repository (docs/runs/) names `.rftbus/<run>/...`, not the folder of the machine it ran on."""
