@@ -11,7 +11,7 @@ from confluent_kafka.admin import NewTopic
 
 from rftbus.bus_check import round_trip, sample_records
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
-from rftbus.kafka.topics import create_topics
+from rftbus.kafka.topics import create_new, create_topics
 from rftbus.schemas import make_codec
 from tests.conftest import rftbus_cli
 
@@ -64,7 +64,7 @@ def test_tail_prints_garbage_as_undecodable_and_carries_on(broker):
     create_topics(broker, make_admin(broker))
     topic = f"tail-{uuid.uuid4().hex[:6]}"
     admin = make_admin(broker)
-    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    create_new(admin, [NewTopic(topic, 1, 1)])
     codec = make_codec(None)
     recs = sample_records()
     producer = make_producer(broker)

@@ -14,6 +14,17 @@ from confluent_kafka.admin import NewTopic
 from rftbus.broker import embedded
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.kafka.inspect import partition_layout
+from rftbus.kafka.topics import create_new
+
+
+def layout(admin, topic: str) -> tuple[int, list[int], list[int]]:
+    """Partition 0's (leader, replicas, ISR). Each metadata read may go to a different broker, and one whose
+    cache does not show a just-created topic yet is asked again."""
+    deadline = time.monotonic() + 15
+    while (found := partition_layout(admin).get(topic)) is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert found is not None, f"topic {topic} not in the cluster metadata"
+    return found[0]
 
 
 def test_cluster_layout(cluster):
@@ -26,7 +37,7 @@ def test_cluster_layout(cluster):
 def test_leader_kill_loses_nothing_acknowledged(cluster):
     topic = f"failover-{uuid.uuid4().hex[:6]}"
     admin = make_admin(cluster)
-    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    create_new(admin, [NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])
     acked: list[int] = []
     failed: list[str] = []
     ack_times: list[float] = []
@@ -68,7 +79,7 @@ def test_leader_kill_loses_nothing_acknowledged(cluster):
         t.start()
     try:
         time.sleep(3)
-        leader = partition_layout(admin)[topic][0][0]
+        leader = layout(admin, topic)[0]
         before = len(acked)
         assert before > 0, "nothing acknowledged before the kill"
         killed_at = time.monotonic()
@@ -78,13 +89,13 @@ def test_leader_kill_loses_nothing_acknowledged(cluster):
             time.sleep(0.2)
         assert len(acked) >= before + 200, f"the producer did not go on after node {leader} was killed ({failed[:3]})"
         stall = next(t for t in ack_times if t > killed_at) - killed_at
-        new_leader = partition_layout(admin)[topic][0][0]
+        new_leader = layout(admin, topic)[0]
         assert new_leader not in (leader, -1)
         embedded.start_node(cluster, leader)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(partition_layout(admin)[topic][0][2]) < 3:
+        while time.monotonic() < deadline and len(layout(admin, topic)[2]) < 3:
             time.sleep(0.5)
-        assert len(partition_layout(admin)[topic][0][2]) == 3, "the ISR is not whole again after the restart"
+        assert len(layout(admin, topic)[2]) == 3, "the ISR is not whole again after the restart"
     finally:
         stop.set()
         for t in threads:
@@ -109,12 +120,12 @@ waits for every replica in the ISR, and the stopped one stays there for replica.
 
     topic = f"fence-{uuid.uuid4().hex[:6]}"
     admin = make_admin(cluster)
-    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    create_new(admin, [NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])
     # the topic's replicas start in the ISR only once they fetched: wait for all three
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and len(partition_layout(admin)[topic][0][2]) < 3:
+    while time.monotonic() < deadline and len(layout(admin, topic)[2]) < 3:
         time.sleep(0.2)
-    leader, replicas, _ = partition_layout(admin)[topic][0]
+    leader, replicas, _ = layout(admin, topic)
     followers = [embedded.running_pid(cluster, n) for n in replicas if n != leader][:1]
     out = [(topic, 0)]
     headers = [(H_IN, b"0"), (H_SRC, b"raw/0/7"), (H_N, b"1"), (H_K, b"0")]

@@ -51,11 +51,12 @@ def _bus_us(cfg, tokens: int, n: int, records: int = 8) -> float:
 
     from rftbus.bench.synthetic import make_group
     from rftbus.kafka.clients import make_admin, make_producer
+    from rftbus.kafka.topics import create_new
     from rftbus.schemas import make_codec
 
     topic = f"bench-sizes-{tokens}-{time.monotonic_ns() % 10**6}"
     admin = make_admin(cfg)
-    admin.create_topics([NewTopic(topic, 1, 1, config={"max.message.bytes": str(16 * 1024 * 1024)})])[topic].result(30)
+    create_new(admin, [NewTopic(topic, 1, 1, config={"max.message.bytes": str(16 * 1024 * 1024)})])
     codec, producer = make_codec(None), make_producer(cfg)
     groups = [make_group(rewards=[1.0, 0.0] * (n // 2), response_tokens=tokens, seed=i) for i in range(records)]
     try:

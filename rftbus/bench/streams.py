@@ -21,7 +21,7 @@ from confluent_kafka.admin import NewTopic
 from rftbus.cli.context import state
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
-from rftbus.kafka.topics import create_topics
+from rftbus.kafka.topics import create_new, create_topics
 from rftbus.schemas import make_codec
 from rftbus.bench.processes import WorkerProcess, read_all
 from rftbus.streams.outputs import H_T0
@@ -63,8 +63,7 @@ def _produce(cfg, topic: str, recs, rate: float | None = None) -> None:
 def _baseline(cfg, recs, src: str, dst: str, group: int) -> float:
     """Consume `src` and produce every record to `dst` unchanged: what Kafka costs, nothing else."""
     admin = check_reachable(cfg)
-    for fut in admin.create_topics([NewTopic(t, cfg.topics.raw.partitions, 1) for t in (src, dst)]).values():
-        fut.result(30)
+    create_new(admin, [NewTopic(t, cfg.topics.raw.partitions, 1) for t in (src, dst)])
     _produce(cfg, src, recs)
     c = make_consumer(cfg, f"bench-base-{uuid.uuid4().hex[:6]}")
     c.subscribe([src])

@@ -72,6 +72,14 @@ def wait_visible(admin: AdminClient, names: list[str], timeout: float) -> Any:
         time.sleep(0.2)
 
 
+def create_new(admin: AdminClient, topics: list[NewTopic], timeout: float = 30.0) -> Any:
+    """Create these topics (none may exist yet) and return the metadata once they all show: the one way an
+    ad-hoc topic (a bench's, a test's) is made, so nobody reads a just-created topic as missing."""
+    for fut in admin.create_topics(topics, request_timeout=timeout).values():
+        fut.result(timeout=timeout)
+    return wait_visible(admin, [t.topic for t in topics], timeout)
+
+
 def _visible(admin: AdminClient, names: list[str], timeout: float) -> tuple[Any, dict[str, dict[str, str]]]:
     """Metadata and configs of topics that exist; a config read can still see UNKNOWN_TOPIC_OR_PART for a
     moment after the metadata shows the topic, and is retried until the deadline."""
