@@ -74,6 +74,11 @@ class Trainer:
 
         self.c = build_components(self.cfg, self.rank, self.world)
         self.loss = self.c.loss
+        self.replay = None
+        if self.tc.demo_replay and self.loss.name == "mix":
+            from rftbus.trainer.replay import DemoReplay
+
+            self.replay = DemoReplay(self.tc.demo_replay, self.tc.demo_replay_per_step, seed=self.rank)
         self.ckpts = Checkpoints(self.c.checkpoint_dir, self.rank, self.world)
 
     def _on_signal(self, signum, _frame) -> None:
@@ -94,6 +99,9 @@ class Trainer:
             if missing:  # partitions added since the checkpoint
                 positions.update(start_positions(c.consumer, missing))
             self.summary.resumed_from = path.name
+            if self.replay is not None and "expert" in c.lane_topics:
+                n = self.replay.refill(self.cfg, positions, c.lane_topics["expert"], c.deserializer, c.limits)
+                self.log(f"demonstration replay: {n} rebuilt from the log")
             self._ensure_published()
             self.log(f"resumed from {path.name}: step {self.step}, version {self.version}")
         else:
@@ -224,7 +232,8 @@ class Trainer:
         t0 = time.perf_counter()
         groups = [(r, r.group, idx) for r, idx in take if idx and r.group is not None]  # (trainable: decoded)
         rows = [row for r, g, idx in groups for row in rows_of(g, r.lane == "expert", idx)]
-        batch = collate(rows, self.c.pad_id, self.c.max_len)
+        replayed = self.replay.draw() if self.replay is not None else []  # trained again, not counted again
+        batch = collate(rows + replayed, self.c.pad_id, self.c.max_len)
         try:
             parts = train_step(self.c.engine, self.loss, batch, self.c.ref_model, self.tc.update_epochs,
                                agree=lambda ok: all(all_gather(ok, self.world)),
@@ -234,6 +243,8 @@ class Trainer:
             self._skip_step(bc, take, e.detail)
             return
         self._finish(bc, [r for r, _ in take])
+        if self.replay is not None:
+            self.replay.add(rows)
         dt = time.perf_counter() - t0
         self.step += 1
         self.last_step_at = time.monotonic()
@@ -250,7 +261,7 @@ class Trainer:
             "staleness_max": max(stal, default=0), "time_ms": int(time.time() * 1000),
         })
         values = {**parts, "experiences": len(rows), "groups": len({g.group_id for r, g, _ in groups if r.lane != "expert"}),
-                  "tokens": tokens, "step_s": dt,
+                  "tokens": tokens, "step_s": dt, "replayed": len(replayed),
                   "tokens_per_s": tokens / dt if dt > 0 else 0.0, "experiences_per_s": len(rows) / dt if dt else 0.0,
                   "staleness_mean": sum(stal) / len(stal) if stal else 0.0, "staleness_max": max(stal, default=0)}
         if rewards:

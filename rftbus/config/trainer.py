@@ -52,6 +52,9 @@ class TrainerConfig(BaseModel):
     mix_expert_per_batch: int | None = Field(None, ge=0, description="expert experiences per MIX batch; default B")
     mix_min_groups: int | None = Field(None, ge=1, description="MIX: step once this many RL groups (≤ B) are "
                                        "ready while demonstrations wait; default B (always wait for B)")
+    demo_replay: int = Field(0, ge=0, description="MIX: demonstrations kept once trained and drawn again beside "
+                             "each batch (trainer/replay.py): scarce corrections count many times; 0 = off")
+    demo_replay_per_step: int = Field(64, ge=1, description="MIX: demonstrations drawn from the replay pool per step")
     step_wait_s: float | None = Field(None, gt=0, description="step with the RL groups that are ready (at least "
                                       "one) once this long has passed since the last step, instead of waiting "
                                       "for B: a steady step rate when streams drop most groups; None = wait for B")

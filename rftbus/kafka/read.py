@@ -29,10 +29,10 @@ def consume_ready(consumer, max_messages: int, timeout: float) -> list[Message]:
 
 
 def read_to_end(cfg: Config, topic: str, *, partitions: Iterable[int] | None = None, since_ms: int | None = None,
-                until: dict[int, int] | None = None, timeout_s: float = 60.0, poll_s: float = 0.5,
+                start: dict[int, int] | None = None, until: dict[int, int] | None = None, timeout_s: float = 60.0, poll_s: float = 0.5,
                 strict: bool = True, consumer=None) -> Iterator[Message]:
-    """Every message of `topic` from its beginning (or the first at/after `since_ms`) up to where each
-    partition ends now (or the offset in `until`, exclusive), in offset order per partition.
+    """Every message of `topic` from its beginning (or the first at/after `since_ms`, or the offset in `start`)
+    up to where each partition ends now (or the offset in `until`, exclusive), in offset order per partition.
 
     Uses assign() with no group membership and commits nothing. If the ends are not reached within
     `timeout_s`, `strict` raises TimeoutError (a report must not silently count a partial topic);
@@ -51,7 +51,7 @@ def read_to_end(cfg: Config, topic: str, *, partitions: Iterable[int] | None = N
         for p in parts:
             low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
             ends[p] = min(high, until[p]) if until is not None and p in until else high
-            starts[p] = low
+            starts[p] = max(low, start[p]) if start is not None and p in start else low
         if since_ms is not None:
             found = c.offsets_for_times([TopicPartition(topic, p, max(0, since_ms)) for p in parts], timeout=10)
             starts.update({tp.partition: tp.offset if tp.offset >= 0 else ends[tp.partition] for tp in found})
