@@ -42,6 +42,7 @@ def test_yaml_then_env_then_overrides(tmp_path):
         ("topics:\n  raw:\n    name: r\n    partitions: 0\n", "topics.raw.partitions: Input should be greater than or equal to 1"),
         ("- just\n- a list\n", "must hold a mapping at the top level"),
         ("broker: {port: [1\n", "is not valid YAML at line"),
+        ("trainer:\n  loss: grpo\n  demo_replay: 64\n", "loss 'grpo' does not read: use loss mix or sft"),
     ],
 )
 def test_bad_config_names_the_key(tmp_path, text, expected):

@@ -75,7 +75,7 @@ class Trainer:
         self.c = build_components(self.cfg, self.rank, self.world)
         self.loss = self.c.loss
         self.replay = None
-        if self.tc.demo_replay and self.loss.name == "mix":
+        if self.tc.demo_replay and "expert" in self.loss.lanes:
             from rftbus.trainer.replay import DemoReplay
 
             self.replay = DemoReplay(self.tc.demo_replay, self.tc.demo_replay_per_step, seed=self.rank)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 LossName = Literal["sft", "grpo", "ppo", "mix", "dpo"]
 
@@ -52,9 +52,9 @@ class TrainerConfig(BaseModel):
     mix_expert_per_batch: int | None = Field(None, ge=0, description="expert experiences per MIX batch; default B")
     mix_min_groups: int | None = Field(None, ge=1, description="MIX: step once this many RL groups (≤ B) are "
                                        "ready while demonstrations wait; default B (always wait for B)")
-    demo_replay: int = Field(0, ge=0, description="MIX: demonstrations kept once trained and drawn again beside "
-                             "each batch (trainer/replay.py): scarce corrections count many times; 0 = off")
-    demo_replay_per_step: int = Field(64, ge=1, description="MIX: demonstrations drawn from the replay pool per step")
+    demo_replay: int = Field(0, ge=0, description="mix / sft: demonstrations kept once trained and drawn again "
+                             "beside each batch (trainer/replay.py): scarce corrections count many times; 0 = off")
+    demo_replay_per_step: int = Field(64, ge=1, description="demonstrations drawn from the replay pool per step")
     step_wait_s: float | None = Field(None, gt=0, description="step with the RL groups that are ready (at least "
                                       "one) once this long has passed since the last step, instead of waiting "
                                       "for B: a steady step rate when streams drop most groups; None = wait for B")
@@ -82,3 +82,10 @@ class TrainerConfig(BaseModel):
     eval_interval: int = Field(0, ge=0, description="steps between evals on the held-out split; 0 = off")
     eval_n: int = Field(16, ge=1)
     eval_max_new_tokens: int = Field(8, ge=1)
+
+    @model_validator(mode="after")
+    def _replay_needs_demonstrations(self) -> TrainerConfig:
+        if self.demo_replay and self.loss not in ("mix", "sft"):
+            raise ValueError(f"demo_replay replays demonstrations (the expert lane), which loss {self.loss!r} does "
+                             "not read: use loss mix or sft, or demo_replay: 0")
+        return self

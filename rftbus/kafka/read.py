@@ -29,8 +29,8 @@ def consume_ready(consumer, max_messages: int, timeout: float) -> list[Message]:
 
 
 def read_to_end(cfg: Config, topic: str, *, partitions: Iterable[int] | None = None, since_ms: int | None = None,
-                start: dict[int, int] | None = None, until: dict[int, int] | None = None, timeout_s: float = 60.0, poll_s: float = 0.5,
-                strict: bool = True, consumer=None) -> Iterator[Message]:
+                start: dict[int, int] | None = None, until: dict[int, int] | None = None, timeout_s: float = 60.0,
+                poll_s: float = 0.5, strict: bool = True, consumer=None) -> Iterator[Message]:
     """Every message of `topic` from its beginning (or the first at/after `since_ms`, or the offset in `start`)
     up to where each partition ends now (or the offset in `until`, exclusive), in offset order per partition.
 
