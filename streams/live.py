@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from rftbus.schemas import ExperienceGroup, Feedback
+from rftbus.schemas import DecodeError, ExperienceGroup, Feedback
 from rftbus.streams.feedback import apply_grade, grades
 from rftbus.streams.join import index_value, now_ms
 from rftbus.streams.outputs import H_KIND, H_SRC
@@ -103,8 +103,12 @@ class LiveGroups:
         Raises Late when the group was already released (its TTL passed while the grade was on its way)."""
         raw = self.table.get(group_id)
         if raw is None or raw[0] == DONE:
-            raise Late(f"group {group_id.decode()} was released (feedback_ttl_s {self.cfg.streams.feedback_ttl_s:g} s "
-                       "passed) before this grade reached it")
+            try:  # the rejection names the answer the grade was for
+                eid = getattr(self.codec.decode(feedback), "experience_id", None) or f"sample {sample}"
+            except DecodeError:
+                eid = f"sample {sample}"
+            raise Late(f"experience {eid}: its group {group_id.decode()} was released (feedback_ttl_s "
+                       f"{self.cfg.streams.feedback_ttl_s:g} s passed) before this grade reached it")
         h = unpack(raw)
         h.grades.setdefault(sample, feedback)
         if len(h.grades) < self._waiting(h):

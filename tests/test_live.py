@@ -97,6 +97,23 @@ def test_feedback_joins_after_a_streams_kill9_and_late_feedback_has_its_reason(b
 
 
 
+def test_a_grade_for_a_released_group_names_the_answer_it_was_for(tmp_path):
+    """A grade that reaches its group after the TTL released it is rejected `feedback_expired`; the detail names
+    the experience (what a person grading looks up), not only the group (found by a CI run)."""
+    from rftbus.schemas import Feedback, FeedbackKind, make_codec
+    from rftbus.streams.live import DONE, Held, Late, LiveGroups, pack
+
+    codec = make_codec(None)
+    live = LiveGroups(make_config(tmp_path, 9092), {b"g1": pack(Held(DONE, 0, 0))}, None, codec, None)
+    fb = codec.encode(Feedback(experience_id="e-42", kind=FeedbackKind.thumbs, thumbs_up=True))
+    for group in (b"g1", b"g-unknown"):  # released (DONE), or gone from the table
+        with pytest.raises(Late) as e:
+            live.grade(group, 0, fb)
+        assert "experience e-42" in str(e.value) and group.decode() in str(e.value) and "feedback_ttl_s" in str(e.value)
+    with pytest.raises(Late, match="experience sample 3"):
+        live.grade(b"g1", 3, b"\x00garbage")
+
+
 @pytest.mark.parametrize("lost", ["index", "grade"])
 def test_a_write_lost_to_kill9_between_the_join_writes_still_joins(broker, tmp_path, lost):
     """The crash windows between two writes of the join, rebuilt in Kafka as a kill -9 leaves them:
