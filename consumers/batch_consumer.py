@@ -44,6 +44,22 @@ class Polled:
 RejectFn = Callable[[Polled, str, str, "list[str]"], None]
 
 
+def polled(msg, lane: str, deserialize) -> Polled:
+    """A lane's message as the trainer sees it: the group, or why it cannot be trained (`problem`)."""
+    raw = msg.value() or b""
+    rec = Polled(None, lane, msg.topic(), msg.partition(), msg.offset(), raw, msg.key())
+    try:
+        group = deserialize(raw, None)
+        if not isinstance(group, ExperienceGroup):
+            got = getattr(group, "SCHEMA_NAME", type(group).__name__)
+            raise DecodeError("wrong_record_type", f"expected {ExperienceGroup.SCHEMA_NAME}, got {got}")
+        rec.group = group
+    except DecodeError as e:
+        schema = e.reason in ("wrong_record_type", "unknown_schema", "no_registry")
+        rec.problem = ("schema" if schema else "malformed", str(e))
+    return rec
+
+
 class BatchConsumer:
     """Assigned partitions (p % world == rank) of each lane's topic, read from saved positions."""
 
@@ -90,20 +106,9 @@ class BatchConsumer:
         if tp not in self.read_pos or msg.offset() < self.read_pos[tp]:
             return 0  # not ours, or re-delivered after a seek
         self.read_pos[tp] = msg.offset() + 1
-        lane = self.lane_of[msg.topic()]
-        raw = msg.value() or b""
-        rec = Polled(None, lane, msg.topic(), msg.partition(), msg.offset(), raw, msg.key())
-        try:
-            group = self.deserialize(raw, None)
-            if not isinstance(group, ExperienceGroup):
-                got = getattr(group, "SCHEMA_NAME", type(group).__name__)
-                raise DecodeError("wrong_record_type", f"expected {ExperienceGroup.SCHEMA_NAME}, got {got}")
-            rec.group = group
-        except DecodeError as e:
-            schema = e.reason in ("wrong_record_type", "unknown_schema", "no_registry")
-            rec.problem = ("schema" if schema else "malformed", str(e))
+        rec = polled(msg, self.lane_of[msg.topic()], self.deserialize)
         self.pending[tp].append(msg.offset())
-        self.lanes[lane].append(rec)
+        self.lanes[rec.lane].append(rec)
         return 1
 
     def _flow_control(self) -> None:

@@ -18,9 +18,8 @@ from collections import deque
 from collections.abc import Iterable
 
 from rftbus.config import Config
-from rftbus.consumers.batch_consumer import Polled
+from rftbus.consumers.batch_consumer import polled
 from rftbus.kafka.read import read_to_end
-from rftbus.schemas import DecodeError, ExperienceGroup
 from rftbus.trainer.batch import Row, rows_of
 from rftbus.trainer.checks import Limits, check_record
 
@@ -46,22 +45,16 @@ class DemoReplay:
     def refill(self, cfg: Config, positions: dict[tuple[str, int], int], topic: str, deserializer,
                limits: Limits | None) -> int:
         """After a restart: the demonstrations just behind `positions` on the expert `topic` (those the
-        checkpoint says trained), newest last; returns how many joined the pool."""
-        need = self.rows.maxlen or 0
+        checkpoint says trained); returns how many joined the pool."""
+        behind = {p: pos for (t, p), pos in positions.items() if t == topic and pos > 0}
+        if not behind:
+            return 0
         before = len(self.rows)
-        for (t, p), pos in sorted(positions.items()):
-            if t != topic or pos <= 0:
-                continue
-            # a record holds at least one demonstration: `need` records back cover the pool
-            for msg in read_to_end(cfg, topic, partitions=[p], start={p: pos - need}, until={p: pos}):
-                try:
-                    group = deserializer(msg.value() or b"", None)
-                except DecodeError:  # rejected when the trainer read it first
-                    continue
-                if not isinstance(group, ExperienceGroup):
-                    continue
-                r = Polled(group, "expert", t, p, msg.offset() or 0)
-                verdict = check_record(r, limits)
-                if verdict.train:
-                    self.rows.extend(rows_of(group, True, verdict.train))
+        need = self.rows.maxlen or 0  # a record holds at least one demonstration: `need` records back cover the pool
+        for msg in read_to_end(cfg, topic, partitions=sorted(behind), until=behind,
+                               start={p: pos - need for p, pos in behind.items()}):
+            r = polled(msg, "expert", deserializer)
+            verdict = check_record(r, limits)  # one that did not decode trains nothing (rejected when first read)
+            if verdict.train and r.group is not None:
+                self.rows.extend(rows_of(r.group, True, verdict.train))
         return len(self.rows) - before
