@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from aiokafka.errors import KafkaError
 from confluent_kafka import KafkaException, Producer
 
 from rftbus.config import Config
@@ -147,6 +148,10 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     @app.timer(2.0, name="redelivery")
     async def redelivery_check() -> None:
         if ingest.guard is not None:
+            try:
+                await ingest.guard.learn_starts()
+            except (KafkaError, asyncio.TimeoutError) as exc:  # the broker: the next check asks again
+                log.warning("delivery guard: log start offsets not read (%s); checking again in 2 s", exc)
             ingest.guard.check()
 
     started = time.time()

@@ -14,6 +14,9 @@ import time
 from collections import defaultdict
 from typing import Any
 
+from aiokafka.errors import KafkaError
+from confluent_kafka import KafkaException
+
 from rftbus.streams import offsets
 from rftbus.streams.curate import Decision, decide
 from rftbus.streams.join import ScanClock
@@ -69,9 +72,18 @@ class Ingest:
     async def handle(self, event) -> None:
         msg = event.message
         p = msg.partition
-        offsets.seen(msg.tp, msg.offset)
-        if self.guard is not None and msg.topic in self.watched:
-            self.guard.delivered(msg.tp, msg.offset)
+        guard = self.guard if msg.topic in self.watched else None
+        if not offsets.seen_before(msg.tp):
+            begin = None
+            if guard is not None:  # the commit rule and the guard both count from where this assignment began
+                try:
+                    await guard.learn_starts([msg.tp])
+                except (KafkaError, asyncio.TimeoutError) as exc:  # the broker: the agent retries the record
+                    raise KafkaException(f"log start of {msg.topic}[{p}] not read: {exc}") from exc
+                begin = guard.begin(msg.tp)
+            offsets.seen(msg.tp, msg.offset if begin is None else min(begin, msg.offset))
+        if guard is not None:
+            guard.delivered(msg.tp, msg.offset)
         headers = dict(msg.headers or [])
         kind = headers.get(H_KIND)
         landed = self.landed.get(p) or await self._recover(p, int((msg.timestamp or time.time()) * 1000))

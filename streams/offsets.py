@@ -84,7 +84,13 @@ def install(topics: set[str]) -> None:
     Consumer.__init__ = _init  # type: ignore[method-assign]
 
 
+def seen_before(tp: Any) -> bool:
+    return tp in FIRST_SEEN
+
+
 def seen(tp: Any, offset: int) -> None:
+    """The first offset of tp since its assignment: where the commit rule counts from while nothing was
+    committed (the ingest agent passes the partition's log start when it is earlier: see redelivery.py)."""
     if tp not in FIRST_SEEN:
         FIRST_SEEN[tp] = offset
 

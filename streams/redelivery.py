@@ -13,8 +13,8 @@ curating while raw lag stayed at 135.
 
 Rather than patch each path, the agent reports every delivered offset here. A delivered offset past
 the next expected one, a fetch position past it with nothing delivered for `quiet_s`, or a fetch position
-past the committed offset of a partition that delivered nothing at all since it was assigned, means a
-hole: the partition is sought back to the hole (replays are deduplicated downstream). A hole that
+past the committed offset (or the log start, for a partition the app never committed) of a partition
+that delivered nothing at all since it was assigned, means a hole: the partition is sought back to the hole (replays are deduplicated downstream). A hole that
 is still not delivered after `max_tries` seeks is a real gap in the log (e.g. transaction markers)
 and is accepted.
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Mapping
 
 log = logging.getLogger("rftbus.streams.redelivery")
 
@@ -49,9 +49,12 @@ def aiokafka_position(consumer: Any, tp: Any) -> int | None:
 class DeliveryGuard:
     def __init__(self, position: Callable[[Any], int | None], seek: Callable[[Any, int], None],
                  committed: Callable[[Any], int | None], *, assigned: Callable[[], set] = set,
+                 earliest: Callable[..., Awaitable[Mapping[Any, int]]] | None = None,
                  quiet_s: float = 10.0, retry_s: float = 10.0, max_tries: int = 3,
                  clock: Callable[[], float] = time.monotonic):
         self.position, self.seek, self.committed, self.assigned = position, seek, committed, assigned
+        self.earliest = earliest  # async (*tps) -> {tp: log start offset}
+        self.starts: dict[Any, int] = {}  # tp with no committed offset -> its log start (where reading began)
         self.quiet_s, self.retry_s, self.max_tries, self.clock = quiet_s, retry_s, max_tries, clock
         self.next: dict[Any, int] = {}  # tp -> next offset the agent should see
         self.last_at: dict[Any, float] = {}
@@ -67,7 +70,24 @@ class DeliveryGuard:
             consumer._thread.seek(tp, offset)
             consumer._read_offset[tp] = offset if offset else None
         return cls(lambda tp: aiokafka_position(consumer, tp), seek, lambda tp: consumer._committed_offset.get(tp),
-                   assigned=lambda: {tp for tp in consumer.assignment() if tp.topic in topics}, **kw)
+                   assigned=lambda: {tp for tp in consumer.assignment() if tp.topic in topics},
+                   earliest=consumer.earliest_offsets, **kw)
+
+    def begin(self, tp: Any) -> int | None:
+        """Where this assignment of tp began reading: its committed offset, else (a partition this app never
+        committed, read from the start) its log start once learned; None while unknown."""
+        committed = self.committed(tp)
+        return committed if committed is not None else self.starts.get(tp)
+
+    async def learn_starts(self, tps: Any = None) -> None:
+        """The log start of each tp (default: every assigned one) that has no committed offset. Without it a
+        new app's partition whose first fetch Faust dropped looked like one that had delivered from its
+        start: nothing was fetched again, and the commit rule began at the first offset delivered
+        (found by CI: a fresh worker never saw raw offset 0 of a partition, the only record in it)."""
+        want = [tp for tp in (self.assigned() if tps is None else tps)
+                if tp not in self.starts and self.committed(tp) is None]
+        if want and self.earliest is not None:
+            self.starts.update(await self.earliest(*want))
 
     def delivered(self, tp: Any, offset: int) -> None:
         self.last_at[tp] = self.clock()
@@ -80,7 +100,7 @@ class DeliveryGuard:
             return  # records before the hole (old queue) or past it (not yet re-read) change nothing
         nxt = self.next.get(tp)
         if nxt is None:
-            nxt = self.committed(tp)  # where a (re)assignment starts reading
+            nxt = self.begin(tp)  # where a (re)assignment starts reading
             if nxt is None or offset < nxt:
                 self.next[tp] = offset + 1
                 return
@@ -121,11 +141,11 @@ class DeliveryGuard:
             if tp in self.next or tp in self.holes:
                 continue
             since = self.silent_since.setdefault(tp, now)
-            committed, pos = self.committed(tp), self.position(tp)
-            if committed is None or pos is None or pos <= committed or now - since < self.quiet_s:
+            begin, pos = self.begin(tp), self.position(tp)
+            if begin is None or pos is None or pos <= begin or now - since < self.quiet_s:
                 continue
-            self.next[tp] = committed
-            self._refetch(tp, committed, pos - committed, tries=0)
+            self.next[tp] = begin
+            self._refetch(tp, begin, pos - begin, tries=0)
 
     def forget(self, tps: set[Any]) -> None:
         for tp in tps:
@@ -133,6 +153,7 @@ class DeliveryGuard:
             self.last_at.pop(tp, None)
             self.holes.pop(tp, None)
             self.silent_since.pop(tp, None)
+            self.starts.pop(tp, None)
 
     def _refetch(self, tp: Any, offset: int, n: int | None, tries: int) -> None:
         pos = self.position(tp)

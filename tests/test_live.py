@@ -158,7 +158,8 @@ def test_a_write_lost_to_kill9_between_the_join_writes_still_joins(broker, tmp_p
         try:
             worker.wait_ready(120)
             _wait(cfg, lambda: (worker.status() or {}).get("replays_skipped") == 1, 60,
-                  lambda: f"the worker did not find the group held when its raw record was replayed: {worker.status()}")
+                  lambda: f"the worker did not find the group held when its raw record was replayed: {worker.status()}"
+                          f"\n{worker.tail()}")
             assert c.post("/v1/feedback", json={"experience_id": eid, "reward": 1.0,
                                                 "feedback_id": fb_id}).status_code == 202
             got = _wait(cfg, lambda: _curated(cfg).get(eid), 60, "the feedback never joined the held group")

@@ -67,20 +67,53 @@ def test_the_worker_refuses_another_faust_release():
         fastpath.require_faust("0.15.4")
 
 
+def _skip_worker(broker, tmp_path, skip: str, prefix: str):
+    tag = uuid.uuid4().hex[:6]
+    keys = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
+    cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"{prefix}{tag}.{k}" for k in keys},
+                      **{"topics.raw.partitions": 1, "streams.app_id": f"{prefix}{tag}", "streams.commit_interval_s": 0.2,
+                         "streams.redelivery_quiet_s": 2.0})
+    create_topics(cfg, make_admin(cfg))
+    worker = WorkerProcess(cfg, "skip", tmp_path / "skip.log",
+                           extra_env={"PYTHONPATH": str(HOOKS), "STREAMS_TEST_SKIP_RAW": skip})
+    return cfg, worker
+
+
+def _curated_ids(cfg) -> set[str]:
+    return {g.group_id for r in ("curated", "curated_priority")
+            for g in read_all(cfg, getattr(cfg.topics, r).name, decode=CODEC.deserializer(), idle_s=0.3)}
+
+
+def test_a_new_apps_first_record_faust_skipped_is_fetched_again(broker, tmp_path):
+    """A new app id (nothing committed) whose partition's only record, offset 0, never reaches the agent: what
+    CI showed of a fresh worker. The guard counts from the partition's log start and fetches it again; before
+    it learned log starts it had nothing to count from, and the group was never curated."""
+    cfg, worker = _skip_worker(broker, tmp_path, "0:0", "on")
+    p = make_producer(cfg)
+    g = make_group(rewards=[1.0, 0.0], response_tokens=20, seed=1)
+    p.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=CODEC.encode(g))
+    p.flush(10)
+    try:
+        worker.wait_ready(90)
+        deadline = time.monotonic() + 45
+        while g.group_id not in _curated_ids(cfg) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert g.group_id in _curated_ids(cfg), f"the skipped record was never fetched again: {worker.tail()}"
+        deadline = time.monotonic() + 10  # the status file is written every second
+        while worker.status()["redelivery"]["refetches"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert worker.status()["redelivery"]["refetches"] >= 1
+    finally:
+        assert worker.stop() == 0, worker.tail()
+
+
 def test_a_record_faust_skipped_is_fetched_again_and_curated(broker, tmp_path):
     """The worker's ingest agent never sees raw offset 25 the first time (tests/hooks/sitecustomize.py does
     what Faust's stream does to an event it drops around a rebalance): the delivery guard seeks back to
     it, and the commit rule keeps the committed offset from passing it meanwhile. Without the guard the
     group is never curated and the partition's commit stays at 25. The first 20 groups go through before
     (so no start-up rebalance can re-deliver the skipped record instead of the guard)."""
-    tag = uuid.uuid4().hex[:6]
-    keys = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
-    cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"of{tag}.{k}" for k in keys},
-                      **{"topics.raw.partitions": 1, "streams.app_id": f"of{tag}", "streams.commit_interval_s": 0.2,
-                         "streams.redelivery_quiet_s": 2.0})
-    create_topics(cfg, make_admin(cfg))
-    worker = WorkerProcess(cfg, "skip", tmp_path / "skip.log",
-                           extra_env={"PYTHONPATH": str(HOOKS), "STREAMS_TEST_SKIP_RAW": "0:25"})
+    cfg, worker = _skip_worker(broker, tmp_path, "0:25", "of")
     p = make_producer(cfg)
 
     def send_and_wait(groups) -> set[str]:
@@ -90,8 +123,7 @@ def test_a_record_faust_skipped_is_fetched_again_and_curated(broker, tmp_path):
         want = {g.group_id for g in groups}
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            got = {g.group_id for r in ("curated", "curated_priority")
-                   for g in read_all(cfg, getattr(cfg.topics, r).name, decode=CODEC.deserializer(), idle_s=0.3)}
+            got = _curated_ids(cfg)
             if got >= want:
                 break
             time.sleep(0.5)

@@ -7,6 +7,8 @@ tests/test_streams_recovery.py::test_two_workers_share_partitions_and_one_is_kil
 
 from __future__ import annotations
 
+import asyncio
+
 from faust.types import TP
 
 from rftbus.streams.redelivery import DeliveryGuard
@@ -134,3 +136,50 @@ def test_a_caught_up_silent_partition_is_left_alone():
     for f.now in (0, 20, 40):
         g.check()
     assert f.seeks == []
+
+
+def _fresh_guard(f: _Fetcher, log_start: int) -> DeliveryGuard:
+    """A partition this app never committed (a new app id): reading began at the log start."""
+    async def earliest(*tps):
+        return {tp: log_start for tp in tps}
+    return DeliveryGuard(f.pos.get, lambda tp, off: (f.seeks.append((tp, off)), f.pos.__setitem__(tp, off)),
+                         lambda tp: f.commit, assigned=lambda: {RAW3}, earliest=earliest, clock=lambda: f.now,
+                         quiet_s=10)
+
+
+def test_a_never_committed_partition_whose_only_fetch_was_dropped_is_fetched_from_its_log_start():
+    """What CI showed: a new worker's first fetch of a partition (one record, offset 0) never reached the agent;
+    with no committed offset the guard had nothing to count from and the record was never processed."""
+    f = _Fetcher(committed=None)
+    g = _fresh_guard(f, log_start=0)
+    f.pos[RAW3] = 1
+    asyncio.run(g.learn_starts())
+    assert g.begin(RAW3) == 0
+    g.check()
+    f.now = 11
+    g.check()
+    assert f.seeks == [(RAW3, 0)]
+    g.delivered(RAW3, 0)
+    assert g.holes == {} and g.next[RAW3] == 1
+
+
+def test_a_leading_hole_of_a_never_committed_partition_counts_from_its_log_start():
+    f = _Fetcher(committed=None)
+    g = _fresh_guard(f, log_start=7)  # retention removed 0..6: auto.offset.reset=earliest began at 7
+    f.pos[RAW3] = 20
+    asyncio.run(g.learn_starts([RAW3]))
+    g.delivered(RAW3, 12)
+    assert f.seeks == [(RAW3, 7)]
+
+
+def test_a_committed_partition_does_not_ask_for_its_log_start():
+    asked = []
+
+    async def earliest(*tps):
+        asked.extend(tps)
+        return {tp: 0 for tp in tps}
+    f = _Fetcher(committed=40)
+    g = DeliveryGuard(f.pos.get, lambda tp, off: None, lambda tp: f.commit, assigned=lambda: {RAW3},
+                      earliest=earliest)
+    asyncio.run(g.learn_starts())
+    assert asked == [] and g.begin(RAW3) == 40
