@@ -76,8 +76,8 @@ class Ingest:
         if not offsets.seen_before(msg.tp):
             begin = None
             if guard is not None:  # the commit rule and the guard both count from where this assignment began
-                try:
-                    await guard.learn_starts([msg.tp])
+                try:  # (all assigned partitions at once: one request at start-up, not one per partition)
+                    await guard.learn_starts({msg.tp} | guard.assigned())
                 except (KafkaError, asyncio.TimeoutError) as exc:  # the broker: the agent retries the record
                     raise KafkaException(f"log start of {msg.topic}[{p}] not read: {exc}") from exc
                 begin = guard.begin(msg.tp)

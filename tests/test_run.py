@@ -29,25 +29,29 @@ def _env(broker, tag: str) -> dict[str, str]:
 def test_run_turns_the_loop_and_counts_reconcile(broker, tmp_path):
     env = _env(broker, uuid.uuid4().hex[:6])
     state = tmp_path / "state"
+    # 24 steps, not 6: the trainer steps on demonstrations from its first second, at 2-3 steps/s, and at
+    # η = 1 the explorer's groups of the streams worker's first seconds (its recovery scans) are stale by the
+    # time they are decided. A 6-step run could end inside that window with nothing but demonstrations
+    # trained (CI did: 12 steps, 5 groups produced, all stale).
     out = rftbus_cli(None, "--state-dir", str(state), "run", str(REPO / "configs" / "toy.yaml"),
-                     "--max-steps", "6", "--minutes", "6", "--summary-json", str(tmp_path / "s.json"),
+                     "--max-steps", "24", "--minutes", "6", "--summary-json", str(tmp_path / "s.json"),
                      env=env, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["stop_reason"].startswith("trainer reached step")
-    assert s["trainer_steps"] >= 6
+    assert s["trainer_steps"] >= 24
     assert s["counts_reconcile"] is True and s["duplicated"] == 0 and s["experiences_lost"] == 0
     assert s["stages_dead"] == {} and s["reconcile_error"] is None
     assert s["experiences_produced"] == (s["experiences_trained"] + sum(s["experiences_rejected"].values())
                                          + s["experiences_in_flight"] + s["experiences_lost"])
-    assert s["experiences_trained"] > 0
+    assert s["experiences_trained"] > 0, (s["experiences_rejected"], s["steps_timeline"])
     assert s["max_staleness_trained"] <= s["max_staleness"] == 1
     assert s["versions_published"] >= 2
     assert s["explorer_newest_version"] >= 2, "the explorer never generated with a newer version"
     assert s["eval_reward_initial"] is not None and s["eval_reward_final"] is not None
     # How soon it learned, and whether it kept stepping (#19).
     assert 0 < s["first_step_after_broker_s"] < 120 and s["broker_ready_s"] is not None
-    assert s["step_rate_first_third"] is not None and s["steps_timeline"][-1][1] >= 6
+    assert s["step_rate_first_third"] is not None and s["steps_timeline"][-1][1] >= 24
     # The best eval's weights are kept and export as a Hugging Face folder.
     best = s["eval_best"]
     assert best["reward"] == max(p["reward"] for p in s["eval_points"]), best
