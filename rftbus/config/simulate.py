@@ -55,4 +55,6 @@ class SimulateConfig(BaseModel):
     duration_s: float | None = Field(None, gt=0, description="stop after this long; None = until stopped")
     seed: int = 0
     graders: GradersConfig = GradersConfig()
+    posts_in_flight: int = Field(32, ge=1, description="feedback posts sent at once (the HTTP pool's size); the "
+                                 "rest wait their turn in the simulator, not in the pool")
     status_interval_s: float = Field(1.0, gt=0)

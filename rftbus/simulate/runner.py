@@ -54,6 +54,11 @@ class Simulator:
         self.latency_ms: deque[float] = deque(maxlen=2000)
         self.recent: deque[float] = deque(maxlen=500)  # scores of the last answers (the live view)
         self.pending_posts = 0
+        # Posts past the pool's size wait here. Queued inside httpx's pool instead, each change of the pool
+        # scans every queued request (httpcore's _assign_requests_to_connections, O(connections x requests):
+        # encode/httpcore PR #1035, httpx issue #3215): at 80 requests/s, 1,756 queued posts took the
+        # simulator's whole core and stopped its agents for minutes.
+        self.post_slots = asyncio.Semaphore(self.sc.posts_in_flight)
         self.stop = asyncio.Event()
         self.next_slot = time.monotonic()
         self.status = StatusFile(cfg.state_dir, "simulate", ident, self.sc.status_interval_s)
@@ -128,11 +133,17 @@ class Simulator:
         self.tasks_posted.add(t)
         t.add_done_callback(self.tasks_posted.discard)
 
+    def feedback_client(self) -> httpx.AsyncClient:
+        n = self.sc.posts_in_flight
+        return httpx.AsyncClient(timeout=30.0, limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
+                                 headers={"Authorization": f"Bearer {_token(self.cfg.serve.feedback_tokens)}"})
+
     async def post(self, p: Post) -> None:
         try:
             for attempt in range(30):
                 try:
-                    r = await self.http.post(f"{self.url}/feedback", json=p.body)
+                    async with self.post_slots:
+                        r = await self.http.post(f"{self.url}/feedback", json=p.body)
                 except httpx.HTTPError:
                     r = None
                 if r is not None and r.status_code < 300:
@@ -165,8 +176,7 @@ class Simulator:
             loop.add_signal_handler(s, self.stop.set)
         client = AsyncOpenAI(base_url=self.url, api_key=_token(self.cfg.serve.inference_tokens), max_retries=5,
                              timeout=60.0)
-        self.http = httpx.AsyncClient(timeout=30.0, headers={
-            "Authorization": f"Bearer {_token(self.cfg.serve.feedback_tokens)}"})
+        self.http = self.feedback_client()
         self.status.start()
         agents = [asyncio.create_task(self.agent(client, k)) for k in range(self.sc.agents)]
         try:
