@@ -14,9 +14,9 @@ curating while raw lag stayed at 135.
 Rather than patch each path, the agent reports every delivered offset here. A delivered offset past
 the next expected one, a fetch position past it with nothing delivered for `quiet_s`, or a fetch position
 past the committed offset (or the log start, for a partition the app never committed) of a partition
-that delivered nothing at all since it was assigned, means a hole: the partition is sought back to the hole (replays are deduplicated downstream). A hole that
-is still not delivered after `max_tries` seeks is a real gap in the log (e.g. transaction markers)
-and is accepted.
+that delivered nothing at all since it was assigned, means a hole: the partition is sought back to the
+hole (replays are deduplicated downstream). A hole that is still not delivered after `max_tries` seeks
+is a real gap in the log (e.g. transaction markers) and is accepted.
 """
 
 from __future__ import annotations
