@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -15,6 +17,31 @@ from rftbus.config import BrokerConfig, Config, load_config
 REPO = Path(__file__).resolve().parent.parent
 # The jars are shared with the repo's own state folder so a test session does not fetch them again.
 JARS = REPO / ".rftbus" / "kafka" / f"libs-{BrokerConfig().kafka_version}"
+
+
+@contextmanager
+def uvicorn_thread(app, log_level: str = "error") -> Iterator[int]:
+    """A real HTTP server (uvicorn) for an ASGI `app` on a free local port, in a thread; yields the port."""
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level=log_level))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def _free_pair() -> int:

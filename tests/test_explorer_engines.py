@@ -3,13 +3,10 @@ HTTP server, multi-turn masks, the vllm engine (skipped without a GPU)."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 
 import pytest
 import torch
-from conftest import make_config
+from conftest import make_config, uvicorn_thread
 
 from rftbus.models.loading import load_tokenizer
 from rftbus.config.explorer import RewardSpec, SamplingConfig
@@ -84,16 +81,9 @@ def test_calculator_env_tool_call_then_answer():
     assert final.done and final.reward == 1.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def openai_server(cfg, tok):
     """A real OpenAI-compatible HTTP server (FastAPI + uvicorn) serving the tiny model."""
-    import uvicorn
     from fastapi import FastAPI, HTTPException
 
     engine = TransformersEngine(cfg, tok)
@@ -121,16 +111,8 @@ def openai_server(cfg, tok):
             choices.append({"index": i, "text": c.text, "logprobs": lp, "finish_reason": c.finish_reason})
         return {"id": "cmpl-test", "object": "text_completion", "model": body["model"], "choices": choices}
 
-    port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    th = threading.Thread(target=server.run, daemon=True)
-    th.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}/v1"
-    server.should_exit = True
-    th.join(10)
+    with uvicorn_thread(app, log_level="warning") as port:
+        yield f"http://127.0.0.1:{port}/v1"
 
 
 def test_openai_engine_against_real_http_server(cfg, tok, openai_server):

@@ -123,15 +123,12 @@ def test_feedback_posts_in_flight_are_bounded_and_all_arrive(tmp_path):
     server never sees more than 4 at a time and gets every one. Unbounded, thousands of posts queued inside
     httpx's pool, whose every change scans the whole queue, and the simulator's loop stalled (runner.py)."""
     import asyncio
-    import threading
-    import time
 
-    import uvicorn
     from fastapi import FastAPI
 
     from rftbus.simulate.graders import Post
     from rftbus.simulate.runner import Simulator
-    from tests.conftest import make_config
+    from tests.conftest import make_config, uvicorn_thread
     from tests.test_serve import free_port
 
     app, seen = FastAPI(), {"now": 0, "max": 0, "total": 0, "pool_max": 0}
@@ -147,17 +144,7 @@ def test_feedback_posts_in_flight_are_bounded_and_all_arrive(tmp_path):
         seen["total"] += 1
         return {"ok": True}
 
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.05)
-    cfg = make_config(tmp_path, free_port(), **{"simulate.url": f"http://127.0.0.1:{port}/v1", "simulate.posts_in_flight": 4,
-                                      "taskset.name": "reverse", "simulate.tasks": 100})
-
-    async def main() -> Simulator:
+    async def main(cfg) -> Simulator:
         sim = Simulator(cfg)
         sim.http = sim.feedback_client()
         pool.append(sim.http._transport._pool)  # type: ignore[attr-defined]  # (httpx internals, test only)
@@ -167,10 +154,11 @@ def test_feedback_posts_in_flight_are_bounded_and_all_arrive(tmp_path):
         await sim.http.aclose()
         return sim
 
-    try:
-        sim = asyncio.run(main())
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with uvicorn_thread(app) as port:
+        cfg = make_config(tmp_path, free_port(), **{
+            "simulate.url": f"http://127.0.0.1:{port}/v1", "simulate.posts_in_flight": 4, "taskset.name": "reverse",
+            "simulate.tasks": 100})
+        sim = asyncio.run(main(cfg))
+
     assert seen["total"] == 300 and sim.counts["feedback_posted"] == 300 and sim.pending_posts == 0
     assert 1 < seen["max"] <= 4 and seen["pool_max"] <= 4, seen
