@@ -84,6 +84,15 @@ def _curated_ids(cfg) -> set[str]:
             for g in read_all(cfg, getattr(cfg.topics, r).name, decode=CODEC.deserializer(), idle_s=0.3)}
 
 
+def _redelivery(worker) -> dict:
+    """The worker's delivery-guard counts once it has fetched something again, or after 10 s (the status
+    file is written every second: it may lag the curation)."""
+    deadline = time.monotonic() + 10
+    while worker.status()["redelivery"]["refetches"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return worker.status()["redelivery"]
+
+
 def test_a_new_apps_first_record_faust_skipped_is_fetched_again(broker, tmp_path):
     """A new app id (nothing committed) whose partition's only record, offset 0, never reaches the agent: what
     CI showed of a fresh worker. The guard counts from the partition's log start and fetches it again; before
@@ -99,10 +108,7 @@ def test_a_new_apps_first_record_faust_skipped_is_fetched_again(broker, tmp_path
         while g.group_id not in _curated_ids(cfg) and time.monotonic() < deadline:
             time.sleep(0.5)
         assert g.group_id in _curated_ids(cfg), f"the skipped record was never fetched again: {worker.tail()}"
-        deadline = time.monotonic() + 10  # the status file is written every second
-        while worker.status()["redelivery"]["refetches"] < 1 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert worker.status()["redelivery"]["refetches"] >= 1
+        assert _redelivery(worker)["refetches"] >= 1
     finally:
         assert worker.stop() == 0, worker.tail()
 
@@ -135,10 +141,7 @@ def test_a_record_faust_skipped_is_fetched_again_and_curated(broker, tmp_path):
         assert not send_and_wait(groups[:20]), worker.tail()
         missing = send_and_wait(groups[20:])  # offset 25 is among these
         assert not missing, f"{len(missing)} groups never curated: {worker.tail()}"
-        deadline = time.monotonic() + 10  # the status file is written every second: it may lag the curation
-        while worker.status()["redelivery"]["refetches"] < 1 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        st = worker.status()
-        assert st["redelivery"]["refetches"] >= 1 and st["redelivery"]["gaps_accepted"] == 0, st["redelivery"]
+        st = _redelivery(worker)
+        assert st["refetches"] >= 1 and st["gaps_accepted"] == 0, st
     finally:
         assert worker.stop() == 0, worker.tail()
