@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rftbus.schemas import Experience, ExperienceGroup
-from rftbus.trainer.batch import Row, collate
+from rftbus.trainer.batch import Row, collate, whiten_advantages
 from rftbus.config.trainer import TrainerConfig
 from rftbus.trainer.losses import make_loss, resolve_off_policy
 from rftbus.trainer.losses.base import PolicyOut, TrainBatch
@@ -61,6 +61,28 @@ def test_grpo_on_policy_is_token_level_policy_gradient():
     # d/dlogp = -A/5 on trained tokens, 0 on the masked one
     assert out.logp.grad.flatten().tolist() == pytest.approx([-0.2, -0.2, 0.0, 0.1, 0.1, 0.1])
     assert res.parts["clip_frac"] == 0.0
+
+
+def test_whitening_scales_the_rl_rows_only():
+    # rows 0-2: lone answers' small, lagging r - baseline; row 3: a demonstration; row 4: nothing trained
+    b = batch_of([[1, 1], [1, 0], [1, 1], [1, 1], [0, 0]], adv=[0.01, 0.03, 0.05, 0.0, 7.0],
+                 expert=[False, False, False, True, False])
+    w = whiten_advantages(b).advantages.tolist()
+    sd = (sum((x - 0.03) ** 2 for x in (0.01, 0.03, 0.05)) / 3) ** 0.5
+    assert w[:3] == pytest.approx([-0.02 / sd, 0.0, 0.02 / sd], abs=1e-4)
+    assert w[3:] == [0.0, 7.0]  # the demonstration and the untrained row keep theirs
+    assert b.advantages.tolist()[:3] == pytest.approx([0.01, 0.03, 0.05])  # the input batch is not changed
+    one = batch_of([[1, 1], [1, 1]], adv=[0.2, 0.0], expert=[False, True])
+    assert whiten_advantages(one) is one  # a single RL row has no spread to scale by
+    res = GRPOLoss(TrainerConfig(), "none")(out_of([[-1.0, -1.0]] * 5), whiten_advantages(b))
+    assert res.parts["adv_mean"] == pytest.approx(0.0, abs=1e-4)  # the loss reports what it trained on
+    assert res.parts["adv_std"] == pytest.approx(0.75 ** 0.5, abs=1e-3)  # rows 0-3: ±1.22, 0, 0
+
+
+def test_advantage_norm_is_refused_where_no_loss_reads_it():
+    with pytest.raises(ValueError, match="advantage_norm 'batch'.*loss 'ppo'"):
+        TrainerConfig(loss="ppo", advantage_norm="batch")
+    assert TrainerConfig(loss="mix", advantage_norm="batch").advantage_norm == "batch"
 
 
 def test_clipped_surrogate_by_hand():

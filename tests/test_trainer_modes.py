@@ -93,6 +93,23 @@ def test_rl_losses_train_on_deepspeed(broker, tmp_path, dist_env, loss):
     assert published == [0, 1, 2]
 
 
+def test_lone_answers_advantages_are_whitened_across_the_batch(broker, tmp_path, dist_env):
+    """`trainer.advantage_norm: batch` on live traffic's lone answers: what the loss trains on is r - baseline
+    whitened over the step's batch (mean 0, std 1), not the small positive numbers the streams wrote."""
+    cfg, _ = trainer_config(tmp_path, broker, **{"rl.group_size": 1, "rl.batch_groups": 4,
+                                                 "trainer.advantage_norm": "batch"})
+    lone = []
+    for k, adv in enumerate([0.01, 0.02, 0.04, 0.05, 0.02, 0.03, 0.03, 0.06]):
+        g = curated_group(f"s{k:02x}{uuid.uuid4().hex[:4]}", 1, source=Source.live)
+        lone.append(replace(g, samples=[replace(g.samples[0], reward=0.1 + adv, advantage=adv)]))
+    produce(cfg, cfg.topics.curated.name, lone)
+    summary = run_trainer(cfg, mode="replay", until_end=True, enforce_staleness=False)
+    assert summary.steps == 2 and summary.trained == 8, summary
+    for m in metrics_of(cfg):
+        assert m.values["adv_mean"] == pytest.approx(0.0, abs=1e-5), m.values
+        assert m.values["adv_std"] == pytest.approx(1.0, abs=1e-3), m.values
+
+
 def test_priority_lane_first_stale_and_bad_records_rejected(broker, tmp_path, dist_env):
     cfg, _ = trainer_config(tmp_path, broker, **{
         "rl.max_staleness": 0, "rl.batch_groups": 1, "trainer.idle_exit_s": 3.0})

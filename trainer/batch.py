@@ -9,7 +9,7 @@ its response tail.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -86,3 +86,18 @@ def collate(rows: Sequence[Row], pad_id: int, max_len: int) -> TrainBatch:
         pair_index=pair_index, preferred=preferred,
         versions=torch.tensor([e.model_version for e in experiences], dtype=torch.long),
     )
+
+
+def whiten_advantages(batch: TrainBatch, eps: float = 1e-6) -> TrainBatch:
+    """`trainer.advantage_norm: batch`: the RL rows' advantages less their mean, over their std, across the step's
+    batch (REINFORCE++'s global normalization, Hu et al. 2025). A lone live answer's r - baseline carries the
+    baseline's lag in its mean (most are positive while the policy improves, which sharpens whatever was
+    sampled) and is ~0.05 in size, so KL-Cov's penalty and the ratio clip outweigh it; whitened, it is ~1, as a
+    group's GRPO advantage is. Demonstrations, and a batch with fewer than two RL rows, are left as they are."""
+    rl = ~batch.is_expert & batch.mask.any(dim=1)
+    if int(rl.sum()) < 2:
+        return batch
+    a = batch.advantages[rl]
+    out = batch.advantages.clone()
+    out[rl] = (a - a.mean()) / (a.std(unbiased=False) + eps)
+    return replace(batch, advantages=out)

@@ -226,7 +226,7 @@ class Trainer:
 
     # -- steps -----------------------------------------------------------------------------------
     def _train(self, bc: BatchConsumer, take: Take) -> None:
-        from rftbus.trainer.batch import collate, rows_of
+        from rftbus.trainer.batch import collate, rows_of, whiten_advantages
         from rftbus.trainer.step import NonFiniteLoss, train_step
 
         t0 = time.perf_counter()
@@ -234,6 +234,8 @@ class Trainer:
         rows = [row for r, g, idx in groups for row in rows_of(g, r.lane == "expert", idx)]
         replayed = self.replay.draw() if self.replay is not None else []  # trained again, not counted again
         batch = collate(rows + replayed, self.c.pad_id, self.c.max_len)
+        if self.tc.advantage_norm == "batch":
+            batch = whiten_advantages(batch)
         try:
             parts = train_step(self.c.engine, self.loss, batch, self.c.ref_model, self.tc.update_epochs,
                                agree=lambda ok: all(all_gather(ok, self.world)),

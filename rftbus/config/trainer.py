@@ -48,6 +48,9 @@ class TrainerConfig(BaseModel):
     kl_cov_ratio: float = Field(0.0, ge=0, le=1, description="KL-Cov: the share of trained tokens with the largest "
                                 "logprob-advantage covariance held near the proximal policy (entropy collapse); 0 = off")
     kl_cov_coef: float = Field(1.0, ge=0, description="KL-Cov: weight of their |logp - logp_prox| penalty")
+    advantage_norm: Literal["none", "batch"] = Field(
+        "none", description="batch: whiten the RL rows' advantages across each step's batch (trainer/batch.py::"
+        "whiten_advantages): lone live answers' r - baseline, small and lagging, weigh like a group's")
     mix_mu: float = Field(0.1, ge=0, le=1, description="μ: loss = (1-μ)·GRPO(usual) + μ·SFT(expert)")
     mix_expert_per_batch: int | None = Field(None, ge=0, description="expert experiences per MIX batch; default B")
     mix_min_groups: int | None = Field(None, ge=1, description="MIX: step once this many RL groups (≤ B) are "
@@ -88,4 +91,12 @@ class TrainerConfig(BaseModel):
         if self.demo_replay and self.loss not in ("mix", "sft"):
             raise ValueError(f"demo_replay replays demonstrations (the expert lane), which loss {self.loss!r} does "
                              "not read: use loss mix or sft, or demo_replay: 0")
+        return self
+
+    @model_validator(mode="after")
+    def _norm_needs_advantages(self) -> TrainerConfig:
+        if self.advantage_norm != "none" and self.loss not in ("grpo", "mix"):
+            raise ValueError(f"advantage_norm {self.advantage_norm!r} scales the streams' advantages, which loss "
+                             f"{self.loss!r} does not use (ppo whitens its own): use loss grpo or mix, or "
+                             "advantage_norm: none")
         return self

@@ -19,6 +19,9 @@ def grpo_terms(loss: Loss, out: PolicyOut, batch: TrainBatch, mask: torch.Tensor
                                 cfg.clip_low, cfg.clip_high, cfg.is_cap)
     total = pg
     parts["pg"] = num(pg)
+    rows = batch.advantages[mask.any(dim=1)]  # the advantages this loss trained on, one per row
+    if rows.numel():
+        parts["adv_mean"], parts["adv_std"] = num(rows.mean()), num(rows.std(unbiased=False))
     if cfg.kl_cov_ratio > 0:
         held, k = kl_cov(out.logp, out.proximal(), adv, mask, cfg.kl_cov_ratio)
         total = total + cfg.kl_cov_coef * held
