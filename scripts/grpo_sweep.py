@@ -29,7 +29,7 @@ from rftbus.producers.workflows.base import encode_prompt
 from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.streams.advantages import make_estimator
 from rftbus.tasksets import get_taskset
-from rftbus.trainer.batch import collate, rows_of
+from rftbus.trainer.batch import collate, rows_of, whiten_advantages
 from rftbus.config.trainer import TrainerConfig
 from rftbus.trainer.evaluate import evaluate
 from rftbus.trainer.losses import make_loss
@@ -147,6 +147,13 @@ def main() -> None:
     ap.add_argument("--warm-steps", type=int, default=0, help="curriculum: the first K GRPO steps on --warm-length")
     ap.add_argument("--warm-length", type=int, default=2, help="curriculum: the task length of those steps")
     ap.add_argument("--warm-tasks", type=int, default=40, help="curriculum: distinct train tasks of that length")
+    ap.add_argument("--singleton", action="store_true",
+                    help="live traffic: B lone answers per step to B tasks, advantage r - baseline (task_or_class)")
+    ap.add_argument("--loss", choices=["grpo", "ppo"], default="grpo", help="trainer.loss (ppo: critic, GAE)")
+    ap.add_argument("--gae-lambda", type=float, default=0.95)
+    ap.add_argument("--rating-share", type=float, default=0.0,
+                    help="singleton: this share of rewards arrive as 1-5 ratings (1 + round(4r), back to 0..1)")
+    ap.add_argument("--adv-norm", choices=["none", "batch"], default="none", help="trainer.advantage_norm")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
@@ -166,14 +173,17 @@ def main() -> None:
     warm = [] if not a.warm_steps else list(
         get_taskset(a.taskset, length=a.warm_length).tasks("train", a.warm_tasks, seed=0))
     rollout = TransformersEngine(cfg, tok, model=lm)  # the same module: on-policy
-    policy = PolicyWithValue(lm, False)
+    policy = PolicyWithValue(lm, a.loss == "ppo")
     hist: list[dict] = []
 
     def ev(step: int, phase: str) -> None:
         r = evaluate(lm, tok, ts, 128, max_new_tokens=6)
         lm.train()
-        hist.append({"phase": phase, "step": step, "reward": r["mean_reward"], "exact": r.get("mean_exact")})
-        print(f"{a.tag} {phase} {step}: eval {r['mean_reward']:.3f} exact {r.get('mean_exact', 0):.3f}", flush=True)
+        live = sum(sampled) / len(sampled) if sampled else None
+        sampled.clear()
+        hist.append({"phase": phase, "step": step, "reward": r["mean_reward"], "exact": r.get("mean_exact"), "sampled": live})
+        print(f"{a.tag} {phase} {step}: eval {r['mean_reward']:.3f} exact {r.get('mean_exact', 0):.3f}"
+              + (f" sampled {live:.3f}" if live is not None else ""), flush=True)
 
     if a.sft_steps:
         eng, sft = TorchEngine(policy, 2e-3), make_loss(TrainerConfig(loss="sft"), 0)
@@ -187,8 +197,11 @@ def main() -> None:
                 ev(k, "sft")
                 torch.save(lm.state_dict(), a.out / f"sft-{a.tag}-{k}.pt")
     eng, est = TorchEngine(policy, a.lr), make_estimator(a.estimator, 1e-6)
-    grpo = make_loss(TrainerConfig(loss="grpo", entropy_coef=a.entropy, clip_high=a.clip_high,
-                                     kl_cov_ratio=a.kl_cov, kl_cov_coef=a.kl_cov_coef), 0)
+    grpo = make_loss(TrainerConfig(loss=a.loss, entropy_coef=a.entropy, clip_high=a.clip_high, gae_lambda=a.gae_lambda,
+                                   kl_coef=0.0, kl_cov_ratio=a.kl_cov, kl_cov_coef=a.kl_cov_coef), 0)
+    task_rate: dict[str, float] = {}
+    sampled: list[float] = []  # singleton: the served answers' scores (the live reward), since the last eval
+    class_rate = [0.0, False]
     ev(0, "grpo")
     t0, zero, groups = time.time(), 0, 0
     ent_hist: list[float] = []
@@ -197,7 +210,23 @@ def main() -> None:
         exps, tok_adv = [], []
         lm.eval()
         kept = 0
-        while kept < a.B and (a.fill or groups < step * a.B):
+        while a.singleton and not kept:
+            tasks = [rng.choice(train) for _ in range(a.B)]
+            prompts = [encode_prompt(tok, t.prompt) for t in tasks]
+            comps = rollout.generate(prompts, cfg.explorer.sampling)
+            for t, p, c in zip(tasks, prompts, comps):
+                r = ts.score(c.text, t.answer)["reward"]
+                sampled.append(r)
+                if rng.random() < a.rating_share:
+                    r = round(4 * r) / 4
+                b = task_rate.get(t.task_id, class_rate[0] if class_rate[1] else 0.5)
+                task_rate[t.task_id] = r if t.task_id not in task_rate else 0.8 * task_rate[t.task_id] + 0.2 * r
+                class_rate[:] = [0.98 * class_rate[0] + 0.02 * r if class_rate[1] else r, True]
+                exps += rows_of(ExperienceGroup(task_id=t.task_id, explorer_id="sweep", prompt_ids=p, samples=[
+                    Experience(response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
+                               model_version=0, reward=r, advantage=r - b, metadata=dict(c.metadata))]))
+            kept = groups = len(exps)
+        while not a.singleton and kept < a.B and (a.fill or groups < step * a.B):
             t = rng.choice(warm if step <= a.warm_steps else train)
             p = encode_prompt(tok, t.prompt)
             comps = rollout.generate([p] * a.n, cfg.explorer.sampling)
@@ -217,7 +246,9 @@ def main() -> None:
         lm.train()
         if exps:
             loss = grpo if a.adv == "grpo" else TokenGRPO(tok_adv, 0.2, a.entropy)
-            parts = train_step(eng, loss, collate(exps, tok.pad_token_id, 64), update_epochs=a.epochs)
+            batch = collate(exps, tok.pad_token_id, 64)
+            parts = train_step(eng, loss, whiten_advantages(batch) if a.adv_norm == "batch" else batch,
+                               update_epochs=a.epochs)
             if a.entropy_target is not None:
                 c = grpo.cfg.entropy_coef + (a.entropy_step if parts["entropy"] < a.entropy_target else -a.entropy_step)
                 grpo.cfg.entropy_coef = min(max(c, 0.0), a.entropy_max)
