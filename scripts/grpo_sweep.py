@@ -17,6 +17,7 @@ import argparse
 import json
 import random
 import time
+from collections import deque
 from pathlib import Path
 
 import torch
@@ -27,6 +28,7 @@ from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.experience import demonstration
 from rftbus.producers.workflows.base import encode_prompt
 from rftbus.schemas import Experience, ExperienceGroup
+from rftbus.simulate.graders import rating_of
 from rftbus.streams.advantages import make_estimator
 from rftbus.tasksets import get_taskset
 from rftbus.trainer.batch import collate, rows_of, whiten_advantages
@@ -152,7 +154,11 @@ def main() -> None:
     ap.add_argument("--loss", choices=["grpo", "ppo"], default="grpo", help="trainer.loss (ppo: critic, GAE)")
     ap.add_argument("--gae-lambda", type=float, default=0.95)
     ap.add_argument("--rating-share", type=float, default=0.0,
-                    help="singleton: this share of rewards arrive as 1-5 ratings (1 + round(4r), back to 0..1)")
+                    help="singleton: this share of rewards arrive as the graders' 1-5 ratings (back to 0..1)")
+    ap.add_argument("--rating-round", choices=["half_up", "even"], default="half_up",
+                    help="even: the graders' ratings before the fix (Python's round: 0.125 rated 1, 0.375 rated 3)")
+    ap.add_argument("--lag", type=int, default=0, help="singleton: grades arrive this many steps after the answer "
+                    "(live feedback's delay; the loss then corrects off-policy as the trainer does at η > 0)")
     ap.add_argument("--adv-norm", choices=["none", "batch"], default="none", help="trainer.advantage_norm")
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--seed", type=int, default=0)
@@ -198,8 +204,9 @@ def main() -> None:
                 torch.save(lm.state_dict(), a.out / f"sft-{a.tag}-{k}.pt")
     eng, est = TorchEngine(policy, a.lr), make_estimator(a.estimator, 1e-6)
     grpo = make_loss(TrainerConfig(loss=a.loss, entropy_coef=a.entropy, clip_high=a.clip_high, gae_lambda=a.gae_lambda,
-                                   kl_coef=0.0, kl_cov_ratio=a.kl_cov, kl_cov_coef=a.kl_cov_coef), 0)
+                                   kl_coef=0.0, kl_cov_ratio=a.kl_cov, kl_cov_coef=a.kl_cov_coef), a.lag)
     task_rate: dict[str, float] = {}
+    graded: deque[list] = deque()  # singleton: answers waiting for their grades (--lag steps)
     sampled: list[float] = []  # singleton: the served answers' scores (the live reward), since the last eval
     class_rate = [0.0, False]
     ev(0, "grpo")
@@ -214,11 +221,15 @@ def main() -> None:
             tasks = [rng.choice(train) for _ in range(a.B)]
             prompts = [encode_prompt(tok, t.prompt) for t in tasks]
             comps = rollout.generate(prompts, cfg.explorer.sampling)
+            graded.append([])
             for t, p, c in zip(tasks, prompts, comps):
                 r = ts.score(c.text, t.answer)["reward"]
                 sampled.append(r)
-                if rng.random() < a.rating_share:
-                    r = round(4 * r) / 4
+                rated = rating_of(r) if a.rating_round == "half_up" else 1 + round(4 * r)
+                graded[-1].append((t, p, c, (rated - 1) / 4 if rng.random() < a.rating_share else r))
+            if len(graded) <= a.lag:  # the grades arrive a.lag steps later
+                continue
+            for t, p, c, r in graded.popleft():
                 b = task_rate.get(t.task_id, class_rate[0] if class_rate[1] else 0.5)
                 task_rate[t.task_id] = r if t.task_id not in task_rate else 0.8 * task_rate[t.task_id] + 0.2 * r
                 class_rate[:] = [0.98 * class_rate[0] + 0.02 * r if class_rate[1] else r, True]

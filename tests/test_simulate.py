@@ -6,7 +6,7 @@ import random
 
 from rftbus.config.simulate import GradersConfig
 from rftbus.simulate import live_reward
-from rftbus.simulate.graders import Answer, delay, plan
+from rftbus.simulate.graders import Answer, delay, plan, rating_of
 
 import pytest
 
@@ -58,6 +58,14 @@ def test_delay_has_a_tail_and_a_median():
     rng = random.Random(3)
     xs = sorted(delay(cfg, rng) for _ in range(5000))
     assert 4 < xs[2500] < 6 and xs[int(0.99 * 5000)] > 60  # seconds, with a tail of minutes
+
+
+def test_ratings_round_halves_up_on_the_1_to_5_scale():
+    # reverse's scores: 0, 1/8, 1/4, 3/8 (one to three letters of four), 1; round() gave 1, 1, 2, 3, 5
+    assert [rating_of(s) for s in (0.0, 0.125, 0.25, 0.375, 0.625, 0.875, 1.0)] == [1, 2, 2, 3, 4, 5, 5]
+    assert rating_of(-0.2) == 1 and rating_of(1.7) == 5
+    scores = [k / 64 for k in range(65)]
+    assert [rating_of(s) for s in scores] == sorted(rating_of(s) for s in scores)  # never lower for a higher score
 
 
 def test_bad_grader_kinds_are_named():

@@ -36,13 +36,19 @@ def delay(cfg: GradersConfig, rng: random.Random) -> float:
     return min(cfg.delay_max_s, max(cfg.delay_min_s, d))
 
 
+def rating_of(score: float) -> int:
+    """A 0..1 score on the 1-5 scale, halves rounded up. (Python's round() rounds halves to even: a score of
+    0.125, one letter of four right, was rated 1 like nothing right, and 0.375 was rated 3.)"""
+    return 1 + math.floor(4 * min(max(score, 0.0), 1.0) + 0.5)
+
+
 def _score(cfg: GradersConfig, a: Answer, rng: random.Random) -> tuple[str, dict]:
     kinds = list(cfg.kinds)
     kind = rng.choices(kinds, weights=[cfg.kinds[k] for k in kinds])[0]
     if kind == "reward":
         return kind, {"reward": round(a.score, 4)}
     if kind == "rating":
-        return kind, {"rating": 1 + round(4 * a.score)}
+        return kind, {"rating": rating_of(a.score)}
     up = (a.score >= 0.5) != (rng.random() < cfg.flip_rate)
     return kind, {"thumbs": "up" if up else "down"}
 
