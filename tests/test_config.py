@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rftbus.config import ConfigError, load_config
@@ -104,3 +106,10 @@ def test_config_command_prints_every_knob_documented_and_loadable(tmp_path):
         "max_staleness": 2}}, environ={}).model_dump(mode="json")
     bad = rftbus_cli(None, "config", "rl.nope")
     assert bad.returncode == 1 and "no config section 'rl.nope'" in bad.stderr
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).parent.parent / "configs").glob("*.yaml")))
+def test_every_shipped_config_loads(name):
+    """A `make demo-*` recipe with a misspelt or refused key fails here, not 20 minutes into a run."""
+    cfg = load_config(Path(__file__).parent.parent / "configs" / name, environ={})
+    assert cfg.taskset.name
