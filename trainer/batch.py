@@ -93,7 +93,9 @@ def whiten_advantages(batch: TrainBatch, eps: float = 1e-6) -> TrainBatch:
     batch (REINFORCE++'s global normalization, Hu et al. 2025). A lone live answer's r - baseline carries the
     baseline's lag in its mean (most are positive while the policy improves, which sharpens whatever was
     sampled) and is ~0.05 in size, so KL-Cov's penalty and the ratio clip outweigh it; whitened, it is ~1, as a
-    group's GRPO advantage is. Demonstrations, and a batch with fewer than two RL rows, are left as they are."""
+    group's GRPO advantage is. Groups should carry r - mean (`streams.advantage: drgrpo`), in the same units:
+    GRPO's ±1 for a pair would set the batch's std alone. Demonstrations, and a batch with fewer than two RL
+    rows, are left as they are."""
     rl = ~batch.is_expert & batch.mask.any(dim=1)
     if int(rl.sum()) < 2:
         return batch
