@@ -401,14 +401,15 @@ def test_query_errors_are_clear(tmp_path):
         run_query(cfg, "SELECT 1")
     with ChdbBackend(cfg.state_dir / "analytics" / "chdb", "rftbus", writable=True):
         pass  # creates the tables
-    for sql, params, want in [("SELEC 1", [], "Syntax error"), ("DROP TABLE tasks", [], "readonly"),
-                              ("SELECT * FROM file('/etc/hostname', 'LineAsString')", [], "readonly"),
+    for sql, params, want in [("SELECT (1", [], "Syntax error"), ("SELEC 1", [], "SELEC statements are refused"),
+                              ("DROP TABLE tasks", [], "DROP statements are refused"),
+                              ("SELECT * FROM file('/etc/hostname', 'LineAsString')", [], "table function file"),
                               ("SELECT {v:Int64}", ["v=notanumber"], "notanumber"), ("  ", [], "empty query")]:
         with pytest.raises(QueryError, match=want):
             run_query(cfg, sql, parse_params(params))
     with pytest.raises(QueryError, match="expected name=value"):
         parse_params(["oops"])
     # Through the real CLI: one red line, exit 1, no traceback.
-    out = rftbus_cli(cfg, "analytics", "query", "SELEC 1")
+    out = rftbus_cli(cfg, "analytics", "query", "SELECT (1")
     assert out.returncode == 1 and out.stderr.startswith("error:") and "Syntax error" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) <= 2, out.stderr

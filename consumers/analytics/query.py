@@ -28,10 +28,11 @@ def parse_params(items: list[str]) -> dict[str, str]:
 
 
 def run_query(cfg: Config, sql: str, params: dict[str, str] | None = None) -> Result:
+    """A user's SQL (the CLI, the studio): one read-only statement (statement.py), within read_limits."""
     from .reader import open_reader
+    from .statement import check
 
-    if not sql.strip():
-        raise QueryError("empty query")
+    check(sql)
     with open_reader(cfg) as b:
         return b.query(sql, params)
 

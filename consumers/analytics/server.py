@@ -2,7 +2,8 @@
 
 Why: chDB lets one process open a folder, so while the sink runs, `rftbus analytics query / report /
 counts` (and `rftbus.consumers.analytics.counts`) ask the sink, which answers from its read-only
-session. Bound to loopback only; it runs no statement ClickHouse's readonly=1 would refuse.
+session. Bound to loopback only; like `run_query` it runs only what statement.check accepts (one read-only
+statement: chDB's readonly=1 alone lets INTO OUTFILE and file() through), within the session's read limits.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from .backends.base import AnalyticsError, Backend
+from .statement import check
 
 
 class QueryServer:
@@ -59,6 +61,7 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
                 self._send(400, {"error": f"bad request: {e}"})
                 return
             try:
+                check(sql)
                 res = backend.query(sql, params)
             except AnalyticsError as e:
                 self._send(400, {"error": str(e)})

@@ -31,6 +31,12 @@ class AnalyticsConfig(BaseModel):
     lock_wait_s: float = Field(30.0, ge=0, description="how long a process waits for the chDB folder when "
                                "another process holds it (chDB allows one process per folder)")
     connect_timeout_s: float = Field(10.0, gt=0, description="ClickHouse server connect timeout")
+    query_timeout_s: float = Field(30.0, gt=0, description="every read (reports, studio, `analytics query`) is "
+                                   "stopped by ClickHouse after this long (max_execution_time): a query that would "
+                                   "run forever holds no lock past it")
+    query_max_rows: int = Field(10_000_000, ge=1, description="a read whose result has more rows fails (max_result_rows)")
+    query_max_bytes: int = Field(2**30, ge=1, description="... or more bytes (max_result_bytes)")
+    query_max_memory_bytes: int = Field(2 * 2**30, ge=1, description="memory one read may use (max_memory_usage)")
     pass_threshold: float = Field(1.0, description="a sample passes when its reward is at least this "
                                   "(report: per-task pass rate, feedback agreement)")
 

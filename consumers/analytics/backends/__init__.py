@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rftbus.config import Config
 
-from .base import AnalyticsError, Backend, FolderLocked, QueryError, Result
+from .base import AnalyticsError, Backend, FolderLocked, QueryError, Result, read_limits
 
 
 def chdb_path(cfg: Config) -> Path:
@@ -32,11 +32,11 @@ def open_backend(cfg: Config, *, writable: bool) -> Backend:
     if a.backend == "chdb":
         from .chdb import ChdbBackend
 
-        return ChdbBackend(chdb_path(cfg), a.database, writable=writable)
+        return ChdbBackend(chdb_path(cfg), a.database, writable=writable, limits=read_limits(a))
     from .clickhouse import ClickHouseBackend
 
     return ClickHouseBackend.connect(a.url, a.database, a.user, a.password.get_secret_value(),
-                                     a.connect_timeout_s, writable=writable)
+                                     a.connect_timeout_s, writable=writable, limits=read_limits(a))
 
 
 __all__ = ["AnalyticsError", "Backend", "FolderLocked", "QueryError", "Result", "chdb_path", "is_embedded",

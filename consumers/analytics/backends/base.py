@@ -12,12 +12,24 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from rftbus.config.analytics import AnalyticsConfig
 from rftbus.errors import RftbusError
 
 from ..schema import TABLES, ddl_statements
 
 # Settings every read asks for, so both backends answer the same JSON whatever their version's defaults.
 READ_SETTINGS = {"output_format_json_quote_64bit_integers": 0, "output_format_json_quote_decimals": 0}
+
+
+def read_limits(a: AnalyticsConfig | None = None) -> dict[str, Any]:
+    """ClickHouse settings that bound every read on the query path (time, result, memory), fixed on the
+    connection: a user's statement cannot loosen them (readonly, and statement.py refuses SETTINGS)."""
+    a = a or AnalyticsConfig()
+    return {"max_execution_time": a.query_timeout_s, "max_result_rows": a.query_max_rows,
+            "max_result_bytes": a.query_max_bytes, "result_overflow_mode": "throw",
+            "max_memory_usage": a.query_max_memory_bytes}
+
+
 _PLACEHOLDER = re.compile(r"\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*:")
 
 

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from urllib.parse import urlencode
 
-from .base import READ_SETTINGS, Backend, FolderLocked, QueryError, Result, WriteError, check_params, short_error
+from .base import READ_SETTINGS, read_limits, Backend, FolderLocked, QueryError, Result, WriteError, check_params, short_error
 
 _LOCKED = "Cannot lock file"
 
@@ -33,7 +33,7 @@ def _session(path: Path, **settings):
 
 
 class ChdbBackend(Backend):
-    def __init__(self, path: Path, database: str, *, writable: bool):
+    def __init__(self, path: Path, database: str, *, writable: bool, limits: dict | None = None):
         self.path, self.database = Path(path), database
         self.describe = f"chDB {self.path}"
         # One lock per session: a long report query must not hold up the sink's inserts.
@@ -45,7 +45,7 @@ class ChdbBackend(Backend):
         elif not (self.path / "metadata").is_dir():
             raise QueryError(f"no analytics data at {self.path}: run `rftbus analytics sink` (or `rftbus run`) first")
         try:
-            self._ro = _session(self.path, readonly=1, **READ_SETTINGS)
+            self._ro = _session(self.path, readonly=1, **READ_SETTINGS, **(limits or read_limits()))
         except BaseException:
             if self._rw is not None:
                 self._rw.close()
@@ -75,12 +75,22 @@ class ChdbBackend(Backend):
 
     def query(self, sql: str, params: dict[str, str] | None = None) -> Result:
         params = check_params(sql, params)
-        try:
-            with self._rlock:
+        with self._rlock:
+            try:
                 out = self._ro.query(sql.strip().rstrip(";"), "JSONCompact", params=params or None)
-        except Exception as e:
-            raise QueryError(short_error(e)) from None
+            except Exception as e:
+                self._drain()
+                raise QueryError(short_error(e)) from None
         return Result.from_json_compact(out.bytes())
+
+    def _drain(self) -> None:
+        """chDB 4.4.0 keeps what a failed query (a timeout, a result over its limit) had already formatted and
+        returns it ahead of the session's next result, which then is not one JSON document (seen here; no
+        upstream issue found). A throwaway query takes that output; tests/test_sql_guard.py fails without it."""
+        try:
+            self._ro.query("SELECT 1", "JSONCompact")
+        except Exception:  # noqa: BLE001 - the session itself is broken: the next real query says how
+            pass
 
     def close(self) -> None:
         for s in (self._ro, self._rw):

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlparse
 
-from .base import READ_SETTINGS, Backend, FolderLocked, QueryError, Result, WriteError, check_params, short_error
+from .base import READ_SETTINGS, read_limits, Backend, FolderLocked, QueryError, Result, WriteError, check_params, short_error
 
 
 def connect_client(url: str, user: str, password: str, connect_timeout_s: float) -> Any:
@@ -40,8 +40,9 @@ def connect_client(url: str, user: str, password: str, connect_timeout_s: float)
 
 
 class ClickHouseBackend(Backend):
-    def __init__(self, client: Any, database: str, describe: str, *, writable: bool):
+    def __init__(self, client: Any, database: str, describe: str, *, writable: bool, limits: dict | None = None):
         self.client, self.database, self.describe = client, database, describe
+        self.limits = limits or read_limits()
         self._lock = threading.Lock()  # clickhouse-connect clients are not meant for concurrent use
         if writable:
             self.ensure_schema()
@@ -52,11 +53,11 @@ class ClickHouseBackend(Backend):
 
     @classmethod
     def connect(cls, url: str, database: str, user: str, password: str, connect_timeout_s: float,
-                *, writable: bool) -> ClickHouseBackend:
+                *, writable: bool, limits: dict | None = None) -> ClickHouseBackend:
         client = connect_client(url, user, password, connect_timeout_s)
         u = urlparse(url)
         shown = url if u.scheme == "chdb" else f"ClickHouse {u.scheme}://{u.hostname}:{u.port or ''}{u.path}"
-        return cls(client, database, shown, writable=writable)
+        return cls(client, database, shown, writable=writable, limits=limits)
 
     def execute(self, sql: str) -> None:
         with self._writing():
@@ -81,7 +82,7 @@ class ClickHouseBackend(Backend):
         try:
             with self._lock:
                 out = self.client.raw_query(sql.strip().rstrip(";"), parameters=params or None,
-                                            settings={"readonly": 2, **READ_SETTINGS}, fmt="JSONCompact")
+                                            settings={"readonly": 2, **READ_SETTINGS, **self.limits}, fmt="JSONCompact")
         except Exception as e:
             raise QueryError(short_error(e)) from None
         return Result.from_json_compact(out)
