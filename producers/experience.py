@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from rftbus.producers.workflows.base import Sample, encode_prompt
+from rftbus.models.prompt import PromptFormat
+from rftbus.producers.workflows.base import Sample
 from rftbus.schemas import Experience, ExperienceGroup, Source, Task
 
 
@@ -20,16 +21,15 @@ def group_of(task: Task, samples: list[Sample], version: int, explorer_id: str) 
         ) for s in samples])
 
 
-def expert_group(task: Task, text: str, tokenizer, producer_id: str, chat_template: bool = False) -> ExperienceGroup:
-    """A task's demonstration (see `demonstration`)."""
+def expert_group(task: Task, text: str, fmt: PromptFormat, producer_id: str) -> ExperienceGroup:
+    """A task's demonstration (see `demonstration`), its prompt rendered as the explorers render it."""
     return demonstration(
-        prompt_ids=encode_prompt(tokenizer, task.prompt, chat_template), prompt_text=task.prompt, text=text,
-        tokenizer=tokenizer, task_id=task.task_id, producer_id=producer_id,
+        prompt_ids=fmt.task(task.prompt), prompt_text=task.prompt, text=text, fmt=fmt, task_id=task.task_id, producer_id=producer_id,
         metadata={"taskset": task.taskset, "split": task.split},
     )
 
 
-def demonstration(*, prompt_ids: list[int], prompt_text: str, text: str, tokenizer, task_id: str, producer_id: str,
+def demonstration(*, prompt_ids: list[int], prompt_text: str, text: str, fmt: PromptFormat, task_id: str, producer_id: str,
                   metadata: dict[str, str], experience_id: str | None = None) -> ExperienceGroup:
     """The contract for demonstrations: a group of one (group_id = "<experience_id>:demo"), source=expert,
     logprobs 0.0, loss_mask all true, reward 1.0.
@@ -37,9 +37,7 @@ def demonstration(*, prompt_ids: list[int], prompt_text: str, text: str, tokeniz
     model_version is 0: a demonstration does not come from any policy version (metadata says so).
     Shared by taskset experts and live corrections (producers/serve), so both meet the same contract.
     """
-    response_ids = list(tokenizer(text, add_special_tokens=False)["input_ids"])
-    if tokenizer.eos_token_id is not None:
-        response_ids.append(tokenizer.eos_token_id)
+    response_ids = fmt.response(text)  # the answer's tokens and the model's end of turn
     sample = Experience(
         response_ids=response_ids, logprobs=[0.0] * len(response_ids), loss_mask=[True] * len(response_ids),
         reward=1.0, reward_components={"expert": 1.0}, model_version=0, response_text=text, finish_reason="stop")

@@ -21,6 +21,7 @@ from rftbus.config import Config, ConfigError
 from rftbus.consumers.weight_sync import swap_in_ready
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.models.loading import load_tokenizer
+from rftbus.models.prompt import prompt_format
 from rftbus.producers.acks import AckTracker
 from rftbus.producers.admission import Admission, AdmissionUnavailable
 from rftbus.producers.engines import RolloutEngine, make_engine
@@ -31,7 +32,7 @@ from rftbus.producers.rewards import make_rewards
 from rftbus.producers.rollout import run_task
 from rftbus.producers.seen_tasks import SeenTasks
 from rftbus.status import StatusFile
-from rftbus.producers.workflows import RolloutContext, encode_prompt
+from rftbus.producers.workflows import RolloutContext
 from rftbus.schemas import DecodeError, ExperienceGroup, Rejection, Task, make_codec, topic_context
 from rftbus.tasksets import get_taskset, taskset_names
 from rftbus.weights.follower import WeightFollower
@@ -60,10 +61,11 @@ class Explorer:
         self.encode_group, self.encode_rej = codec.serializer(ExperienceGroup), codec.serializer(Rejection)
         self.decode_task = codec.deserializer(Task)
         self.tokenizer = load_tokenizer(cfg.model)
+        self.prompt = prompt_format(self.tokenizer, cfg.model)  # before the engine: a bad template fails first
         self.engine = engine or make_engine(cfg, self.tokenizer)
         self.primed = PrimedEngine(self.engine) if ex.batch_tasks > 1 else None
         self.ctx = RolloutContext(self.primed or self.engine, self.tokenizer, ex.sampling, make_rewards(ex.rewards),
-                                  ex.workflow)
+                                  ex.workflow, self.prompt)
         self.producer = make_producer(cfg)
         static = {}
         if ex.static_membership:  # KIP-345: a restart with the same id rejoins without a rebalance
@@ -222,7 +224,7 @@ class Explorer:
             if isinstance(task, DecodeError) or (msg.partition() or 0, task.task_id) in self.seen:
                 continue
             if (task.workflow or ex.workflow.kind) == "single_turn":
-                prompt = encode_prompt(self.tokenizer, task.prompt, ex.workflow.chat_template)
+                prompt = self.prompt.task(task.prompt)
                 ctx = self.engine.max_context
                 if ctx is not None and len(prompt) >= ctx:  # its own call rejects it before generating
                     continue
@@ -318,8 +320,7 @@ class Explorer:
         if self.admission:
             self.admission.produced_group()
         if ex.expert and task.taskset in taskset_names():
-            demo = expert_group(task, get_taskset(task.taskset).expert(task), self.tokenizer, self.id,
-                                ex.workflow.chat_template)
+            demo = expert_group(task, get_taskset(task.taskset).expert(task), self.prompt, self.id)
             self._produce(self.cfg.topics.expert.name, demo.group_id, demo, self.encode_group, msg)
             self.stats["expert_produced"] += 1
 

@@ -53,7 +53,7 @@ class FeedbackClient:
         self.producer = make_producer(cfg, **{"message.timeout.ms": int(timeout_s * 1000)})
         codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
         self.encode_fb, self.encode_group = codec.serializer(Feedback), codec.serializer(ExperienceGroup)
-        self._tok = None
+        self._fmt = None
 
     # -- one call per kind ---------------------------------------------------------------------
     def reward(self, experience_id: str, value: float, **kw: Any) -> Published:
@@ -83,9 +83,9 @@ class FeedbackClient:
             if not req.prompt:
                 raise FeedbackNotAccepted("prompt: a correction sent straight to Kafka needs the prompt (only the "
                                           "proxy that recorded the experience knows it: post through it instead)")
-            tok = self._tokenizer()
-            ids = list(tok(req.prompt, add_special_tokens=False)["input_ids"])
-            expert = correction_group(fb, ids, req.prompt, default_task_id(ids), tok, self.producer_id)
+            fmt = self._prompt_format()
+            ids = fmt.task(req.prompt)
+            expert = correction_group(fb, ids, req.prompt, default_task_id(ids), fmt, self.producer_id)
         errors: list[str] = []
 
         def on_delivery(err, msg) -> None:
@@ -104,11 +104,12 @@ class FeedbackClient:
                                       f"({why}); it was not accepted")
         return Published(fb, expert)
 
-    def _tokenizer(self):
-        if self._tok is None:
+    def _prompt_format(self):
+        if self._fmt is None:
             from rftbus.models.loading import load_tokenizer  # transformers: only when a correction needs it
-            self._tok = load_tokenizer(self.cfg.model)
-        return self._tok
+            from rftbus.models.prompt import prompt_format
+            self._fmt = prompt_format(load_tokenizer(self.cfg.model), self.cfg.model)
+        return self._fmt
 
     def close(self) -> None:
         self.producer.flush(self.timeout_s)

@@ -26,7 +26,7 @@ from rftbus.config import Config
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.experience import demonstration
-from rftbus.producers.workflows.base import encode_prompt
+from rftbus.models.prompt import prompt_format
 from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.simulate.graders import rating_of
 from rftbus.streams.advantages import make_estimator
@@ -171,6 +171,7 @@ def main() -> None:
                                                                      "intermediate_size": 2 * a.hidden}},
                                  "explorer": {"sampling": {"temperature": a.temperature, "max_new_tokens": 6}}})
     tok = load_tokenizer(cfg.model)
+    fmt = prompt_format(tok, cfg.model)
     lm = load_policy(cfg.model, tok)
     if a.init:
         lm.load_state_dict(torch.load(a.init))
@@ -183,7 +184,7 @@ def main() -> None:
     hist: list[dict] = []
 
     def ev(step: int, phase: str) -> None:
-        r = evaluate(lm, tok, ts, 128, max_new_tokens=6)
+        r = evaluate(lm, fmt, ts, 128, max_new_tokens=6)
         lm.train()
         live = sum(sampled) / len(sampled) if sampled else None
         sampled.clear()
@@ -195,8 +196,8 @@ def main() -> None:
         eng, sft = TorchEngine(policy, 2e-3), make_loss(TrainerConfig(loss="sft"), 0)
         for k in range(1, a.sft_steps + 1):
             demos = [row for t in (rng.choice(train) for _ in range(64))
-                     for row in rows_of(demonstration(prompt_ids=encode_prompt(tok, t.prompt), prompt_text=t.prompt,
-                                                      text=t.answer, tokenizer=tok, task_id=t.task_id,
+                     for row in rows_of(demonstration(prompt_ids=fmt.task(t.prompt), prompt_text=t.prompt,
+                                                      text=t.answer, fmt=fmt, task_id=t.task_id,
                                                       producer_id="sweep", metadata={}), expert=True)]
             train_step(eng, sft, collate(demos, tok.pad_token_id, 64))
             if k % a.eval_every == 0:
@@ -219,7 +220,7 @@ def main() -> None:
         kept = 0
         while a.singleton and not kept:
             tasks = [rng.choice(train) for _ in range(a.B)]
-            prompts = [encode_prompt(tok, t.prompt) for t in tasks]
+            prompts = [fmt.task(t.prompt) for t in tasks]
             comps = rollout.generate(prompts, cfg.explorer.sampling)
             graded.append([])
             for t, p, c in zip(tasks, prompts, comps):
@@ -239,7 +240,7 @@ def main() -> None:
             kept = groups = len(exps)
         while not a.singleton and kept < a.B and (a.fill or groups < step * a.B):
             t = rng.choice(warm if step <= a.warm_steps else train)
-            p = encode_prompt(tok, t.prompt)
+            p = fmt.task(t.prompt)
             comps = rollout.generate([p] * a.n, cfg.explorer.sampling)
             rewards = [ts.score(c.text, t.answer)["reward"] for c in comps]
             groups += 1

@@ -23,7 +23,7 @@ from rftbus.config import Config
 from rftbus.config.trainer import TrainerConfig
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.producers.experience import demonstration
-from rftbus.producers.workflows.base import encode_prompt
+from rftbus.models.prompt import prompt_format
 from rftbus.tasksets import get_taskset
 from rftbus.trainer.batch import collate, rows_of
 from rftbus.trainer.evaluate import evaluate
@@ -51,13 +51,14 @@ def main() -> None:
     rng = random.Random(a.seed)
     cfg = Config.model_validate({})
     tok = load_tokenizer(cfg.model)
+    fmt = prompt_format(tok, cfg.model)
     lm = load_policy(cfg.model, tok)
     ts = get_taskset("addition", digits=2)
     train = list(ts.tasks("train", 5000, seed=0))  # `rftbus simulate`'s default task count
 
     def demo(t):
-        return rows_of(demonstration(prompt_ids=encode_prompt(tok, t.prompt), prompt_text=t.prompt, text=t.answer,
-                                     tokenizer=tok, task_id=t.task_id, producer_id="sweep", metadata={}),
+        return rows_of(demonstration(prompt_ids=fmt.task(t.prompt), prompt_text=t.prompt, text=t.answer,
+                                     fmt=fmt, task_id=t.task_id, producer_id="sweep", metadata={}),
                        expert=True)[0]
 
     arrivals = [demo(rng.choice(train)) for _ in range(int(a.rate * a.opt_steps) + 64)]
@@ -65,7 +66,7 @@ def main() -> None:
     t0, opt, used = time.time(), 0, 0
 
     def ev() -> None:
-        r = evaluate(lm, tok, ts, 256, max_new_tokens=6)
+        r = evaluate(lm, fmt, ts, 256, max_new_tokens=6)
         lm.train()
         print(json.dumps({"mode": a.mode, "opt": opt, "pool": used, "eval": round(r["mean_reward"], 3),
                           "exact": round(r.get("mean_exact", 0), 3), "s": round(time.time() - t0)}), flush=True)

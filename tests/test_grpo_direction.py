@@ -18,7 +18,7 @@ import torch
 from rftbus.config import Config
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.producers.engines.transformers import TransformersEngine
-from rftbus.producers.workflows.base import encode_prompt
+from rftbus.models.prompt import PromptFormat
 from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.streams.advantages.grpo import GRPO
 from rftbus.trainer.batch import collate, rows_of
@@ -68,7 +68,7 @@ def grpo_setup(eta: int, update_epochs: int = 1, lr: float = 2e-3, **trainer):
     cfg = Config.model_validate({"explorer": {"sampling": {"temperature": 1.0, "max_new_tokens": 6}}})
     tok = load_tokenizer(cfg.model)
     lm = load_policy(cfg.model, tok)
-    prompt_ids = encode_prompt(tok, "37+45=")
+    prompt_ids = PromptFormat.for_model(tok, cfg.model).task("37+45=")
     good, bad = sample_two_distinct(cfg, tok, lm, prompt_ids)
     advantages = GRPO().advantages([1.0, 0.0])  # streams' group normalisation: [+1, -1]
     assert advantages[0] > 0 > advantages[1]

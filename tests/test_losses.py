@@ -236,6 +236,7 @@ def test_recomputed_logprobs_match_generation_at_the_same_weights():
 
 def test_evaluate_scores_greedy_generations_on_the_eval_split():
     from rftbus.models.config import ModelConfig
+    from rftbus.models.prompt import PromptFormat
     from rftbus.models.loading import load_policy, load_tokenizer
     from rftbus.tasksets import get_taskset
     from rftbus.trainer.evaluate import evaluate
@@ -243,7 +244,7 @@ def test_evaluate_scores_greedy_generations_on_the_eval_split():
     tok = load_tokenizer(ModelConfig())
     model = load_policy(ModelConfig(), tok)
     ts = get_taskset("addition")
-    res = evaluate(model, tok, ts, 6, max_new_tokens=4)
+    res = evaluate(model, PromptFormat.for_model(tok, ModelConfig()), ts, 6, max_new_tokens=4)
     assert res["n"] == 6.0 and 0.0 <= res["mean_reward"] <= 1.0 and "mean_exact" in res
 
     class Oracle:  # a taskset whose scorer checks the text generated: a perfect answer scores 1
@@ -260,4 +261,4 @@ def test_evaluate_scores_greedy_generations_on_the_eval_split():
     with torch.no_grad():
         g = model.generate(**enc, do_sample=False, max_new_tokens=4, pad_token_id=tok.pad_token_id)
     greedy = [tok.decode(g[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)]
-    assert evaluate(model, tok, Oracle(), 1, max_new_tokens=4)["mean_reward"] == 1.0
+    assert evaluate(model, PromptFormat.for_model(tok, ModelConfig()), Oracle(), 1, max_new_tokens=4)["mean_reward"] == 1.0

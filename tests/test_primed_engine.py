@@ -9,7 +9,7 @@ from rftbus.models.loading import load_tokenizer
 from rftbus.producers.engines.primed import PrimedEngine
 from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.rewards import make_rewards
-from rftbus.producers.workflows import RolloutContext, encode_prompt
+from rftbus.producers.workflows import RolloutContext
 from rftbus.producers.workflows.single_turn import SingleTurn
 from rftbus.tasksets import get_taskset
 
@@ -30,7 +30,7 @@ def test_one_call_for_several_groups_and_the_rest_falls_through():
     eng = PrimedEngine(inner)
     ctx = RolloutContext(eng, tok, cfg.explorer.sampling, make_rewards(cfg.explorer.rewards), cfg.explorer.workflow)
     tasks = list(get_taskset("reverse").tasks("train", 3))
-    reqs = [(tuple(encode_prompt(tok, t.prompt)), n) for t, n in zip(tasks, (4, 2, 4))]
+    reqs = [(tuple(ctx.fmt.task(t.prompt)), n) for t, n in zip(tasks, (4, 2, 4))]
     eng.prime(reqs, ctx.sampling)
     assert inner.calls == [10]
     wf = SingleTurn()

@@ -7,6 +7,8 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from rftbus.config import load_config
+from rftbus.models.config import ModelConfig
+from rftbus.models.prompt import PromptFormat
 from rftbus.models.tokenizer import build_char_tokenizer
 from rftbus.producers.engines.base import Completion
 from rftbus.producers.serve.auth import Scope, TokenAuth
@@ -20,6 +22,7 @@ from rftbus.schemas import FeedbackKind, Source
 from rftbus.streams.feedback import grades
 
 TOK = build_char_tokenizer()
+FMT = PromptFormat.for_model(TOK, ModelConfig())
 
 
 def ids(text: str) -> list[int]:
@@ -85,17 +88,17 @@ def test_rating_scale_check():
 def test_prompts():
     req = ChatRequest.model_validate({"messages": [{"role": "user", "content": [{"type": "text", "text": "1+"},
                                                                                 {"type": "text", "text": "2="}]}]})
-    assert chat_prompt(TOK, req) == (ids("1+2="), "1+2=")
+    assert chat_prompt(FMT, req) == (ids("1+2="), "1+2=")
     conv = ChatRequest.model_validate({"messages": [{"role": "system", "content": "add"},
                                                     {"role": "user", "content": "1+2="}]})
-    assert chat_prompt(TOK, conv)[1] == "system: add\nuser: 1+2=\nassistant: "
+    assert chat_prompt(FMT, conv)[1] == "system: add\nuser: 1+2=\nassistant: "
     with pytest.raises(BadRequest) as e:
-        chat_prompt(TOK, ChatRequest.model_validate({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}))
+        chat_prompt(FMT, ChatRequest.model_validate({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}))
     assert e.value.param == "messages.0.content.0.type"
-    assert completion_prompt(TOK, CompletionRequest(prompt=[5, 6]))[0] == [5, 6]
-    assert completion_prompt(TOK, CompletionRequest(prompt=["3+3="]))[0] == ids("3+3=")
+    assert completion_prompt(FMT, CompletionRequest(prompt=[5, 6]))[0] == [5, 6]
+    assert completion_prompt(FMT, CompletionRequest(prompt=["3+3="]))[0] == ids("3+3=")
     with pytest.raises(BadRequest, match="only one prompt"):
-        completion_prompt(TOK, CompletionRequest(prompt=["a", "b"]))
+        completion_prompt(FMT, CompletionRequest(prompt=["a", "b"]))
     assert default_task_id(ids("1+1=")) == default_task_id(ids("1+1=")) != default_task_id(ids("1+2="))
 
 

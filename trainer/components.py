@@ -30,6 +30,7 @@ class Components:
     world: int
     loss: Loss
     tokenizer: Any
+    prompt: Any  # the model's PromptFormat (models/prompt.py): eval renders tasks as the explorers do
     engine: Any
     ref_model: Any
     pad_id: int
@@ -79,6 +80,7 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     import torch
 
     from rftbus.models.loading import load_policy, load_tokenizer
+    from rftbus.models.prompt import prompt_format
     from rftbus.trainer.engine import build_engine
     from rftbus.trainer.policy import PolicyWithValue
 
@@ -88,6 +90,7 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     loss = make_loss(tc, cfg.rl.max_staleness)
     torch.manual_seed(tc.seed + rank)
     tokenizer = load_tokenizer(cfg.model)
+    prompt = prompt_format(tokenizer, cfg.model)  # a model without the template the config asks for fails here
     lm = load_policy(cfg.model, tokenizer)
     lm.config.use_cache = False
     if tc.gradient_checkpointing:
@@ -127,7 +130,8 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     status.update(rank=rank, world=world, loss_name=loss.name, off_policy=loss.off_policy, step=0, version=0)
     ckpt_dir = Path(tc.checkpoint_dir) if tc.checkpoint_dir else cfg.state_dir / "checkpoints"
     return Components(
-        cfg=cfg, rank=rank, world=world, loss=loss, tokenizer=tokenizer, engine=engine, ref_model=ref_model,
+        cfg=cfg, rank=rank, world=world, loss=loss, tokenizer=tokenizer, prompt=prompt,
+        engine=engine, ref_model=ref_model,
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, max_len=max_len, limits=limits,
         producer=producer, consumer=consumer, codec=codec, deserializer=codec.deserializer(ExperienceGroup),
         lane_topics=lane_topics, rejector=rejector, publisher=publisher, metrics=metrics, status=status,

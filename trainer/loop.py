@@ -306,7 +306,7 @@ class Trainer:
     def _eval(self) -> None:
         from rftbus.trainer.evaluate import evaluate
 
-        res = evaluate(self.c.engine.module.lm, self.c.tokenizer, self.c.taskset(), self.tc.eval_n,
+        res = evaluate(self.c.engine.module.lm, self.c.prompt, self.c.taskset(), self.tc.eval_n,
                        self.tc.eval_max_new_tokens)
         assert self.c.metrics is not None  # evals run on rank 0, which has one
         self.c.metrics.emit(self.step, self.version, res, kind="eval")

@@ -18,6 +18,7 @@ import torch
 
 from rftbus.config import Config
 from rftbus.models.loading import load_policy
+from rftbus.models.prompt import PromptFormat, prompt_format
 from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine
 
@@ -31,12 +32,12 @@ def pick_device(name: str) -> torch.device:
 class TransformersEngine(RolloutEngine):
     name = "transformers"
 
-    def __init__(self, cfg: Config, tokenizer, model: torch.nn.Module | None = None):
+    def __init__(self, cfg: Config, tokenizer, model: torch.nn.Module | None = None, prompt: PromptFormat | None = None):
         self.tok = tokenizer
+        self.prompt = prompt or prompt_format(tokenizer, cfg.model)  # its stop ids end a response
         self.device = pick_device(cfg.explorer.engine.device)
         self.model: Any = (model or load_policy(cfg.model, tokenizer)).to(self.device).eval()
         self.version = 0
-        self.eos_id = tokenizer.eos_token_id
         self.max_context = getattr(self.model.config, "max_position_embeddings", None) or None
         if cfg.explorer.sampling.seed is not None:
             torch.manual_seed(cfg.explorer.sampling.seed)
@@ -56,7 +57,7 @@ class TransformersEngine(RolloutEngine):
             max_new_tokens=limit, return_dict_in_generate=True,
             min_new_tokens=min(sampling.min_new_tokens, limit) or None,
             output_scores=not raw, output_logits=raw, pad_token_id=self.tok.pad_token_id,
-            eos_token_id=self.eos_id,
+            eos_token_id=self.prompt.stop_ids,
         )
         new = out.sequences[:, input_ids.shape[1]:]
         steps = torch.stack(out.logits if raw else out.scores, dim=1).float()  # [batch, new, vocab]
@@ -65,11 +66,8 @@ class TransformersEngine(RolloutEngine):
                 "logprob_temperature": "1.0" if raw else repr(sampling.temperature)}
         results = []
         for ids, lp in zip(new.tolist(), lps.tolist()):
-            finish = "length"
-            if self.eos_id in ids:
-                ids = ids[: ids.index(self.eos_id) + 1]
-                finish = "stop"
-            text = self.tok.decode(ids, skip_special_tokens=True)
+            ids, finish = self.prompt.cut(ids)  # the stop token stays (the loss learns to end), not in the text
+            text = self.prompt.decode(ids)
             results.append(Completion(ids, lp[: len(ids)], finish, text, dict(meta)))
         return results
 

@@ -65,13 +65,20 @@ class VllmEngine(RolloutEngine):
         reason = vllm_unavailable_reason()
         if reason:
             raise RftbusError(f"explorer.engine.kind=vllm: {reason}")
-        if cfg.model.path is None:
-            raise RftbusError("explorer.engine.kind=vllm needs model.path (vLLM loads Hugging Face folders)")
+        from rftbus.models.prompt import prompt_format
+        from rftbus.models.source import model_folder
+
+        folder = model_folder(cfg.model)  # a preset or GGUF: its converted folder
+        if folder is None:
+            raise RftbusError("explorer.engine.kind=vllm needs a Hugging Face model (model.path, a preset or a "
+                              "gguf_file): vLLM loads folders, not the built-in tiny model")
         from vllm import LLM
 
         ec = cfg.explorer.engine
         self.tok = tokenizer
-        self.llm = LLM(model=str(cfg.model.path), dtype=cfg.model.dtype,
+        self.prompt = prompt_format(tokenizer, cfg.model)  # stop ids: the same as the transformers engine's
+        self.llm = LLM(model=folder, dtype=cfg.model.dtype, revision=cfg.model.revision,
+                       trust_remote_code=cfg.model.trust_remote_code,
                        gpu_memory_utilization=ec.gpu_memory_utilization,
                        tensor_parallel_size=ec.tensor_parallel_size, max_model_len=ec.max_model_len,
                        enforce_eager=ec.enforce_eager, enable_prefix_caching=True,
@@ -91,7 +98,8 @@ class VllmEngine(RolloutEngine):
         runs = runs_of(prompts)
         params = [SamplingParams(n=n, temperature=sampling.temperature, top_p=sampling.top_p,
                                  top_k=sampling.top_k or 0, max_tokens=limit,
-                                 min_tokens=min(sampling.min_new_tokens, limit), logprobs=0, seed=sampling.seed)
+                                 min_tokens=min(sampling.min_new_tokens, limit), logprobs=0, seed=sampling.seed,
+                                 stop_token_ids=list(self.prompt.stop_ids), skip_special_tokens=True)
                   for _, n in runs]
         outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p, _ in runs], params, use_tqdm=False)
         meta = {"logprob_kind": "sampling", "logprob_temperature": repr(sampling.temperature)}

@@ -140,7 +140,7 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
     async def chat_completions(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         req = await parse(request, ChatRequest)
-        ids, text = chat_prompt(svc.tokenizer, req)
+        ids, text = chat_prompt(svc.prompt, req)
         a = await answer(req, ids, text, "chat.completions")
         if req.stream:
             return streamed(a, True, req)
@@ -151,7 +151,7 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
     async def completions(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         req = await parse(request, CompletionRequest)
-        ids, text = completion_prompt(svc.tokenizer, req)
+        ids, text = completion_prompt(svc.prompt, req)
         a = await answer(req, ids, text, "completions")
         if req.stream:
             return streamed(a, False, req)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rftbus.schemas import ExperienceGroup, Feedback, FeedbackKind
+
+if TYPE_CHECKING:
+    from rftbus.models.prompt import PromptFormat
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,127}$"
 _ID = re.compile(ID_PATTERN)
@@ -106,7 +109,7 @@ class FeedbackRequest(BaseModel):
         return fb
 
 
-def correction_group(fb: Feedback, prompt_ids: list[int], prompt_text: str, task_id: str, tokenizer,
+def correction_group(fb: Feedback, prompt_ids: list[int], prompt_text: str, task_id: str, fmt: PromptFormat,
                      producer_id: str) -> ExperienceGroup:
     """The corrected response as a demonstration. Its id derives from the feedback id, so a retried
     feedback (same feedback_id) yields the same expert record, not a second one."""
@@ -116,7 +119,7 @@ def correction_group(fb: Feedback, prompt_ids: list[int], prompt_text: str, task
     if fb.annotator:
         meta["annotator"] = fb.annotator
     return demonstration(prompt_ids=prompt_ids, prompt_text=prompt_text, text=fb.correction or "",
-                         tokenizer=tokenizer, task_id=task_id, producer_id=producer_id, metadata=meta,
+                         fmt=fmt, task_id=task_id, producer_id=producer_id, metadata=meta,
                          experience_id=f"{fb.feedback_id}:correction")
 
 

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rftbus.models.prompt import PromptFormat
 from rftbus.producers.serve.errors import BadRequest
 
 # field -> the value meaning "off"; anything else is refused.
@@ -99,30 +100,21 @@ def message_text(i: int, m: ChatMessage) -> str:
     return "".join(texts)
 
 
-def chat_prompt(tokenizer, req: ChatRequest) -> tuple[list[int], str]:
-    """(prompt ids, prompt text). With a chat template, the tokenizer's own; without one (the tiny
-    model), a lone user message is its text as-is (what explorers send) and a conversation is
-    `role: text` lines."""
-    msgs = [{"role": m.role, "content": message_text(i, m)} for i, m in enumerate(req.messages)]
-    if getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        return list(ids), text
-    if len(msgs) == 1 and msgs[0]["role"] == "user":
-        text = msgs[0]["content"]
-    else:
-        text = "\n".join(f"{m['role']}: {m['content']}" for m in msgs) + "\nassistant: "
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"]), text
+def chat_prompt(fmt: PromptFormat, req: ChatRequest) -> tuple[list[int], str]:
+    """(prompt ids, prompt text), rendered by the model's one prompt format (models/prompt.py): a lone user
+    message gives exactly the ids an explorer sends for the same task."""
+    return fmt.messages([{"role": m.role, "content": message_text(i, m)} for i, m in enumerate(req.messages)])
 
 
-def completion_prompt(tokenizer, req: CompletionRequest) -> tuple[list[int], str]:
+def completion_prompt(fmt: PromptFormat, req: CompletionRequest) -> tuple[list[int], str]:
     p = req.prompt
     if isinstance(p, list) and p and isinstance(p[0], str):
         if len(p) != 1:
             raise BadRequest("only one prompt per request (send several requests)", param="prompt")
         p = p[0]
     if isinstance(p, str):
-        return list(tokenizer(p, add_special_tokens=False)["input_ids"]), p
+        return fmt.text(p), p
+    tokenizer = fmt.tokenizer
     vocab = len(tokenizer)
     ids = [t for t in p if isinstance(t, int)]
     bad = next((t for t in p if not isinstance(t, int) or not 0 <= t < vocab), None)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from rftbus.config import Config
 from rftbus.kafka.clients import make_producer
 from rftbus.models.loading import load_tokenizer
+from rftbus.models.prompt import prompt_format
 from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines import RolloutEngine, make_engine
 from rftbus.producers.engines.base import Completion
@@ -63,6 +64,7 @@ class LiveService:
         self.model_name = s.served_model or cfg.model.name
         self.auth = TokenAuth.from_config(s)
         self.tokenizer = load_tokenizer(cfg.model)
+        self.prompt = prompt_format(self.tokenizer, cfg.model)
         self.engine = engine or make_engine(engine_config(cfg), self.tokenizer)
         syncs = getattr(self.engine, "supports_weight_sync", True)
         follower = WeightFollower(cfg, report=report) if syncs else None
@@ -223,10 +225,10 @@ class LiveService:
     def _correction(self, fb: Feedback, req: FeedbackRequest) -> ExperienceGroup:
         known = self.recent.get(fb.experience_id)
         if known is not None:
-            return correction_group(fb, known.ids, known.text, known.task_id, self.tokenizer, self.id)
+            return correction_group(fb, known.ids, known.text, known.task_id, self.prompt, self.id)
         if req.prompt:
-            ids = list(self.tokenizer(req.prompt, add_special_tokens=False)["input_ids"])
-            return correction_group(fb, ids, req.prompt, default_task_id(ids), self.tokenizer, self.id)
+            ids = self.prompt.task(req.prompt)
+            return correction_group(fb, ids, req.prompt, default_task_id(ids), self.prompt, self.id)
         raise BadRequest(f"experience_id {fb.experience_id} was not recorded by this server recently: send `prompt` "
                          f"with the correction so it can become an expert experience", param="prompt")
 

@@ -80,14 +80,13 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
 def _expert_maker(cfg: Config):
     """Demonstrations from the built-in tasksets' `.expert` (tokenized with the policy's tokenizer)."""
     from rftbus.models.loading import load_tokenizer
+    from rftbus.models.prompt import prompt_format
     from rftbus.producers.experience import expert_group
     from rftbus.tasksets import get_taskset, taskset_names
-    tok = load_tokenizer(cfg.model)
+    fmt = prompt_format(load_tokenizer(cfg.model), cfg.model)
 
     def make(task: Task) -> ExperienceGroup | None:
         if task.taskset not in taskset_names():
-            return None if task.answer is None else expert_group(task, task.answer, tok, "tasks-publish",
-                                                                 cfg.explorer.workflow.chat_template)
-        return expert_group(task, get_taskset(task.taskset).expert(task), tok, "tasks-publish",
-                                 cfg.explorer.workflow.chat_template)
+            return None if task.answer is None else expert_group(task, task.answer, fmt, "tasks-publish")
+        return expert_group(task, get_taskset(task.taskset).expert(task), fmt, "tasks-publish")
     return make

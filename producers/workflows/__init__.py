@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow, encode_prompt
+from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow
 
-__all__ = ["RolloutContext", "Sample", "Workflow", "encode_prompt", "load_workflow"]
+__all__ = ["RolloutContext", "Sample", "Workflow", "load_workflow"]
 
 _cache: dict[str, Workflow] = {}
 

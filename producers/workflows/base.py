@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rftbus.config.explorer import SamplingConfig, WorkflowConfig
+from rftbus.models.config import ModelConfig
+from rftbus.models.prompt import PromptFormat
 from rftbus.producers.engines.base import RolloutEngine
 from rftbus.producers.rewards.base import RewardSet
 from rftbus.schemas import Task
@@ -41,6 +43,16 @@ class RolloutContext:
     sampling: SamplingConfig
     rewards: RewardSet
     workflow: WorkflowConfig
+    prompt: PromptFormat | None = None  # the model's prompt format (models/prompt.py); default: the tokenizer's own
+
+    def __post_init__(self) -> None:
+        if self.prompt is None:
+            self.prompt = PromptFormat.for_model(self.tokenizer, ModelConfig())
+
+    @property
+    def fmt(self) -> PromptFormat:
+        assert self.prompt is not None  # set in __post_init__
+        return self.prompt
 
 
 class Workflow(ABC):
@@ -48,10 +60,3 @@ class Workflow(ABC):
     def run(self, task: Task, n: int, ctx: RolloutContext) -> list[Sample]:
         """Return exactly `n` samples for `task` (one GRPO group)."""
 
-
-def encode_prompt(tokenizer, text: str, chat_template: bool = False) -> list[int]:
-    """Prompt token ids, the same way for explorers and expert demonstrations."""
-    if chat_template:
-        return list(tokenizer.apply_chat_template([{"role": "user", "content": text}],
-                                                  add_generation_prompt=True, tokenize=True))
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow, encode_prompt
+from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow
 from rftbus.producers.workflows.envs import BUILTIN_ENVS, Environment
 from rftbus.schemas import Task
 
@@ -39,7 +39,7 @@ class MultiTurn(Workflow):
         episodes = []
         for _ in range(n):
             env = make_env(wf.env, wf.env_params)
-            episodes.append(_Episode(env, encode_prompt(tok, env.reset(task), wf.chat_template)))
+            episodes.append(_Episode(env, ctx.fmt.task(env.reset(task))))
         limit = getattr(ctx.engine, "max_context", None)
         t0 = time.perf_counter()
         for _turn in range(wf.max_turns):

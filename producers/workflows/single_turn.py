@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 
-from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow, encode_prompt
+from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow
 from rftbus.schemas import Task
 
 
 class SingleTurn(Workflow):
     def run(self, task: Task, n: int, ctx: RolloutContext) -> list[Sample]:
-        prompt_ids = encode_prompt(ctx.tokenizer, task.prompt, ctx.workflow.chat_template)
+        prompt_ids = ctx.fmt.task(task.prompt)
         t0 = time.perf_counter()
         completions = ctx.engine.generate([prompt_ids] * n, ctx.sampling)
         gen_ms = (time.perf_counter() - t0) * 1000

@@ -60,6 +60,7 @@ def _launch_ranks(ranks: int) -> None:
 
 def _eval(cfg, n: int, as_json: bool, console) -> None:
     from rftbus.models.loading import load_policy, load_tokenizer
+    from rftbus.models.prompt import prompt_format
     from rftbus.tasksets import get_taskset
     from rftbus.trainer.evaluate import evaluate
     from rftbus.trainer.weights_source import newest_weights
@@ -67,7 +68,7 @@ def _eval(cfg, n: int, as_json: bool, console) -> None:
     tok = load_tokenizer(cfg.model)
     model = load_policy(cfg.model, tok)
     version, where = newest_weights(cfg, model)
-    res = evaluate(model, tok, get_taskset(cfg.taskset.name, **cfg.taskset.params), n,
+    res = evaluate(model, prompt_format(tok, cfg.model), get_taskset(cfg.taskset.name, **cfg.taskset.params), n,
                    cfg.trainer.eval_max_new_tokens)
     res["version"] = float(version)
     if as_json:

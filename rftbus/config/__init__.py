@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from rftbus.config.analytics import AnalyticsConfig
 from rftbus.errors import RftbusError
@@ -183,6 +183,13 @@ class Config(_Strict):
     def _absolute(cls, v: Path) -> Path:
         # Absolute at load time: child processes (java, mvn) may run from other working directories.
         return Path(os.path.expanduser(str(v))).absolute()
+
+    @model_validator(mode="after")
+    def _model_cache(self) -> Config:
+        # GGUF conversions live with the run's other state unless the config says where.
+        if self.model.cache_dir is None:
+            self.model.cache_dir = self.state_dir / "models"
+        return self
 
     @property
     def replicas(self) -> int:

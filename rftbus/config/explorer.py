@@ -54,7 +54,6 @@ class WorkflowConfig(_Strict):
     env: str | None = Field(None, description="multi_turn: environment, a built-in name or dotted path")
     env_params: dict[str, Any] = Field(default_factory=dict)
     max_turns: int = Field(4, ge=1)
-    chat_template: bool = Field(False, description="wrap prompts in the tokenizer's chat template")
 
 
 class ExplorerConfig(_Strict):

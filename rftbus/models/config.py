@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -18,8 +19,21 @@ class TinyModelConfig(BaseModel):
 
 class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field("tiny", description="model name: the key of its versions on the weights topic")
-    path: str | None = Field(None, description="Hugging Face model id or folder; unset = the built-in tiny model")
+    name: str = Field("tiny", description="model name: the key of its versions on the weights topic; a preset's "
+                      "name (smollm2-135m-instruct) with no path or gguf_file loads that preset's weights")
+    path: str | None = Field(None, description="Hugging Face folder (or hub id where the hub is reachable); unset = "
+                             "the built-in tiny model, or the preset `name` names")
+    revision: str | None = Field(None, description="hub revision (branch, tag or commit) of `path`")
+    trust_remote_code: bool = Field(False, description="allow the model folder's own Python code (off: refuse it)")
+    attn_implementation: str | None = Field(None, description="transformers attention kernel (eager, sdpa, ...); "
+                                            "unset = transformers' default")
+    gguf_file: str | None = Field(None, description="a GGUF file (a path, or a file name inside `path`): dequantized "
+                                  "once into a safetensors folder under cache_dir that every process reuses")
+    cache_dir: Path | None = Field(None, description="where GGUF conversions are kept; default <state_dir>/models")
+    chat_template: bool | None = Field(None, description="render prompts with the tokenizer's chat template: "
+                                       "true requires one, false never, unset uses it when the tokenizer has one")
+    system_prompt: str | None = Field(None, description="system message put before every task's prompt "
+                                      "(chat template only); unset = the template's own default")
     tiny: TinyModelConfig = TinyModelConfig()
     seed: int = 0
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"

@@ -1,34 +1,67 @@
 """Building or loading the policy (`model:` section of the config).
 
-The tiny model is a Llama-architecture causal LM built from config with a fixed seed, so every
+Where the weights come from (a folder, a preset, a GGUF conversion) is models/source.py. The tiny model is a
+Llama-architecture causal LM built from config with a fixed seed, so every
 process (explorers, trainer) constructs the identical version-0 weights without any download.
 """
 
 from __future__ import annotations
 
 import torch
-from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel,
-                          PreTrainedTokenizerBase)
+from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM,
+                          PreTrainedModel, PreTrainedTokenizerBase)
 
 from rftbus.models.config import ModelConfig
+from rftbus.models.source import ModelError, model_folder
 from rftbus.models.tokenizer import build_char_tokenizer
 
 
+def _pretrained_kwargs(cfg: ModelConfig) -> dict:
+    kw: dict = {"trust_remote_code": cfg.trust_remote_code}
+    if cfg.revision:
+        kw["revision"] = cfg.revision
+    return kw
+
+
 def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
-    if cfg.path is None:
+    """The policy's tokenizer; pad is the tokenizer's, else the generation config's, else eos (left padding)."""
+    folder = model_folder(cfg)
+    if folder is None:
         return build_char_tokenizer()
-    tok = AutoTokenizer.from_pretrained(cfg.path)
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, **_pretrained_kwargs(cfg))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"model {folder}: no tokenizer could be loaded ({str(e).splitlines()[0]})") from None
     if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+        pad = generation_config(folder, cfg).pad_token_id
+        if isinstance(pad, int) and 0 <= pad < len(tok):
+            tok.pad_token = tok.convert_ids_to_tokens(pad)
+        else:
+            tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return tok
 
 
+def generation_config(folder: str, cfg: ModelConfig) -> GenerationConfig:
+    """The folder's generation config (its stop ids), or an empty one when it has none."""
+    try:
+        return GenerationConfig.from_pretrained(folder, **_pretrained_kwargs(cfg))
+    except OSError:
+        return GenerationConfig()
+
+
 def load_policy(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedModel:
-    """Version-0 weights: the tiny model from `cfg.seed`, or the pretrained weights at `cfg.path`."""
+    """Version-0 weights: the tiny model from `cfg.seed`, or the pretrained weights the config names."""
     dtype = getattr(torch, cfg.dtype)
-    if cfg.path is not None:
-        return AutoModelForCausalLM.from_pretrained(cfg.path, dtype=dtype)
+    folder = model_folder(cfg)
+    if folder is not None:
+        kw = _pretrained_kwargs(cfg)
+        if cfg.attn_implementation:
+            kw["attn_implementation"] = cfg.attn_implementation
+        try:
+            return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"model {folder}: {str(e).splitlines()[0]}") from None
     tok = tokenizer or build_char_tokenizer()
     t = cfg.tiny
     config = LlamaConfig(

@@ -22,6 +22,7 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_producer
 from rftbus.consumers.weight_sync import WeightFollower
 from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.models.prompt import prompt_format
 from rftbus.tasksets import get_taskset
 from rftbus.run.pace import BEST_META, BEST_WEIGHTS
 from rftbus.schemas import TrainerMetric, make_codec
@@ -46,6 +47,7 @@ class Evaluator:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_text("")  # this run's points only
         self.tokenizer = load_tokenizer(cfg.model)
+        self.prompt = prompt_format(self.tokenizer, cfg.model)
         self.model = load_policy(cfg.model, self.tokenizer)
         self.taskset = get_taskset(cfg.taskset.name, **cfg.taskset.params)
         self.points: list[dict] = []
@@ -60,7 +62,7 @@ class Evaluator:
 
     def _score(self, version: int) -> dict:
         with self._lock:
-            res = evaluate(self.model, self.tokenizer, self.taskset, self.cfg.run.eval_n,
+            res = evaluate(self.model, self.prompt, self.taskset, self.cfg.run.eval_n,
                            max_new_tokens=self.cfg.explorer.sampling.max_new_tokens)
             point = {"version": version, "seconds": round(time.time() - self.started, 2),
                      "reward": res["mean_reward"], **{k: v for k, v in res.items() if k != "mean_reward"}}
