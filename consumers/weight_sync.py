@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from rftbus.errors import RftbusError
 from rftbus.weights.follower import WeightFollower
 
 __all__ = ["WeightFollower", "swap_in_ready"]
@@ -24,7 +25,7 @@ def swap_in_ready(follower: WeightFollower, engine, report: Callable[[str], None
             rec, state = ready
             try:
                 engine.load_weights(state, rec.version)
-            except (RuntimeError, ValueError, KeyError) as e:
+            except (RuntimeError, ValueError, KeyError, RftbusError) as e:  # RftbusError: an adapter of another base
                 follower.refuse(rec, f"does not fit the model: {e}")
                 return False
             report(f"weights: now serving v{rec.version}")

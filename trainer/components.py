@@ -95,6 +95,10 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     lm.config.use_cache = False
     if tc.gradient_checkpointing:
         lm.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if tc.lora is not None:  # only the adapter trains (and is published); a missing target module fails here
+        from rftbus.models.lora import wrap
+
+        lm = wrap(lm, tc.lora)
     module = PolicyWithValue(lm, value_head=loss.needs_values)
     ref_model = None
     if loss.uses_reference():

@@ -67,11 +67,14 @@ def build_engine(module: torch.nn.Module, cfg: TrainerConfig):
     return engine
 
 
-def policy_state_dict(engine) -> dict[str, torch.Tensor]:
-    """The LM's full weights (gathered under ZeRO-3), keyed as a plain transformers model's."""
-    if engine.zero_optimization_stage() == 3:
+def policy_state_dict(engine) -> tuple[dict[str, torch.Tensor], dict[str, str] | None]:
+    """What a weight version holds, with its safetensors metadata: the LM's full weights (gathered under ZeRO-3),
+    keyed as a plain transformers model's, or with trainer.lora the adapter alone (models/lora.py)."""
+    from rftbus.models.lora import version_payload
+
+    if engine.zero_optimization_stage() == 3:  # (no LoRA: the config refuses it with ZeRO-3)
         full = engine._zero3_consolidated_16bit_state_dict()  # every rank must call; rank 0 gets it
         if full is None:
-            return {}
-        return {k[len("lm."):]: v for k, v in full.items() if k.startswith("lm.")}
-    return {k: v.detach() for k, v in engine.module.lm.state_dict().items()}
+            return {}, None
+        return {k[len("lm."):]: v for k, v in full.items() if k.startswith("lm.")}, None
+    return version_payload(engine.module.lm)

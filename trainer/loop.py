@@ -116,10 +116,10 @@ class Trainer:
     def _publish(self, version: int) -> None:
         from rftbus.trainer.engine import policy_state_dict
 
-        sd = policy_state_dict(self.c.engine)  # collective under ZeRO-3
+        sd, meta = policy_state_dict(self.c.engine)  # collective under ZeRO-3
         if self.rank == 0:
             assert self.c.publisher is not None  # rank 0 has one
-            rec = self.c.publisher.publish(sd, version, self.step)
+            rec = self.c.publisher.publish(sd, version, self.step, meta)
             self.c.status.update(version=version, weights_uri=rec.uri)
 
     def _ensure_published(self) -> None:

@@ -37,10 +37,12 @@ class WeightPublisher:
         self.superseded_at: dict[int, float] = {}
         self.last: WeightVersion | None = None
 
-    def publish(self, state_dict, version: int, step: int) -> WeightVersion:
-        saved = self.store.save(self.model, version, state_dict)
+    def publish(self, state_dict, version: int, step: int, meta: dict[str, str] | None = None) -> WeightVersion:
+        """`meta`: the file's safetensors metadata (a LoRA adapter's shape and base model)."""
+        saved = self.store.save(self.model, version, state_dict, meta)
+        fmt = (meta or {}).get("rftbus.format", "safetensors")
         rec = WeightVersion(model=self.model, version=version, step=step, uri=saved.uri, sha256=saved.sha256,
-                            bytes=saved.bytes, metadata={"trainer_step": str(step)})
+                            bytes=saved.bytes, format=fmt, metadata={"trainer_step": str(step)})
         errors: list[str] = []
         self.producer.produce(self.topic, key=self.model.encode(), value=self.serialize(rec, None),
                               on_delivery=lambda err, _m: errors.append(err.str()) if err else None)

@@ -3,15 +3,18 @@ else the newest file in the store, else version 0 from the seed."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 
 
-def newest_weights(cfg: Config, model) -> tuple[int, str]:
-    from safetensors.torch import load_file
-
+def newest_weights(cfg: Config, model: Any) -> tuple[Any, int, str]:
+    """(the model holding those weights, version, where from); with LoRA versions the model returned is the
+    PEFT wrapper around the one given."""
     from rftbus.kafka.clients import check_reachable
-    from rftbus.weights import WeightStore, load_weights
+    from rftbus.models.lora import load_version
+    from rftbus.weights import WeightStore, decode_payload, load_weights
     from rftbus.weights.follower import latest_published
 
     try:
@@ -20,12 +23,12 @@ def newest_weights(cfg: Config, model) -> tuple[int, str]:
     except RftbusError:  # no broker: fall back to the store on disk
         rec = None
     if rec is not None:
-        model.load_state_dict(load_weights(rec.uri, rec.sha256))
-        return rec.version, rec.uri
+        return load_version(model, load_weights(rec.uri, rec.sha256)), rec.version, rec.uri
     store = WeightStore(cfg.trainer.store_url or str(cfg.state_dir / "weights"))
     versions = store.versions(cfg.model.name)
     if versions:
         uri = store.uri(cfg.model.name, versions[-1])
-        model.load_state_dict(load_file(uri.removeprefix("file://")) if store.local else {})
-        return versions[-1], uri + " (unverified: no broker)"
-    return 0, "seed"
+        with store.fs.open(uri.removeprefix("file://") if store.local else uri, "rb") as f:
+            model = load_version(model, decode_payload(f.read(), uri))
+        return model, versions[-1], uri + " (unverified: no broker)"
+    return model, 0, "seed"

@@ -18,6 +18,7 @@ import torch
 
 from rftbus.config import Config
 from rftbus.models.loading import load_policy
+from rftbus.models.lora import Adapter, load_version
 from rftbus.models.prompt import PromptFormat, prompt_format
 from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine
@@ -71,6 +72,7 @@ class TransformersEngine(RolloutEngine):
             results.append(Completion(ids, lp[: len(ids)], finish, text, dict(meta)))
         return results
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        self.model.load_state_dict(state_dict, strict=True)
+    def load_weights(self, state_dict: dict[str, torch.Tensor] | Adapter, version: int) -> None:
+        """Full weights in place, or a LoRA adapter swapped in (models/lora.py)."""
+        self.model = load_version(self.model, state_dict)
         self.version = version

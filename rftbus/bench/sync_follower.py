@@ -53,6 +53,7 @@ def run_minimal(cfg) -> None:
     from rftbus.kafka.clients import make_consumer
     from rftbus.models.loading import load_policy, load_tokenizer
     from rftbus.schemas import WeightVersion, make_codec
+    from rftbus.models.lora import load_version
     from rftbus.weights import load_weights
 
     tok = load_tokenizer(cfg.model)
@@ -72,7 +73,7 @@ def run_minimal(cfg) -> None:
         rec = decode(msg.value(), None)
         if rec is None:
             continue
-        model.load_state_dict(load_weights(rec.uri, rec.sha256))
+        model = load_version(model, load_weights(rec.uri, rec.sha256))
         with torch.inference_mode():
             model.generate(**ids, max_new_tokens=1, do_sample=False, pad_token_id=tok.pad_token_id)
         _say(version=rec.version, t=time.time())

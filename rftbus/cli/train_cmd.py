@@ -67,7 +67,7 @@ def _eval(cfg, n: int, as_json: bool, console) -> None:
 
     tok = load_tokenizer(cfg.model)
     model = load_policy(cfg.model, tok)
-    version, where = newest_weights(cfg, model)
+    model, version, where = newest_weights(cfg, model)
     res = evaluate(model, prompt_format(tok, cfg.model), get_taskset(cfg.taskset.name, **cfg.taskset.params), n,
                    cfg.trainer.eval_max_new_tokens)
     res["version"] = float(version)

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rftbus.models.config import LoraSpec
+
 LossName = Literal["sft", "grpo", "ppo", "mix", "dpo"]
 
 
@@ -20,6 +22,8 @@ class TrainerConfig(BaseModel):
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="auto: bf16 on a CUDA GPU that supports it (fp32 master weights in DeepSpeed's "
         "optimizer), fp32 elsewhere")
+    lora: LoraSpec | None = Field(None, description="train a LoRA adapter (PEFT) instead of every weight: each "
+                                  "weight version is the adapter (MBs, not the model); unset = full fine-tuning")
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (long responses)")
     micro_batch_tokens: int | None = Field(None, ge=2, description="cut each batch into micro-batches of at most "
                                            "this many padded tokens, gradients accumulated (trainer/micro.py)")
@@ -85,6 +89,13 @@ class TrainerConfig(BaseModel):
     eval_interval: int = Field(0, ge=0, description="steps between evals on the held-out split; 0 = off")
     eval_n: int = Field(16, ge=1)
     eval_max_new_tokens: int = Field(8, ge=1)
+
+    @model_validator(mode="after")
+    def _lora_not_sharded(self) -> TrainerConfig:
+        if self.lora is not None and self.zero_stage == 3:
+            raise ValueError("lora with zero_stage 3 is not supported (the adapter is a few MB: ZeRO 0-2 hold it "
+                             "whole); use zero_stage 0, 1 or 2")
+        return self
 
     @model_validator(mode="after")
     def _replay_needs_demonstrations(self) -> TrainerConfig:

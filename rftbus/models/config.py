@@ -17,6 +17,17 @@ class TinyModelConfig(BaseModel):
     max_position_embeddings: int = Field(64, ge=8)
 
 
+class LoraSpec(BaseModel):
+    """A LoRA adapter (PEFT): what the trainer trains and each weight version carries instead of the model."""
+
+    model_config = ConfigDict(extra="forbid")
+    r: int = Field(16, ge=1, description="rank of each adapter's A·B update")
+    alpha: float = Field(32.0, gt=0, description="scaling: the update is multiplied by alpha / r")
+    dropout: float = Field(0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+                                      min_length=1, description="names of the Linear modules that get an adapter")
+
+
 class ModelConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field("tiny", description="model name: the key of its versions on the weights topic; a preset's "

@@ -22,6 +22,7 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_producer
 from rftbus.consumers.weight_sync import WeightFollower
 from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.models.lora import load_version, version_payload
 from rftbus.models.prompt import prompt_format
 from rftbus.tasksets import get_taskset
 from rftbus.run.pace import BEST_META, BEST_WEIGHTS
@@ -91,7 +92,7 @@ class Evaluator:
         """Write the weights just scored as the run's best (atomically: a crash leaves the old best)."""
         assert self.log_path is not None
         folder = self.log_path.parent
-        data = state_bytes(self.model.state_dict())
+        data = state_bytes(*version_payload(self.model))  # a LoRA run's best is its adapter
         tmp = folder / (BEST_WEIGHTS + ".tmp")
         tmp.write_bytes(data)
         tmp.replace(folder / BEST_WEIGHTS)
@@ -105,7 +106,7 @@ class Evaluator:
             return False
         record, state = ready
         with self._lock, torch.no_grad():
-            self.model.load_state_dict(state)
+            self.model = load_version(self.model, state)
             self.version, self.step = record.version, record.step
         return True
 

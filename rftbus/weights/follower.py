@@ -23,7 +23,7 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
 from rftbus.kafka.read import consume_ready, read_to_end
 from rftbus.schemas import DecodeError, WeightVersion, make_codec
-from rftbus.weights.store import WeightsError, load_weights
+from rftbus.weights.store import Payload, WeightsError, load_weights
 
 log = logging.getLogger("rftbus.weights")
 
@@ -37,7 +37,7 @@ class WeightFollower:
         self.decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(WeightVersion)
         self.latest: WeightVersion | None = None  # newest published record seen (even if refused)
         self.refused: dict[int, str] = {}
-        self._ready: tuple[WeightVersion, dict] | None = None
+        self._ready: tuple[WeightVersion, Payload] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.caught_up = threading.Event()  # set once the topic has been read to its end
@@ -70,7 +70,7 @@ class WeightFollower:
             await asyncio.sleep(0.02)
         return self.version
 
-    def take_ready(self, newer_than: int) -> tuple[WeightVersion, dict] | None:
+    def take_ready(self, newer_than: int) -> tuple[WeightVersion, Payload] | None:
         """The prefetched newest version if it is newer than `newer_than` (handed over once)."""
         with self._lock:
             ready, self._ready = self._ready, None

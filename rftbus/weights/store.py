@@ -8,6 +8,7 @@ any file whose hash differs, so a torn or corrupt checkpoint is never loaded.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -19,7 +20,10 @@ from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
 from rftbus.errors import RftbusError
+from rftbus.models import lora
+from rftbus.models.lora import Adapter
 
+Payload = dict[str, torch.Tensor] | Adapter  # one version as read: full weights or a LoRA adapter
 _NAME = re.compile(r"^v(\d+)\.safetensors$")
 
 
@@ -38,9 +42,21 @@ class SavedWeights:
     bytes: int
 
 
-def state_bytes(state_dict: dict[str, torch.Tensor]) -> bytes:
+def state_bytes(state_dict: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
     # Clone so tied parameters (embeddings shared with the LM head) are stored as separate tensors.
-    return st_save({k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()})
+    return st_save({k: v.detach().to("cpu").contiguous().clone() for k, v in state_dict.items()}, metadata=metadata)
+
+
+def header_metadata(data: bytes) -> dict[str, str]:
+    """The `__metadata__` of a safetensors payload (the library reads it only from files: the header is an
+    8-byte little-endian length and that much JSON, by the format's definition)."""
+    if len(data) < 8:
+        return {}
+    n = int.from_bytes(data[:8], "little")
+    try:
+        return dict(json.loads(data[8:8 + n]).get("__metadata__") or {})
+    except (ValueError, AttributeError):
+        return {}
 
 
 class WeightStore:
@@ -53,8 +69,9 @@ class WeightStore:
         path = f"{self.root}/{model}/v{version}.safetensors"
         return f"file://{path}" if self.local else self.fs.unstrip_protocol(path)
 
-    def save(self, model: str, version: int, state_dict: dict[str, torch.Tensor]) -> SavedWeights:
-        data = state_bytes(state_dict)
+    def save(self, model: str, version: int, state_dict: dict[str, torch.Tensor],
+             metadata: dict[str, str] | None = None) -> SavedWeights:
+        data = state_bytes(state_dict, metadata)
         path = f"{self.root}/{model}/v{version}.safetensors"
         if self.local:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -91,8 +108,9 @@ class WeightStore:
         return doomed
 
 
-def load_weights(uri: str, sha256: str) -> dict[str, torch.Tensor]:
-    """Read and verify a checkpoint; WeightsError if it is missing, corrupt or not what was published."""
+def load_weights(uri: str, sha256: str) -> Payload:
+    """Read and verify a checkpoint: a full state dict, or an Adapter (a LoRA version, models/lora.py);
+    WeightsError if it is missing, corrupt or not what was published."""
     try:
         with fsspec.open(uri, "rb") as f:
             data = f.read()
@@ -101,7 +119,19 @@ def load_weights(uri: str, sha256: str) -> dict[str, torch.Tensor]:
     got = sha256_hex(data)
     if got != sha256:
         raise WeightsError(f"checkpoint {uri} has sha256 {got[:12]}…, but {sha256[:12]}… was published")
+    return decode_payload(data, uri)
+
+
+def decode_payload(data: bytes, uri: str) -> Payload:
+    """A weights file's bytes as a full state dict or an Adapter (by its header's metadata)."""
     try:
-        return st_load(data)
+        state = st_load(data)
     except Exception as e:  # safetensors raises its own SafetensorError for malformed headers
         raise WeightsError(f"checkpoint {uri} is not a valid safetensors file: {e}") from None
+    meta = header_metadata(data)
+    if meta.get("rftbus.format") == lora.FORMAT:
+        try:
+            return lora.from_payload(state, meta)
+        except RftbusError as e:
+            raise WeightsError(f"checkpoint {uri}: {e}") from None
+    return state

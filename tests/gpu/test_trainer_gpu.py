@@ -85,11 +85,11 @@ def test_zero_save_and_resume(one_rank, tmp_path, zero):
     train_step(engine, lossfn, batch, ref)
     ck = Checkpoints(tmp_path, rank=0, world=1)
     path = ck.save(engine, step=1, version=1, positions=[[]], segment=[], loss="grpo")
-    saved = {k: v.float().cpu() for k, v in policy_state_dict(engine).items()}
+    saved = {k: v.float().cpu() for k, v in policy_state_dict(engine)[0].items()}
     train_step(engine, lossfn, batch, ref)  # moves on past the checkpoint
     _, _, _, fresh, _, _ = setup("grpo", zero=zero)
     ck.restore(fresh, path, ck.latest()[1])
-    back = {k: v.float().cpu() for k, v in policy_state_dict(fresh).items()}
+    back = {k: v.float().cpu() for k, v in policy_state_dict(fresh)[0].items()}
     assert saved.keys() == back.keys() and all(torch.equal(saved[k], back[k]) for k in saved)
     torch.cuda.reset_peak_memory_stats()
     train_step(fresh, lossfn, batch, ref)  # the optimizer state came back too: it steps

@@ -1,0 +1,114 @@
+"""LoRA adapters (PEFT) as weight versions: what the trainer trains, publishes and every reader swaps in.
+
+A version is the adapter's tensors (`get_peft_model_state_dict`) in a safetensors file whose header metadata
+carries the adapter's shape (r, alpha, dropout, target modules) and the base model's fingerprint. A reader
+that holds the base model wraps it the first time an adapter arrives and afterwards only copies the new
+adapter's tensors in place (`set_peft_model_state_dict`): no reload of the 540 MB model per version. An
+adapter trained on another base model is refused with a line naming both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rftbus.models.config import LoraSpec
+from rftbus.models.source import ModelError
+
+FORMAT = "peft-lora"  # WeightVersion.format of an adapter version ("safetensors": full weights)
+_KEYS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+         "num_attention_heads", "num_key_value_heads", "max_position_embeddings", "tie_word_embeddings")
+
+
+@dataclass
+class Adapter:
+    """One adapter version as read from the store."""
+
+    spec: LoraSpec
+    base: str  # base_fingerprint of the model it was trained on
+    state: dict[str, torch.Tensor]
+
+
+def base_fingerprint(model: Any) -> str:
+    """What makes two base models interchangeable for an adapter: architecture and shapes (its config)."""
+    conf = getattr(model, "get_base_model", lambda: model)().config.to_dict()
+    key = {k: conf.get(k) for k in _KEYS}
+    key["architectures"] = conf.get("architectures")
+    return f"{conf.get('model_type')}-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}"
+
+
+def is_peft(model: Any) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "get_base_model")
+
+
+def wrap(model: Any, spec: LoraSpec) -> Any:
+    """The model with a fresh adapter (B = 0, so it computes exactly the base model); only the adapter trains."""
+    from peft import LoraConfig, get_peft_model
+
+    linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+    missing = [t for t in spec.target_modules if t not in linear]
+    if missing:
+        raise ModelError(f"trainer.lora.target_modules: {', '.join(missing)} not in the model "
+                         f"({type(model).__name__} has Linear modules {', '.join(linear)})")
+    conf = LoraConfig(r=spec.r, lora_alpha=spec.alpha,  # type: ignore[arg-type]  # peft scales by a float lora_dropout=spec.dropout,
+                      target_modules=list(spec.target_modules), bias="none", task_type="CAUSAL_LM")
+    return get_peft_model(model, conf)
+
+
+def adapter_payload(model: Any) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(tensors, safetensors metadata) of a wrapped model's adapter: what one weight version holds."""
+    from peft import get_peft_model_state_dict
+
+    conf = model.peft_config["default"]
+    spec = LoraSpec(r=conf.r, alpha=conf.lora_alpha, dropout=conf.lora_dropout,
+                    target_modules=sorted(conf.target_modules))
+    meta = {"rftbus.format": FORMAT, "rftbus.lora": spec.model_dump_json(), "rftbus.base": base_fingerprint(model)}
+    return {k: v.detach() for k, v in get_peft_model_state_dict(model).items()}, meta
+
+
+def from_payload(state: dict[str, torch.Tensor], meta: dict[str, str]) -> Adapter:
+    try:
+        return Adapter(LoraSpec.model_validate_json(meta["rftbus.lora"]), meta["rftbus.base"], state)
+    except (KeyError, ValueError) as e:
+        raise ModelError(f"adapter metadata is incomplete or invalid: {e}") from None
+
+
+def apply(model: Any, adapter: Adapter) -> Any:
+    """`model` serving `adapter`: wrapped on the first adapter, tensors copied in place after. Returns the model
+    to keep (the wrapper, the first time). Raises ModelError for an adapter of another base model."""
+    from peft import set_peft_model_state_dict
+
+    have = base_fingerprint(model)
+    if adapter.base != have:
+        raise ModelError(f"adapter for base model {adapter.base} cannot load into {have} (a different base model)")
+    if not is_peft(model):
+        model = wrap(model, adapter.spec)
+        model.eval()
+    result = set_peft_model_state_dict(model, adapter.state)
+    unexpected = getattr(result, "unexpected_keys", None) or []
+    if unexpected:
+        raise ModelError(f"adapter tensors do not fit the model: {unexpected[:3]}")
+    return model
+
+
+def load_version(model: Any, payload: dict[str, torch.Tensor] | Adapter) -> Any:
+    """One weight version into `model`: an adapter swapped in (see `apply`), or full weights loaded strictly.
+    Returns the model to keep using (the PEFT wrapper after a first adapter)."""
+    if isinstance(payload, Adapter):
+        return apply(model, payload)
+    if is_peft(model):
+        raise ModelError("full weights cannot load into a model that serves LoRA adapters (the trainer's "
+                         "trainer.lora changed mid-run?)")
+    model.load_state_dict(payload, strict=True)
+    return model
+
+
+def version_payload(model: Any) -> tuple[dict[str, torch.Tensor], dict[str, str] | None]:
+    """What a weight version of `model` holds: its adapter (with metadata) when it serves one, else every weight."""
+    if is_peft(model):
+        return adapter_payload(model)
+    return {k: v.detach() for k, v in model.state_dict().items()}, None

@@ -1,0 +1,28 @@
+"""`rftbus run` with LoRA on SmolLM2's architecture and chat template (two layers, random weights, seconds a step):
+explorer → streams → trainer → adapter versions → explorers swap them in; the books still balance."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from tests.conftest import REPO, rftbus_cli
+from tests.test_run import _env
+
+
+def test_lora_versions_turn_the_whole_loop(broker, tmp_path, smollm2_two_layers):
+    env = _env(broker, uuid.uuid4().hex[:6])
+    env.update({"RFTBUS_MODEL__NAME": "smollm2-2l", "RFTBUS_MODEL__PATH": str(smollm2_two_layers),
+                "RFTBUS_TRAINER__LORA__R": "8", "RFTBUS_TRAINER__LR": "0.001", "RFTBUS_RUN__EVAL_N": "4",
+                "RFTBUS_RUN__STUDIO": "false", "RFTBUS_RUN__EXPERT_EPOCHS": "2", "RFTBUS_TRAINER__MIX_EXPERT_PER_BATCH": "8"})
+    state = tmp_path / "state"
+    out = rftbus_cli(None, "--state-dir", str(state), "run", str(REPO / "configs" / "toy.yaml"),
+                     "--max-steps", "8", "--minutes", "6", "--summary-json", str(tmp_path / "s.json"),
+                     env=env, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["counts_reconcile"] is True and s["duplicated"] == 0 and s["experiences_lost"] == 0, s
+    assert s["stages_dead"] == {} and s["trainer_steps"] >= 8
+    assert s["versions_published"] >= 2 and s["explorer_newest_version"] >= 1, "no adapter version was swapped in"
+    files = sorted((state / "weights" / "smollm2-2l").glob("v*.safetensors"))
+    assert files and all(f.stat().st_size < 2_000_000 for f in files), [f.stat().st_size for f in files]
