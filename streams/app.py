@@ -21,7 +21,7 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import max_message_bytes
 from rftbus.schemas import make_codec
-from rftbus.streams import fastpath, offsets
+from rftbus.streams import fastpath, idempotent, offsets
 from rftbus.streams.faust_conf import faust_settings
 from rftbus.streams.ingest import Ingest
 from rftbus.streams.join import FeedbackFanout, Join, ScanClock
@@ -78,6 +78,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
 
     offsets.install({topo.raw, topo.joined})
     fastpath.install()
+    idempotent.install()  # before the producer starts: a broker kill -9 cannot append a retried batch twice
     fastpath.tune_fetch(sc.fetch_min_bytes, sc.fetch_max_wait_ms)
 
     async def ingest_agent(stream: Any) -> None:

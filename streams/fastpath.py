@@ -227,7 +227,8 @@ def require_faust(installed: str | None = None) -> None:
         from rftbus.errors import RftbusError
 
         raise RftbusError(f"the streams worker patches faust-streaming {FAUST_VERSION} internals (streams/fastpath.py, "
-                          f"streams/offsets.py) but {installed} is installed: pip install faust-streaming=={FAUST_VERSION}")
+                          f"streams/idempotent.py, streams/offsets.py) but {installed} is installed: "
+                          f"pip install faust-streaming=={FAUST_VERSION}")
 
 
 def install() -> None:

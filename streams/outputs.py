@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rftbus.schemas import Rejection
+from rftbus.schemas import bound_key, fitted_rejection
 
 H_KIND = "rftbus-kind"
 H_SRC = "rftbus-src"
@@ -115,9 +115,11 @@ class Emitter:
                       f"streams.rejection_original_max_bytes={self.original_max_bytes})")
             original = None
         ids = list(experience_ids)
-        rec = Rejection(rejection_id=rejection_id(stage, src, reason), experience_id=ids[0] if len(ids) == 1 else None,
-                        group_id=group_id, experience_ids=ids, reason=reason, detail=detail[:2000], stage=stage,
-                        source_topic=topic, partition=part, offset=off, original=original)
+        limit = self.max_bytes.get("rejected") or self.original_max_bytes + 1024 * 1024
+        rec = fitted_rejection(max_bytes=limit, original=original, rejection_id=rejection_id(stage, src, reason),
+                               experience_id=ids[0] if len(ids) == 1 else None, group_id=group_id,
+                               experience_ids=ids, reason=reason, detail=detail, stage=stage, source_topic=topic,
+                               partition=part, offset=off)
         return self.encode(rec)
 
     async def outputs(self, outs: list[Output], *, src: str, p: int, latest: int, t0: bytes | None = None,
@@ -131,7 +133,8 @@ class Emitter:
         for k, o in enumerate(outs):
             if k in landed:
                 continue
-            await self.send(o.role, o.key, o.value, p, [*base, (H_K, str(k).encode())])
+            key = bound_key(o.key) if o.role == "rejected" else o.key  # an input's huge key must not sink it
+            await self.send(o.role, key, o.value, p, [*base, (H_K, str(k).encode())])
             sent += 1
         return sent
 

@@ -73,3 +73,25 @@ def test_bad_adapters_and_targets_are_one_line(smollm2_two_layers):
     assert base_fingerprint(tiny) != adapter.base
     with pytest.raises(ModelError, match="full weights cannot load"):
         load_version(trained, tiny.state_dict())
+
+
+def test_export_writes_the_merged_model_and_the_adapter_folder(smollm2_two_layers, tmp_path):
+    from peft import PeftModel
+
+    from rftbus.config import load_config
+    from rftbus.models.export import export_weights
+
+    cfg = load_config(overrides={"state_dir": str(tmp_path / "state"), "model": {"name": "two",
+                                 "path": str(smollm2_two_layers)}}, environ={})
+    trained = _trained(smollm2_two_layers)
+    store = WeightStore(cfg.state_dir / "weights")
+    store.save("two", 3, *version_payload(trained))
+    r = export_weights(cfg, tmp_path / "out", version=3)
+    assert r.adapter == "adapter" and r.version == 3
+    ids = torch.tensor([[1, 9690, 198, 2683, 359, 253]])
+    merged = AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    again = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(smollm2_two_layers), tmp_path / "out" / "adapter").eval()
+    with torch.no_grad():
+        want = trained(ids).logits
+        assert torch.allclose(merged(ids).logits, want, atol=1e-4)
+        assert torch.allclose(again(ids).logits, want, atol=1e-5)

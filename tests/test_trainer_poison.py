@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 
-from rftbus.schemas import ExperienceGroup, Rejection
+from rftbus.schemas import ExperienceGroup, Rejection, bound_id
 from rftbus.trainer.checkpoint import read_lineage
 from tests.test_trainer import curated_group, read_topic, start_trainer, trainer_config, wait_for
 from tests.test_trainer_modes import expert_demo, produce
@@ -40,7 +40,7 @@ def test_poison_on_every_lane_costs_a_rejection_not_the_trainer(broker, tmp_path
     bad: dict[str, list[str]] = {}  # reason -> experience ids
 
     def bad_group(lane: str, reason: str, g: ExperienceGroup) -> ExperienceGroup:
-        bad.setdefault(reason, []).extend(g.experience_ids())
+        bad.setdefault(reason, []).extend(bound_id(i) or "" for i in g.experience_ids())  # as a rejection names it
         return g
 
     good = {lane: [curated_group(f"{lane}-ok{i}", 2) for i in range(3)] for lane in ("priority", "curated")}
@@ -49,6 +49,9 @@ def test_poison_on_every_lane_costs_a_rejection_not_the_trainer(broker, tmp_path
         bad_group("priority", "non_finite_advantage", poisoned(curated_group("p-nan", 2), advantage=math.nan)),
         good["priority"][0],
         bad_group("priority", "token_out_of_vocab", oov(curated_group("p-oov", 2))),
+        # a 600 KB experience_id: its rejection named it twice, over the topic's 1 MB, and the trainer crash-looped
+        bad_group("priority", "non_finite_advantage", poisoned(curated_group("p-huge-id", 1), advantage=math.nan,
+                                                               experience_id="h" * 600_000)),
         *good["priority"][1:]])
     produce(cfg, t.curated.name, [
         bad_group("curated", "non_finite_advantage", poisoned(curated_group("c-nan", 2), advantage=-math.inf)),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 
 from rftbus.consumers.batch_consumer import Polled
-from rftbus.schemas import Rejection, topic_context
+from rftbus.schemas import REJECTION_MAX_BYTES, bound_key, fitted_rejection, topic_context
 
 ORIGINAL_MAX_BYTES = 512 * 1024  # a rejection must fit the rejected topic; bigger originals are referenced
 
@@ -29,12 +29,15 @@ class Rejector:
         """Reject (some samples of) record `r`. With `evidence` the bytes are copied when they fit;
         otherwise the rejection points at the record (topic, partition, offset)."""
         original = r.raw if evidence and len(r.raw) <= ORIGINAL_MAX_BYTES else None
-        rec = Rejection(rejection_id=rejection_id(r.topic, r.partition, r.offset, reason),
-                        experience_id=experience_ids[0] if len(experience_ids) == 1 else None,
-                        group_id=r.group.group_id if r.group is not None else None, experience_ids=list(experience_ids),
-                        reason=reason, detail=detail[:2000], stage="trainer", source_topic=r.topic,
-                        partition=r.partition, offset=r.offset, original=original)
-        self.producer.produce(self.topic, key=r.key, value=self.serialize(rec, topic_context(self.topic)))
+        # Bounded by construction (schemas/bounds.py): a multi-MB id or key in the record must not make its
+        # rejection too large to write, which crash-looped the trainer (#36).
+        rec = fitted_rejection(max_bytes=REJECTION_MAX_BYTES, original=original,
+                               rejection_id=rejection_id(r.topic, r.partition, r.offset, reason),
+                               experience_id=experience_ids[0] if len(experience_ids) == 1 else None,
+                               group_id=r.group.group_id if r.group is not None else None,
+                               experience_ids=list(experience_ids), reason=reason, detail=detail, stage="trainer",
+                               source_topic=r.topic, partition=r.partition, offset=r.offset)
+        self.producer.produce(self.topic, key=bound_key(r.key), value=self.serialize(rec, topic_context(self.topic)))
         self.producer.poll(0)
         self.count[reason] = self.count.get(reason, 0) + max(1, len(experience_ids))
 

@@ -6,6 +6,9 @@ Written against vLLM 0.33 (V1 engine) through its supported API only:
   is reset after each swap (cached KV of the old weights must not be reused);
 - a group of n samples of one prompt is one request with `SamplingParams(n=n)` (the prompt is prefilled
   once);
+- LoRA versions (trainer.lora) are served as vLLM LoRA adapters: each version is written as a PEFT folder and
+  requested by its own `LoRARequest` (one adapter id per version, room for η + 1 of them on the GPU, vLLM's
+  LRU evicting older ones); the base weights never move;
 - behaviour logprobs are the *processed* ones (`logprobs_mode="processed_logprobs"`: after temperature,
   top-k and top-p), the distribution actually sampled, as the transformers engine's "sampling" kind.
   vLLM's default ("raw_logprobs") is the model's plain softmax, which is not what an importance ratio at
@@ -16,7 +19,6 @@ reason elsewhere.
 
 from __future__ import annotations
 
-import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +28,7 @@ import torch
 from rftbus.config import Config
 from rftbus.config.explorer import SamplingConfig
 from rftbus.errors import RftbusError
+from rftbus.models.lora import Adapter
 from rftbus.producers.engines.base import Completion, RolloutEngine
 
 WRITTEN_FOR = ((0, 11), (0, 34))  # vLLM versions [from, to): logprobs_mode, worker extensions, reset_prefix_cache
@@ -77,7 +80,11 @@ class VllmEngine(RolloutEngine):
         ec = cfg.explorer.engine
         self.tok = tokenizer
         self.prompt = prompt_format(tokenizer, cfg.model)  # stop ids: the same as the transformers engine's
-        self.llm = LLM(model=folder, dtype=cfg.model.dtype, revision=cfg.model.revision,
+        lora = cfg.trainer.lora
+        self.lora_request = None  # the adapter of the version served (None: the base weights, v0)
+        self._lora_slots = cfg.rl.max_staleness + 1  # versions an admitted group may still be generating with
+        extra = {"enable_lora": True, "max_loras": self._lora_slots, "max_lora_rank": lora.r} if lora else {}
+        self.llm = LLM(model=folder, dtype=cfg.model.dtype, revision=cfg.model.revision, **extra,
                        trust_remote_code=cfg.model.trust_remote_code,
                        gpu_memory_utilization=ec.gpu_memory_utilization,
                        tensor_parallel_size=ec.tensor_parallel_size, max_model_len=ec.max_model_len,
@@ -101,7 +108,8 @@ class VllmEngine(RolloutEngine):
                                  min_tokens=min(sampling.min_new_tokens, limit), logprobs=0, seed=sampling.seed,
                                  stop_token_ids=list(self.prompt.stop_ids), skip_special_tokens=True)
                   for _, n in runs]
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p, _ in runs], params, use_tqdm=False)
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p, _ in runs], params, use_tqdm=False,
+                                 lora_request=self.lora_request)
         meta = {"logprob_kind": "sampling", "logprob_temperature": repr(sampling.temperature)}
         results = []
         for out in outs:
@@ -115,9 +123,12 @@ class VllmEngine(RolloutEngine):
                                           dict(meta)))
         return results
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+    def load_weights(self, state_dict: dict[str, torch.Tensor] | Adapter, version: int) -> None:
         from safetensors.torch import save_file
 
+        if isinstance(state_dict, Adapter):  # a LoRA version: a new adapter id, the base weights untouched
+            self._load_adapter(state_dict, version)
+            return
         path = self._swap_dir / f"v{version}.safetensors"
         save_file({k: v.detach().contiguous().cpu() for k, v in state_dict.items()}, str(path))
         try:
@@ -127,7 +138,22 @@ class VllmEngine(RolloutEngine):
         self.llm.reset_prefix_cache()
         self.version = version
 
+    def _load_adapter(self, adapter: Adapter, version: int) -> None:
+        import shutil
+
+        from vllm.lora.request import LoRARequest
+
+        from rftbus.models.lora import write_peft_folder
+
+        folder = self._swap_dir / f"lora-v{version}"
+        write_peft_folder(adapter, folder)
+        self.lora_request = LoRARequest(f"v{version}", version + 1, str(folder))  # ids must be > 0
+        for old in self._swap_dir.glob("lora-v*"):  # vLLM reads a folder when a request first names it
+            if int(old.name.removeprefix("lora-v")) < version - self._lora_slots:
+                shutil.rmtree(old, ignore_errors=True)
+        self.version = version
+
     def close(self) -> None:
-        for f in self._swap_dir.glob("*"):
-            f.unlink(missing_ok=True)
-        os.rmdir(self._swap_dir)
+        import shutil
+
+        shutil.rmtree(self._swap_dir, ignore_errors=True)

@@ -27,6 +27,17 @@ from rftbus.config import write_config
 from rftbus.errors import RftbusError
 
 
+def _model_folder(cfg, name: str) -> str:
+    """A preset's (converted) folder, or the folder given."""
+    from rftbus.models.source import PRESETS, model_folder
+
+    if name in PRESETS:
+        folder = model_folder(cfg.model.model_copy(update={"name": name, "path": None, "gguf_file": None}))
+        assert folder is not None
+        return folder
+    return name
+
+
 def _pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, max(0, round(q * (len(xs) - 1))))]
@@ -48,6 +59,10 @@ def sync(
     kind: str = typer.Option("explorer", "--kind", help="explorer (the explorer's WeightFollower + engine) | minimal"),
     hidden_size: int = typer.Option(None, "--hidden-size", help="tiny model width (bigger = bigger checkpoint)"),
     layers: int = typer.Option(None, "--layers", help="tiny model layers"),
+    model_name: str = typer.Option(None, "--model", help="a pretrained model instead of the tiny one: a preset "
+                                   "name (smollm2-135m-instruct) or a Hugging Face folder"),
+    lora: int = typer.Option(0, "--lora", min=0, help="publish LoRA adapter versions of this rank (attention "
+                             "projections) instead of full weights; 0 = full weights"),
     gap_s: float = typer.Option(0.3, "--gap", help="seconds between versions"),
     as_json: bool = typer.Option(False, "--json", help="print p50_s, p99_s, floor_s, ... as JSON"),
 ) -> None:
@@ -57,6 +72,8 @@ def sync(
     from rftbus.kafka.clients import check_reachable, make_producer
     from rftbus.kafka.topics import create_topics
     from rftbus.models.loading import load_policy, load_tokenizer
+    from rftbus.models.config import LoraSpec
+    from rftbus.models.lora import version_payload, wrap
     from rftbus.schemas import WeightVersion, make_codec
     from rftbus.weights import WeightStore, load_weights
 
@@ -64,8 +81,9 @@ def sync(
         raise RftbusError(f"--kind must be explorer or minimal, not {kind!r}")
     st = state(ctx)
     u = uuid.uuid4().hex[:8]
+    folder = _model_folder(st.config(), model_name) if model_name else None
     cfg = st.config(**{"topics.weights.name": f"bench-sync-weights-{u}", "model.name": f"bench-{u}",
-                       "model.tiny.hidden_size": hidden_size, "model.tiny.intermediate_size":
+                       "model.path": folder, "model.tiny.hidden_size": hidden_size, "model.tiny.intermediate_size":
                        2 * hidden_size if hidden_size else None, "model.tiny.num_hidden_layers": layers})
     admin = check_reachable(cfg)
     create_topics(cfg, admin)
@@ -74,6 +92,9 @@ def sync(
     cfg_path = write_config(cfg, work / "config.yaml")
     tok = load_tokenizer(cfg.model)
     model = load_policy(cfg.model, tok)
+    if lora:
+        model = wrap(model, LoraSpec(r=lora, alpha=2 * lora))
+    full_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     store = WeightStore(str(work / "weights"))
     producer = make_producer(cfg, **{"linger.ms": 0})
     ser = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).serializer(WeightVersion)
@@ -99,15 +120,17 @@ def sync(
             for v in range(1, versions + 1):
                 with torch.no_grad():
                     for prm in model.parameters():
-                        prm.add_(torch.randn_like(prm) * 1e-3)
+                        if prm.requires_grad:  # every weight; with LoRA the adapter's alone
+                            prm.add_(torch.randn_like(prm) * 1e-3)
                 t0 = time.perf_counter()
-                saved = store.save(cfg.model.name, v, model.state_dict())
+                tensors, meta = version_payload(model)
+                saved = store.save(cfg.model.name, v, tensors, meta)
                 t1 = time.perf_counter()
                 load_weights(saved.uri, saved.sha256)  # the read half of the floor, same file, same disk
                 t2 = time.perf_counter()
                 n_bytes = saved.bytes
                 rec = WeightVersion(model=cfg.model.name, version=v, step=v, uri=saved.uri, sha256=saved.sha256,
-                                    bytes=saved.bytes)
+                                    bytes=saved.bytes, format=(meta or {}).get("rftbus.format", "safetensors"))
                 producer.produce(cfg.topics.weights.name, key=cfg.model.name.encode(), value=ser(rec, None))
                 producer.flush(30)
                 t_pub = time.time()
@@ -131,6 +154,8 @@ def sync(
             p.wait()
     result: dict[str, Any] = {
         "kind": kind, "followers": followers, "versions": versions, "checkpoint_bytes": n_bytes,
+        "model": model_name or "tiny", "lora_rank": lora, "model_bytes": full_bytes,
+        "bytes_share": n_bytes / full_bytes,
         "p50_s": statistics.median(latencies), "p99_s": _pct(latencies, 0.99), "max_s": max(latencies),
         "floor_s": statistics.median(floors), "write_s": statistics.median(writes), "read_s": statistics.median(reads),
     }
@@ -139,7 +164,8 @@ def sync(
         st.console.out(json.dumps(result))
         return
     st.console.print(
-        f"sync ({kind}, {followers} follower(s), {versions} versions of {n_bytes / 1e6:.1f} MB): "
+        f"sync ({kind}, {result['model']}{f', LoRA r={lora}' if lora else ''}, {followers} follower(s), {versions} "
+        f"versions of {n_bytes / 1e6:.2f} MB = {100 * result['bytes_share']:.2f} % of the model): "
         f"p50 {result['p50_s'] * 1e3:.1f} ms, p99 {result['p99_s'] * 1e3:.1f} ms; floor (write+read) "
         f"{result['floor_s'] * 1e3:.1f} ms -> p50 = {result['p50_over_floor']:.2f}x floor")
 

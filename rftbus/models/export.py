@@ -9,6 +9,7 @@ before the export counts as done, so a later run that starts from it starts from
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import time
@@ -20,6 +21,7 @@ from rftbus.errors import RftbusError
 from rftbus.schemas import WeightVersion
 
 MANIFEST = "rftbus-export.json"
+ADAPTER = "adapter"
 
 
 class ExportError(RftbusError):
@@ -36,6 +38,7 @@ class ExportReport:
     verified: str  # how the file was checked against what the trainer published
     parameters: int
     seconds: float
+    adapter: str | None = None  # a LoRA version: the PEFT adapter folder inside `out`, beside the merged model
 
 
 def published_versions(cfg: Config) -> dict[int, WeightVersion] | None:
@@ -54,11 +57,11 @@ def export_weights(cfg: Config, out: Path, version: int | None = None, weights_f
                    force: bool = False) -> ExportReport:
     """Write version `version` (default: the newest in the store) or `weights_file` to `out`."""
     import torch
-    from safetensors.torch import load as st_load
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rftbus.models.loading import load_policy, load_tokenizer
-    from rftbus.weights import WeightStore, sha256_hex
+    from rftbus.models.lora import is_peft, load_version
+    from rftbus.weights import WeightsError, WeightStore, decode_payload, sha256_hex
 
     t0 = time.monotonic()
     out = Path(out)
@@ -98,16 +101,19 @@ def export_weights(cfg: Config, out: Path, version: int | None = None, weights_f
             verified = f"sha256 matches the WeightVersion on {cfg.topics.weights.name}"
 
     try:
-        state = st_load(data)
-    except Exception as e:  # safetensors raises its own error type on a malformed header
-        raise ExportError(f"{uri} is not a valid safetensors file: {e}") from None
+        payload = decode_payload(data, uri)
+    except WeightsError as e:
+        raise ExportError(str(e)) from None
     tok = load_tokenizer(cfg.model)
     model = load_policy(cfg.model, tok)
     try:
-        model.load_state_dict(state, strict=True)
-    except RuntimeError as e:
-        raise ExportError(f"{uri} does not fit the configured model ({cfg.model.path or 'tiny'}): "
+        model = load_version(model, payload)
+    except (RuntimeError, RftbusError) as e:
+        raise ExportError(f"{uri} does not fit the configured model ({cfg.model.path or cfg.model.name}): "
                           f"{str(e).splitlines()[0]}") from None
+    adapter = None
+    if is_peft(model):  # a LoRA version: the merged model (what `model.path` loads) and the adapter folder
+        adapter, model = model, copy.deepcopy(model).merge_and_unload()
 
     tmp = out.with_name(out.name + ".tmp-export")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -116,7 +122,7 @@ def export_weights(cfg: Config, out: Path, version: int | None = None, weights_f
     tok.save_pretrained(tmp)
     report = ExportReport(out=str(out), model=cfg.model.name, version=version, source=uri, sha256=sha,
                           verified=verified, parameters=sum(p.numel() for p in model.parameters()),
-                          seconds=0.0)
+                          seconds=0.0, adapter=ADAPTER if adapter is not None else None)
     (tmp / MANIFEST).write_text(json.dumps({k: v for k, v in asdict(report).items() if k not in ("out", "seconds")},
                                            indent=2) + "\n")
 
@@ -127,6 +133,12 @@ def export_weights(cfg: Config, out: Path, version: int | None = None, weights_f
     if bad:
         shutil.rmtree(tmp, ignore_errors=True)
         raise ExportError(f"the exported folder does not read back as the same weights ({bad[:3]})")
+    if adapter is not None:
+        try:
+            _write_adapter(adapter, tmp / ADAPTER, cfg)
+        except ExportError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     tok_back = AutoTokenizer.from_pretrained(tmp)
     probe = "37+45=82"
     if tok_back(probe, add_special_tokens=False)["input_ids"] != tok(probe, add_special_tokens=False)["input_ids"]:
@@ -138,3 +150,19 @@ def export_weights(cfg: Config, out: Path, version: int | None = None, weights_f
     tmp.rename(out)
     report.seconds = round(time.monotonic() - t0, 2)
     return report
+
+
+def _write_adapter(adapter, folder: Path, cfg: Config) -> None:
+    """The PEFT adapter folder (`PeftModel.from_pretrained(base, folder)`), read back onto a fresh base model and
+    compared tensor by tensor before it counts."""
+    import torch
+    from peft import PeftModel, get_peft_model_state_dict
+
+    from rftbus.models.loading import load_policy, load_tokenizer
+
+    adapter.save_pretrained(folder)
+    back = PeftModel.from_pretrained(load_policy(cfg.model, load_tokenizer(cfg.model)), folder)
+    want, got = get_peft_model_state_dict(adapter), get_peft_model_state_dict(back)
+    bad = [k for k in want if k not in got or not torch.equal(want[k], got[k])]
+    if bad or set(got) != set(want):
+        raise ExportError(f"the adapter folder does not read back as the same adapter ({bad[:3]})")

@@ -112,3 +112,20 @@ def version_payload(model: Any) -> tuple[dict[str, torch.Tensor], dict[str, str]
     if is_peft(model):
         return adapter_payload(model)
     return {k: v.detach() for k, v in model.state_dict().items()}, None
+
+
+def write_peft_folder(adapter: Adapter, folder: Any) -> None:
+    """The adapter as PEFT saves one (adapter_config.json + adapter_model.safetensors): what vLLM's LoRA loading
+    (`LoRARequest`, `/v1/load_lora_adapter`) and `PeftModel.from_pretrained` read."""
+    from pathlib import Path
+
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    s = adapter.spec
+    LoraConfig(r=s.r, lora_alpha=s.alpha, lora_dropout=s.dropout,  # type: ignore[arg-type]
+               target_modules=list(s.target_modules), bias="none", task_type="CAUSAL_LM").save_pretrained(str(folder))
+    save_file({k: v.detach().contiguous().cpu() for k, v in adapter.state.items()},
+              str(folder / "adapter_model.safetensors"))

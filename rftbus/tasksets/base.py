@@ -58,7 +58,8 @@ class BuiltinTaskset(ABC):
 def _registry() -> dict[str, type[BuiltinTaskset]]:
     from rftbus.tasksets.addition import Addition
     from rftbus.tasksets.reverse import Reverse
-    return {"addition": Addition, "reverse": Reverse}
+    from rftbus.tasksets.times import Times
+    return {"addition": Addition, "reverse": Reverse, "times": Times}
 
 
 def taskset_names() -> list[str]:
