@@ -52,8 +52,12 @@ def test_poison_on_every_lane_costs_a_rejection_not_the_trainer(broker, tmp_path
         # a 600 KB experience_id: its rejection named it twice, over the topic's 1 MB, and the trainer crash-looped
         bad_group("priority", "non_finite_advantage", poisoned(curated_group("p-huge-id", 1), advantage=math.nan,
                                                                experience_id="h" * 600_000)),
-        *good["priority"][1:]])
+        *good["priority"][1:],
+        good["curated"][0]])  # the same record on both lanes: trained once, the other copy `duplicate`
+    twin = curated_group("c-twin", 2)
+    twin = replace(twin, samples=[replace(s, experience_id=twin.samples[0].experience_id) for s in twin.samples])
     produce(cfg, t.curated.name, [
+        twin,  # two survivors sharing an experience_id: one trains
         bad_group("curated", "non_finite_advantage", poisoned(curated_group("c-nan", 2), advantage=-math.inf)),
         good["curated"][0],
         bad_group("curated", "token_out_of_vocab", oov(curated_group("c-oov", 2))),
@@ -104,7 +108,9 @@ def test_poison_on_every_lane_costs_a_rejection_not_the_trainer(broker, tmp_path
         assert set(ids) <= by_reason.get(reason, set()), (reason, by_reason)
     trained = [i for line in read_lineage(lineage_file) for i in line["experience_ids"]]
     assert not set(trained) & {i for ids in bad.values() for i in ids}
-    assert len(trained) == len(set(trained))
+    assert len(trained) == len(set(trained))  # nothing trained twice: the repeats were rejected `duplicate`
+    repeated = set(good["curated"][0].experience_ids()) | {twin.samples[0].experience_id}
+    assert repeated <= set(trained) and repeated <= by_reason.get("duplicate", set()), by_reason.get("duplicate")
     # a good experience either trained or (batched with the overflow) rejected as non_finite_loss, never both
     collateral = by_reason["non_finite_loss"] - set(bad["non_finite_loss"])
     assert want == (set(trained) & want) | collateral and not set(trained) & collateral

@@ -21,8 +21,9 @@ from dataclasses import dataclass, field
 from rftbus.config import Config
 from rftbus.consumers.batch_consumer import BatchConsumer, Polled, start_positions
 from rftbus.errors import RftbusError
-from rftbus.trainer.checkpoint import Checkpoints, positions_to_json
+from rftbus.trainer.checkpoint import Checkpoints, positions_to_json, read_lineage
 from rftbus.trainer.checks import Reject, check_record, split_stale
+from rftbus.trainer.dedupe import TrainedIds
 from rftbus.trainer.dist import all_gather, prepare_env
 from rftbus.weights.staleness import stale_detail, staleness
 
@@ -63,6 +64,7 @@ class Trainer:
         self.step = self.version = 0
         self.pending_lineage: list[dict] = []  # lineage lines of the steps since the last checkpoint
         self.verdicts: dict[tuple[str, int, int], list[int]] = {}  # record -> samples it may still train
+        self.trained_ids = TrainedIds(self.tc.dedupe_window)  # ids decided: a repeat is rejected `duplicate`
         self.last_ckpt, self.dirty = 0, False
         self.last_ckpt_at, self.rejected_at_ckpt = time.monotonic(), 0
         self.ckpt_positions: dict[tuple[str, int], int] | None = None  # bc.positions() at the last checkpoint
@@ -110,6 +112,9 @@ class Trainer:
             self._publish(0)  # fresh start: v0, the weights every explorer can also build from the seed
             self.log("fresh start: published version 0")
         self.summary.start_step = self.step
+        n = self.trained_ids.seed(read_lineage(self.ckpts.lineage))  # what the restored weights have seen
+        if n:
+            self.log(f"dedupe: {len(self.trained_ids)} trained experience ids remembered from the lineage")
         return BatchConsumer(c.consumer, c.lane_topics, c.deserializer, positions,
                              max_pending=self.tc.max_pending_groups or 4 * self.cfg.rl.batch_groups)
 
@@ -140,6 +145,11 @@ class Trainer:
         idx = self.verdicts.get(key)
         if idx is None:
             v = check_record(r, self.c.limits)
+            if v.train and r.group is not None:  # a repeat of an id already decided or pending: never twice
+                ok, dup = self.trained_ids.claim(key, [r.group.samples[i].experience_id for i in v.train])
+                if dup:
+                    v.rejects.append(Reject("duplicate", dup[0][1], [v.train[k] for k, _ in dup], evidence=False))
+                    v.train = [v.train[k] for k in ok]
             self._reject(r, v.rejects)
             idx = self.verdicts[key] = v.train
         check_expert = self.tc.staleness_for_expert
@@ -162,6 +172,7 @@ class Trainer:
         bc.finish(records)
         for r in records:
             self.verdicts.pop((r.topic, r.partition, r.offset), None)
+            self.trained_ids.finish((r.topic, r.partition, r.offset))
 
     def _drop_dead_heads(self, bc: BatchConsumer) -> None:
         """Records at a lane's head with nothing left to train are done at once (not held for a step)."""

@@ -79,6 +79,9 @@ class TrainerConfig(BaseModel):
     keep_versions: int = Field(4, ge=1, description="weight versions kept in the store (see weights_gc.py)")
     gc_grace_s: float = Field(60.0, ge=0, description="a superseded version survives at least this long")
 
+    dedupe_window: int = Field(2_000_000, ge=1, description="experience ids the trainer remembers as decided "
+                               "(trainer/dedupe.py): a repeat among them is rejected `duplicate`, never trained twice")
+
     # Loop.
     staleness_for_expert: bool = Field(False, description="apply η to the expert lane too (demos have no behaviour policy)")
     poll_timeout_s: float = Field(0.2, gt=0)
