@@ -38,6 +38,10 @@ def test_a_good_group_trains_whole():
     ("reward", math.inf, "non_finite_reward"),
     ("logprobs", [-1.0, math.nan, -3.0], "non_finite_logprobs"),
     ("response_ids", [5, 100, 7], "token_out_of_vocab"),
+    ("advantage", 1e308, "advantage_out_of_bounds"),
+    ("advantage", -101.0, "advantage_out_of_bounds"),
+    ("reward", 1e5, "reward_out_of_bounds"),
+    ("logprobs", [-1.0, 0.5, -3.0], "logprob_out_of_bounds"),
     ("response_ids", [5, -1, 7], "token_out_of_vocab"),
     ("response_ids", list(range(30)), "length_mismatch"),
 ])
@@ -69,3 +73,12 @@ def test_expert_lane_is_checked_the_same_way():
 def test_without_limits_only_shape_and_numbers_are_checked():
     v = check_record(polled(group(response_ids=[5, 10_000, 7])), None)
     assert v.train == [0, 1, 2]
+
+
+def test_a_logprob_just_above_zero_is_rounding_and_a_future_version_is_unknown():
+    from rftbus.trainer.checks import split_stale
+
+    assert check_record(polled(group(logprobs=[-1.0, 1e-4, -3.0])), LIMITS).train == [0, 1, 2]
+    g = group(model_version=5)
+    assert split_stale(g, [0, 1, 2], version=1, eta=1) == ([0, 2], [], [1])
+    assert split_stale(group(model_version=2), [0, 1, 2], version=2, eta=2) == ([0, 1, 2], [], [])

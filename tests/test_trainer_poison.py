@@ -30,11 +30,18 @@ def oov(g: ExperienceGroup) -> ExperienceGroup:
     return replace(g, samples=[replace(s, response_ids=[*s.response_ids[:-1], 10**6]) for s in g.samples])
 
 
+def positive_logprob(g: ExperienceGroup) -> ExperienceGroup:
+    return replace(g, samples=[replace(s, logprobs=[0.5, *s.logprobs[1:]]) for s in g.samples])
+
+
 @pytest.mark.timeout(400)
 def test_poison_on_every_lane_costs_a_rejection_not_the_trainer(broker, tmp_path):
     cfg, path = trainer_config(tmp_path, broker, **{
         "trainer.loss": "mix", "trainer.mix_expert_per_batch": 2, "trainer.mix_min_groups": 1,
         "rl.batch_groups": 1, "rl.max_staleness": 1000, "trainer.checkpoint_interval": 1,
+        # high enough that 1e300 still reaches the step (the non-finite loss's skip is the last line of defence);
+        # 1e302 is over it and rejected per sample before any tensor
+        "trainer.max_abs_advantage": 1e301,
         **{f"topics.{k}.partitions": 1 for k in ("curated", "curated_priority", "expert")}})
     t = cfg.topics
     bad: dict[str, list[str]] = {}  # reason -> experience ids
@@ -65,6 +72,8 @@ def test_poison_on_every_lane_costs_a_rejection_not_the_trainer(broker, tmp_path
                                                       logprobs=[-1.0] * 70, loss_mask=[True] * 70)),
         good["curated"][1],
         bad_group("curated", "non_finite_loss", poisoned(curated_group("c-overflow", 2), advantage=1e300)),
+        bad_group("curated", "advantage_out_of_bounds", poisoned(curated_group("c-huge-adv", 2), advantage=1e302)),
+        bad_group("curated", "logprob_out_of_bounds", positive_logprob(curated_group("c-pos-logp", 2))),
         good["curated"][2]])
     produce(cfg, t.expert.name, [
         bad_group("expert", "non_finite_advantage", poisoned(expert_demo(90), advantage=math.nan)),

@@ -20,10 +20,14 @@ from rftbus.weights.staleness import is_stale
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """What the model can take: token ids in [0, vocab), prompt + response at most `context` tokens."""
+    """What the model can take: token ids in [0, vocab), prompt + response at most `context` tokens; and what a
+    sample may carry into the loss: |advantage| and |reward| bounded, logprobs at most 0 (plus a tolerance)."""
 
     vocab: int
     context: int
+    max_abs_advantage: float = 100.0
+    max_abs_reward: float = 1e4
+    logprob_tolerance: float = 1e-3
 
 
 @dataclass(slots=True)
@@ -60,6 +64,16 @@ def _sample_problem(g: ExperienceGroup, s: Experience, rl: bool, limits: Limits 
     if bad is not None:
         return "non_finite_logprobs", f"logprobs[{bad}] = {s.logprobs[bad]}"
     if limits is not None:
+        # Finite but extreme values poison a step all the same (1e308 made the loss inf and cost 151 valid
+        # experiences their batch, #36): bounded per sample, before any tensor.
+        if s.advantage is not None and abs(s.advantage) > limits.max_abs_advantage:
+            return "advantage_out_of_bounds", f"advantage {s.advantage:g}: |A| > {limits.max_abs_advantage:g}"
+        if s.reward is not None and abs(s.reward) > limits.max_abs_reward:
+            return "reward_out_of_bounds", f"reward {s.reward:g}: |r| > {limits.max_abs_reward:g}"
+        pos = next((j for j, x in enumerate(s.logprobs) if x > limits.logprob_tolerance), None)
+        if pos is not None:
+            return "logprob_out_of_bounds", (f"logprobs[{pos}] = {s.logprobs[pos]:g} > 0 (a log-probability; "
+                                             f"tolerance {limits.logprob_tolerance:g})")
         t = _oov(s.response_ids, limits.vocab)
         if t is not None:
             return "token_out_of_vocab", f"response token id {t} outside the model's vocabulary [0, {limits.vocab})"
@@ -116,10 +130,14 @@ def check_record(r: Polled, limits: Limits | None = None) -> Verdict:
     return out
 
 
-def split_stale(g: ExperienceGroup, indices: list[int], version: int, eta: int) -> tuple[list[int], list[int]]:
-    """(fresh, stale) among `indices`, for the step that will publish version+1."""
+def split_stale(g: ExperienceGroup, indices: list[int], version: int,
+                eta: int) -> tuple[list[int], list[int], list[int]]:
+    """(fresh, stale, future) among `indices`, for the step that will publish version+1. A version past the
+    newest published one was never served (a trainer publishes only after a checkpoint): `unknown_version`."""
     fresh: list[int] = []
     stale: list[int] = []
+    future: list[int] = []
     for i in indices:
-        (stale if is_stale(g.samples[i].model_version, version, eta) else fresh).append(i)
-    return fresh, stale
+        v = g.samples[i].model_version
+        (future if v > version else stale if is_stale(v, version, eta) else fresh).append(i)
+    return fresh, stale, future

@@ -110,7 +110,8 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     context = int(getattr(lm.config, "max_position_embeddings", 0) or 0) or tc.max_seq_len or 2048
     max_len = min(tc.max_seq_len or context, context)  # rows are cut at max_len; records past `context` are rejected
     embeddings: Any = lm.get_input_embeddings()
-    limits = Limits(vocab=int(embeddings.num_embeddings), context=context)
+    limits = Limits(vocab=int(embeddings.num_embeddings), context=context, max_abs_advantage=tc.max_abs_advantage,
+                    max_abs_reward=tc.max_abs_reward, logprob_tolerance=tc.logprob_tolerance)
 
     if cfg.kafka.wait_s:  # the engine was built while the broker started (rftbus run): wait for it, and its topics
         create_topics(cfg, check_reachable(cfg))

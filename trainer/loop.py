@@ -154,7 +154,11 @@ class Trainer:
             idx = self.verdicts[key] = v.train
         check_expert = self.tc.staleness_for_expert
         if idx and r.group is not None and self.opts.enforce_staleness and (r.lane != "expert" or check_expert):
-            fresh, stale = split_stale(r.group, idx, self.version, self.cfg.rl.max_staleness)
+            fresh, stale, future = split_stale(r.group, idx, self.version, self.cfg.rl.max_staleness)
+            if future:
+                v1 = max(r.group.samples[i].model_version for i in future)
+                self._reject(r, [Reject("unknown_version", f"model_version {v1} is past the newest published "
+                                                           f"version {self.version}", future)])
             if stale:
                 v0 = min(r.group.samples[i].model_version for i in stale)
                 self._reject(r, [Reject("stale", stale_detail(v0, self.version, self.cfg.rl.max_staleness), stale,

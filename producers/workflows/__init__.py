@@ -6,7 +6,20 @@ from typing import Any
 
 from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow
 
-__all__ = ["RolloutContext", "Sample", "Workflow", "load_workflow"]
+__all__ = ["RolloutContext", "Sample", "Workflow", "load_workflow", "task_may_run"]
+
+BUILTIN = ("single_turn", "multi_turn")
+
+
+def task_may_run(name: str, configured: str) -> bool:
+    """Whether a *task* may name workflow `name`: a built-in, an installed `rftbus.workflows` entry point, or the
+    one the operator configured (explorer.workflow.kind). Never an arbitrary dotted path: a task is data from
+    the bus, and importing a module it names runs that module's code unsandboxed in the explorer (#36)."""
+    if name in BUILTIN or name == configured:
+        return True
+    from importlib.metadata import entry_points
+
+    return any(ep.name == name for ep in entry_points(group="rftbus.workflows"))
 
 _cache: dict[str, Workflow] = {}
 

@@ -65,6 +65,8 @@ class ExplorerConfig(_Strict):
     rewards: list[RewardSpec] = Field(default_factory=lambda: [RewardSpec(name="taskset")])
     task_timeout_s: float = Field(120.0, gt=0, description="a task's deadline, every attempt included (a task may "
                                   "set its own in metadata timeout_s); past it -> task_timeout, not retried")
+    max_n_samples: int = Field(64, ge=1, description="the most samples a task may ask for (Task.n_samples); a task "
+                               "over it is rejected n_samples_out_of_bounds, not rolled out")
     task_retries: int = Field(1, ge=0, description="extra attempts, within the deadline, after an attempt raised")
     admission: bool = Field(True, description="staleness admission control (off only for tests/benchmarks)")
     admission_refresh_s: float = Field(0.5, gt=0, description="how often consumer lags are re-read")

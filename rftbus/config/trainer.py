@@ -79,6 +79,11 @@ class TrainerConfig(BaseModel):
     keep_versions: int = Field(4, ge=1, description="weight versions kept in the store (see weights_gc.py)")
     gc_grace_s: float = Field(60.0, ge=0, description="a superseded version survives at least this long")
 
+    max_abs_advantage: float = Field(100.0, gt=0, description="a sample with |advantage| above this is rejected "
+                                     "advantage_out_of_bounds before the step (a finite 1e308 still makes the loss inf)")
+    max_abs_reward: float = Field(1e4, gt=0, description="likewise |reward| (reward_out_of_bounds)")
+    logprob_tolerance: float = Field(1e-3, ge=0, description="a behaviour logprob above this (a log-probability is "
+                                     "<= 0) is rejected logprob_out_of_bounds")
     dedupe_window: int = Field(2_000_000, ge=1, description="experience ids the trainer remembers as decided "
                                "(trainer/dedupe.py): a repeat among them is rejected `duplicate`, never trained twice")
 
