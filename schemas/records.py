@@ -12,6 +12,7 @@ published under ``history/``); field order here is the order in the schema.
 from __future__ import annotations
 
 import enum
+import math
 import operator
 import time
 import uuid
@@ -193,6 +194,17 @@ class Feedback(AvroRecord):
     def __post_init__(self) -> None:
         if self.kind.__class__ is not FeedbackKind:
             self.kind = FeedbackKind(self.kind)
+
+
+def rating_problem(rating: float | None, scale: tuple[float, float]) -> str | None:
+    """The one rating rule, over HTTP and over Kafka alike: a rating is a finite number on the scale (#36: a
+    Kafka rating of 6 on 1..5 was clamped and trained while HTTP refused it)."""
+    lo, hi = scale
+    if rating is None or not math.isfinite(rating):
+        return f"rating {rating} is not a number on streams.rating_scale {lo:g}..{hi:g}"
+    if not lo <= rating <= hi:
+        return f"rating {rating:g} is outside streams.rating_scale {lo:g}..{hi:g}"
+    return None
 
 
 @_record

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from rftbus.schemas import Experience, Feedback, FeedbackKind
+from rftbus.schemas.records import rating_problem
 
 
 class BadFeedback(ValueError):
@@ -49,9 +50,10 @@ def grades(fb: Feedback, rating_scale: tuple[float, float]) -> list[Grade]:
         return [Grade(fb.experience_id, 1.0 if fb.thumbs_up else 0.0, meta)]
     if kind is FeedbackKind.rating:
         lo, hi = rating_scale
-        if fb.rating is None or not math.isfinite(fb.rating) or hi <= lo:
-            raise BadFeedback(f"kind=rating with rating={fb.rating} (scale {lo}..{hi})")
-        return [Grade(fb.experience_id, min(1.0, max(0.0, (fb.rating - lo) / (hi - lo))), meta)]
+        problem = rating_problem(fb.rating, rating_scale) if hi > lo else f"rating scale {lo}..{hi} is empty"
+        if problem or fb.rating is None:  # refused, not clamped: the same rule as serve's HTTP check
+            raise BadFeedback(f"kind=rating: {problem}")
+        return [Grade(fb.experience_id, (fb.rating - lo) / (hi - lo), meta)]
     if kind is FeedbackKind.correction:
         if not fb.correction:
             raise BadFeedback("kind=correction without correction text")

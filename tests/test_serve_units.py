@@ -155,3 +155,16 @@ def test_record_budget_is_all_or_none(tmp_path):
             f.result(timeout=30)
     assert rec.inflight_bytes == 0 and rec.stats()["t_failed"] == 2
     assert rec.close(1.0) == 0
+
+
+def test_one_rating_rule_over_http_and_kafka():
+    from rftbus.schemas import Feedback
+    from rftbus.streams.feedback import BadFeedback
+
+    scale = (1.0, 5.0)
+    for rating in (6.0, 0.5, float("nan")):
+        problem = FeedbackRequest.model_construct(rating=rating, experience_id="e1").check_rating(scale)
+        assert problem and "streams.rating_scale" in problem
+        with pytest.raises(BadFeedback, match="streams.rating_scale"):  # over Kafka: refused, no longer clamped
+            grades(Feedback(experience_id="e1", kind=FeedbackKind.rating, rating=rating), scale)
+    assert grades(Feedback(experience_id="e1", kind=FeedbackKind.rating, rating=5.0), scale)[0].reward == 1.0

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rftbus.schemas import ExperienceGroup, Feedback, FeedbackKind
+from rftbus.schemas.records import rating_problem
 
 if TYPE_CHECKING:
     from rftbus.models.prompt import PromptFormat
@@ -94,10 +95,7 @@ class FeedbackRequest(BaseModel):
 
     def check_rating(self, scale: tuple[float, float]) -> str | None:
         """A message when the rating is outside the scale the streams map from (they would clamp it)."""
-        lo, hi = scale
-        if self.rating is not None and not lo <= self.rating <= hi:
-            return f"rating {self.rating:g} is outside streams.rating_scale {lo:g}..{hi:g}"
-        return None
+        return None if self.rating is None else rating_problem(self.rating, scale)
 
     def to_record(self) -> Feedback:
         fb = Feedback(experience_id=self.target, kind=self.kind, reward=self.reward, rating=self.rating,
