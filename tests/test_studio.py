@@ -144,3 +144,13 @@ def test_the_path_of_an_experience_from_its_rows():
     assert [r["reason"] for r in e["e2"]["rejections"]] == ["stale"] and e["e2"]["feedback"][0]["kind"] == "thumbs"
     assert data.first_version_after([{"version": 1, "step": 1}], 5) is None
     assert data.array(["a'b", "c"]) == "['a\\'b','c']"
+
+
+def test_the_standalone_studio_refuses_a_large_body_unread(tmp_path):
+    from rftbus.consumers.studio.app import standalone
+
+    cfg = load_config(overrides={"state_dir": str(tmp_path), "serve": {"read_tokens": [READER],
+                                                                        "max_body_bytes": 4096}}, environ={})
+    c = TestClient(standalone(cfg))
+    r = c.post("/studio/api/sql", headers={"Authorization": f"Bearer {READER}"}, content=b"x" * 100_000)
+    assert r.status_code == 413 and "max_body_bytes" in r.json()["error"]["message"], r.text

@@ -15,6 +15,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from .backends.base import AnalyticsError, Backend
 from .statement import check
 
+MAX_BODY = 1 << 20  # a query and its parameters; a larger body is refused unread
+
 
 class QueryServer:
     def __init__(self, backend: Backend, host: str = "127.0.0.1"):
@@ -54,8 +56,13 @@ def _handler(backend: Backend) -> type[BaseHTTPRequestHandler]:
             if self.path != "/query":
                 self._send(404, {"error": f"no such endpoint {self.path}"})
                 return
+            length = self.headers.get("Content-Length", "0") or "0"
+            size = int(length) if length.isdigit() else MAX_BODY + 1
+            if size > MAX_BODY:  # refused before it is read
+                self._send(413, {"error": f"request body of {size} bytes is over {MAX_BODY}"})
+                return
             try:
-                req = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                req = json.loads(self.rfile.read(size) or b"{}")
                 sql, params = req["sql"], {str(k): str(v) for k, v in (req.get("params") or {}).items()}
             except (ValueError, KeyError, TypeError, AttributeError) as e:
                 self._send(400, {"error": f"bad request: {e}"})

@@ -20,7 +20,8 @@ from fastapi.templating import Jinja2Templates
 from rftbus.config import Config
 from rftbus.consumers.analytics.backends import AnalyticsError
 from rftbus.producers.serve.auth import Scope, TokenAuth
-from rftbus.producers.serve.errors import ApiError, BadRequest, NotFound, Unauthorized, Unavailable, parse
+from rftbus.producers.serve.errors import (ApiError, BadRequest, BodyLimit, NotFound, Unauthorized, Unavailable,
+                                           parse)
 from rftbus.producers.serve.feedback import FeedbackRequest
 from rftbus.status import run_started
 
@@ -266,6 +267,7 @@ def standalone(cfg: Config) -> FastAPI:
         await anyio.to_thread.run_sync(studio.state.studio.publisher.close)
 
     app = FastAPI(title="rftbus studio", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.add_middleware(BodyLimit, max_bytes=cfg.serve.max_body_bytes)  # serve's limit, before any body is read
     app.mount("/studio", studio)
 
     @app.get("/", include_in_schema=False)

@@ -8,7 +8,6 @@ Nothing here logs headers or bodies; uvicorn's access log has method, path and s
 
 from __future__ import annotations
 
-import json
 from contextlib import asynccontextmanager
 
 import anyio
@@ -18,59 +17,12 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from rftbus.config import Config
 from rftbus.producers.serve import responses
 from rftbus.producers.serve.auth import Scope
-from rftbus.producers.serve.errors import ApiError, NotFound, TooLarge, parse
+from rftbus.producers.serve.errors import ApiError, BodyLimit, NotFound, parse
 from rftbus.producers.serve.feedback import FeedbackRequest
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, _Request, chat_prompt,
                                              completion_prompt, default_task_id)
 from rftbus.producers.serve.records import LivePrompt
 from rftbus.producers.serve.service import LiveService
-
-BODY_METHODS = {"POST", "PUT", "PATCH"}
-
-
-class BodyLimit:
-    """Pure ASGI middleware: a body over `max_bytes` is answered 413 before the app sees any of it."""
-
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope, receive, send) -> None:
-        if scope["type"] != "http" or scope["method"] not in BODY_METHODS:
-            await self.app(scope, receive, send)
-            return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            await self._refuse(send, int(declared))
-            return
-        chunks, size, more = [], 0, True
-        while more:
-            msg = await receive()
-            if msg["type"] != "http.request":  # client went away
-                return
-            chunks.append(msg.get("body", b""))
-            size += len(chunks[-1])
-            more = msg.get("more_body", False)
-            if size > self.max_bytes:
-                await self._refuse(send, size, at_least=True)
-                return
-        body, replayed = b"".join(chunks), False
-
-        async def replay():
-            nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-        await self.app(scope, replay, send)
-
-    async def _refuse(self, send, size: int, at_least: bool = False) -> None:
-        err = TooLarge(f"request body is {'over ' if at_least else ''}{size} bytes; serve.max_body_bytes is "
-                       f"{self.max_bytes}", code="body_too_large")
-        data = json.dumps(err.body()).encode()
-        await send({"type": "http.response.start", "status": err.status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
-        await send({"type": "http.response.body", "body": data})
-
 
 def _error_response(err: ApiError) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
