@@ -111,7 +111,10 @@ def final_checkpoint(checkpoint_dir: Path) -> Checkpoint | None:
 
 
 def _kept_ids(g: ExperienceGroup) -> list[str]:
-    return [s.experience_id for s in g.kept()] if g.survivors else []
+    """The survivors' ids; survivors that do not index the samples (a hostile record, which the trainer rejects
+    whole as `schema`) name none of them rather than stopping the summary (#36)."""
+    n = len(g.samples)
+    return [g.samples[i].experience_id for i in g.survivors if 0 <= i < n]
 
 
 # What the analytics sink counts per topic key: distinct ids of records of the topic's own type (per
