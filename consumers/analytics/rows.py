@@ -65,7 +65,8 @@ CURATED = ("curated", "curated_priority")
 
 def _experiences(g: ExperienceGroup, topic: str) -> list[Row]:
     """One row per experience of the group (on a curated lane, per survivor)."""
-    kept = g.survivors if topic in CURATED else range(len(g.samples))
+    n = len(g.samples)  # survivors that do not index the samples (a hostile record) make no row
+    kept = [i for i in g.survivors if 0 <= i < n] if topic in CURATED else range(n)
     common = {"group_id": g.group_id, "task_id": g.task_id, "group_size": len(g.samples),
               "prompt_tokens": len(g.prompt_ids), "priority": _f(g.priority) or 0.0, "source": g.source.value,
               "explorer_id": g.explorer_id, "prompt_text": g.prompt_text, "created_at": ts(g.created_at)}
