@@ -273,7 +273,9 @@ class Explorer:
                 return
             problem = self._task_problem(task)
             if problem is not None:  # bounded work: never a 10,000-sample group or a task-named import
+                self.report(f"task {task.task_id[:80]} -> {problem[0]}: {problem[1][:300]}")
                 self._reject(msg, *problem)
+                self.stats["tasks_rejected"] += 1
                 self.seen.add(p, task.task_id)
                 return
             self._handled += 1
@@ -297,10 +299,11 @@ class Explorer:
         if task.n_samples is not None and not 1 <= task.n_samples <= ex.max_n_samples:
             return "n_samples_out_of_bounds", (f"task {task.task_id[:80]} asks for n_samples {task.n_samples}; "
                                                f"explorer.max_n_samples allows 1..{ex.max_n_samples}")
-        if task.workflow and not task_may_run(task.workflow, ex.workflow.kind):
+        if task.workflow and not task_may_run(task.workflow, ex.workflow.kind, ex.task_workflows):
             return "unknown_workflow", (f"task {task.task_id[:80]} names workflow {task.workflow[:200]!r}: a task may "
-                                        "name single_turn, multi_turn, an installed rftbus.workflows entry point or "
-                                        f"explorer.workflow.kind ({ex.workflow.kind!r}), never a module to import")
+                                        "name single_turn, multi_turn, an installed rftbus.workflows entry point, "
+                                        f"explorer.workflow.kind ({ex.workflow.kind!r}) or one of "
+                                        "explorer.task_workflows, never another module to import")
         return None
 
     def _group_size(self, task: Task) -> int:

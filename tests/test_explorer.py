@@ -50,7 +50,8 @@ def test_groups_rejections_and_commits(broker, tmp_path, batch_tasks):
         "explorer.admission": False, "explorer.idle_exit_s": 8.0, "explorer.batch_tasks": batch_tasks,
         # long enough for a good task on a loaded machine; the hanging one still times out (twice)
         "explorer.task_timeout_s": 4.0,
-        "explorer.task_retries": 1, "explorer.expert": True})
+        "explorer.task_retries": 1, "explorer.expert": True,
+        "explorer.task_workflows": ["explorer_plugins:Failing", "explorer_plugins.Hanging"]})
     good = list(get_taskset("addition").tasks("train", 3))
     good[0].n_samples = 3
     bad = Task(taskset="addition", prompt="1+1=", answer="2", workflow="explorer_plugins:Failing")
@@ -294,7 +295,8 @@ def test_a_task_never_holds_its_partition_past_its_deadline(broker, tmp_path):
     task that runs out of time is rejected within its own deadline (no second full attempt)."""
     cfg = fresh_config(make_config, tmp_path, broker, **{
         "explorer.admission": False, "explorer.idle_exit_s": 6.0, "explorer.task_timeout_s": 60.0,
-        "explorer.task_retries": 1, "topics.tasks.partitions": 1})
+        "explorer.task_retries": 1, "topics.tasks.partitions": 1,
+        "explorer.task_workflows": ["explorer_plugins.Hanging"]})
     long = Task(taskset="addition", prompt="12+7=" * 4000, answer="19")  # 20,000 tokens; the context is 64
     hang = Task(taskset="addition", prompt="2+2=", answer="4", workflow="explorer_plugins.Hanging",
                 metadata={"timeout_s": "1.5"})

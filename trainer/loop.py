@@ -163,6 +163,7 @@ class Trainer:
                 v0 = min(r.group.samples[i].model_version for i in stale)
                 self._reject(r, [Reject("stale", stale_detail(v0, self.version, self.cfg.rl.max_staleness), stale,
                                         evidence=False)])
+            if future or stale:  # rejected once, and never trained
                 idx = self.verdicts[key] = fresh
         return idx
 

@@ -11,11 +11,12 @@ __all__ = ["RolloutContext", "Sample", "Workflow", "load_workflow", "task_may_ru
 BUILTIN = ("single_turn", "multi_turn")
 
 
-def task_may_run(name: str, configured: str) -> bool:
-    """Whether a *task* may name workflow `name`: a built-in, an installed `rftbus.workflows` entry point, or the
-    one the operator configured (explorer.workflow.kind). Never an arbitrary dotted path: a task is data from
-    the bus, and importing a module it names runs that module's code unsandboxed in the explorer (#36)."""
-    if name in BUILTIN or name == configured:
+def task_may_run(name: str, configured: str, trusted: list[str] | tuple[str, ...] = ()) -> bool:
+    """Whether a *task* may name workflow `name`: a built-in, an installed `rftbus.workflows` entry point, the
+    one the operator configured (explorer.workflow.kind) or one of the operator's `explorer.task_workflows`.
+    Never any other dotted path: a task is data from the bus, and importing a module it names runs that
+    module's code unsandboxed in the explorer (#36)."""
+    if name in BUILTIN or name == configured or name in trusted:
         return True
     from importlib.metadata import entry_points
 

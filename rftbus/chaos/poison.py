@@ -16,7 +16,8 @@ from dataclasses import dataclass, replace
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_producer
-from rftbus.schemas import Experience, ExperienceGroup, Feedback, FeedbackKind, Source, Task, WeightVersion, make_codec
+from rftbus.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, Source, Task, WeightVersion, make_codec,
+                            new_id)
 
 ANY = frozenset({"*"})  # valid but odd input: any accounted outcome (trained or rejected) is right
 NONE: frozenset[str] = frozenset()  # no rejection path (followers skip it): liveness is the check
@@ -100,10 +101,11 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
         Poison("tasks", "a prompt of 40,000 tokens (far past the model's context)",
                enc(replace(task, prompt="12+34=" * 8000)), k(), frozenset({"prompt_too_long"})),
         # bounded work (#36): never a 10,000-sample group, never an import a task names
-        Poison("tasks", "n_samples 10,000", enc(replace(task, n_samples=10_000)), k(),
+        # (new task ids: an explorer skips a task id it already handled in that partition, without a rejection)
+        Poison("tasks", "n_samples 10,000", enc(replace(task, task_id=new_id(), n_samples=10_000)), k(),
                frozenset({"n_samples_out_of_bounds"})),
-        Poison("tasks", "a workflow naming a module to import", enc(replace(task, workflow="os:system")), k(),
-               frozenset({"unknown_workflow"})),
+        Poison("tasks", "a workflow naming a module to import",
+               enc(replace(task, task_id=new_id(), workflow="os:system")), k(), frozenset({"unknown_workflow"})),
         # raw -> streams (stage verify)
         Poison("raw", "garbage bytes", b"hello, not avro", k(), frozenset({"malformed"})),
         Poison("raw", "wrong schema id (Confluent framing, id 99999)", b"\x00" + (99999).to_bytes(4, "big") + b"body",

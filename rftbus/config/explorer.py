@@ -67,6 +67,9 @@ class ExplorerConfig(_Strict):
                                   "set its own in metadata timeout_s); past it -> task_timeout, not retried")
     max_n_samples: int = Field(64, ge=1, description="the most samples a task may ask for (Task.n_samples); a task "
                                "over it is rejected n_samples_out_of_bounds, not rolled out")
+    task_workflows: list[str] = Field(default_factory=list, description="dotted paths of workflows a task may "
+                                      "name (Task.workflow) besides the built-ins, installed rftbus.workflows entry "
+                                      "points and workflow.kind: the operator's list, never what a task says")
     task_retries: int = Field(1, ge=0, description="extra attempts, within the deadline, after an attempt raised")
     admission: bool = Field(True, description="staleness admission control (off only for tests/benchmarks)")
     admission_refresh_s: float = Field(0.5, gt=0, description="how often consumer lags are re-read")
