@@ -32,7 +32,7 @@ from rftbus.producers.rewards import make_rewards
 from rftbus.producers.rollout import run_task
 from rftbus.producers.seen_tasks import SeenTasks
 from rftbus.status import StatusFile
-from rftbus.producers.workflows import RolloutContext, task_may_run
+from rftbus.producers.workflows import RolloutContext, task_problem
 from rftbus.schemas import (REJECTION_MAX_BYTES, DecodeError, ExperienceGroup, Rejection, Task, bound_key,
                             fitted_rejection, make_codec, topic_context)
 from rftbus.tasksets import get_taskset, taskset_names
@@ -271,7 +271,7 @@ class Explorer:
             if (p, task.task_id) in self.seen:
                 self.stats["tasks_skipped_duplicate"] += 1
                 return
-            problem = self._task_problem(task)
+            problem = task_problem(task, self.cfg.explorer)
             if problem is not None:  # bounded work: never a 10,000-sample group or a task-named import
                 self.report(f"task {task.task_id[:80]} -> {problem[0]}: {problem[1][:300]}")
                 self._reject(msg, *problem)
@@ -293,18 +293,6 @@ class Explorer:
             t = self.t  # busy seconds per group: what `rftbus bench async` calls G (÷ groups, × B)
             self.status.update(version=self.engine.version, busy_s=round(t.generate_s + t.encode_s + t.produce_s, 4),
                                groups_timed=t.groups, **self.stats)
-
-    def _task_problem(self, task: Task) -> tuple[str, str] | None:
-        ex = self.cfg.explorer
-        if task.n_samples is not None and not 1 <= task.n_samples <= ex.max_n_samples:
-            return "n_samples_out_of_bounds", (f"task {task.task_id[:80]} asks for n_samples {task.n_samples}; "
-                                               f"explorer.max_n_samples allows 1..{ex.max_n_samples}")
-        if task.workflow and not task_may_run(task.workflow, ex.workflow.kind, ex.task_workflows):
-            return "unknown_workflow", (f"task {task.task_id[:80]} names workflow {task.workflow[:200]!r}: a task may "
-                                        "name single_turn, multi_turn, an installed rftbus.workflows entry point, "
-                                        f"explorer.workflow.kind ({ex.workflow.kind!r}) or one of "
-                                        "explorer.task_workflows, never another module to import")
-        return None
 
     def _group_size(self, task: Task) -> int:
         """The task's own n_samples, else rl.group_size, smaller for a prompt known flat (no_signal_min_group)."""

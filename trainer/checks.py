@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from rftbus.consumers.batch_consumer import Polled
 from rftbus.schemas import Experience, ExperienceGroup
-from rftbus.weights.staleness import is_stale
+from rftbus.weights.staleness import is_stale, stale_detail
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +128,21 @@ def check_record(r: Polled, limits: Limits | None = None) -> Verdict:
             by_reason[reason] = Reject(reason, detail, list(idx))
     out.rejects.extend(by_reason.values())
     return out
+
+
+def by_version(g: ExperienceGroup, indices: list[int], version: int, eta: int) -> tuple[list[int], list[Reject]]:
+    """(fresh, the rejections of the rest): `unknown_version` for a version past the newest published, `stale`
+    for one past the bound."""
+    fresh, stale, future = split_stale(g, indices, version, eta)
+    rejects = []
+    if future:
+        v1 = max(g.samples[i].model_version for i in future)
+        rejects.append(Reject("unknown_version", f"model_version {v1} is past the newest published version "
+                                                 f"{version}", future))
+    if stale:
+        v0 = min(g.samples[i].model_version for i in stale)
+        rejects.append(Reject("stale", stale_detail(v0, version, eta), stale, evidence=False))
+    return fresh, rejects
 
 
 def split_stale(g: ExperienceGroup, indices: list[int], version: int,

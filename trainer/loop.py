@@ -22,10 +22,10 @@ from rftbus.config import Config
 from rftbus.consumers.batch_consumer import BatchConsumer, Polled, start_positions
 from rftbus.errors import RftbusError
 from rftbus.trainer.checkpoint import Checkpoints, positions_to_json, read_lineage
-from rftbus.trainer.checks import Reject, check_record, split_stale
+from rftbus.trainer.checks import Reject, by_version, check_record
 from rftbus.trainer.dedupe import TrainedIds
 from rftbus.trainer.dist import all_gather, prepare_env
-from rftbus.weights.staleness import stale_detail, staleness
+from rftbus.weights.staleness import staleness
 
 Take = list[tuple[Polled, list[int]]]  # records at the lane heads, in order, with the samples to train
 
@@ -154,16 +154,9 @@ class Trainer:
             idx = self.verdicts[key] = v.train
         check_expert = self.tc.staleness_for_expert
         if idx and r.group is not None and self.opts.enforce_staleness and (r.lane != "expert" or check_expert):
-            fresh, stale, future = split_stale(r.group, idx, self.version, self.cfg.rl.max_staleness)
-            if future:
-                v1 = max(r.group.samples[i].model_version for i in future)
-                self._reject(r, [Reject("unknown_version", f"model_version {v1} is past the newest published "
-                                                           f"version {self.version}", future)])
-            if stale:
-                v0 = min(r.group.samples[i].model_version for i in stale)
-                self._reject(r, [Reject("stale", stale_detail(v0, self.version, self.cfg.rl.max_staleness), stale,
-                                        evidence=False)])
-            if future or stale:  # rejected once, and never trained
+            fresh, rejects = by_version(r.group, idx, self.version, self.cfg.rl.max_staleness)
+            if rejects:  # rejected once, and never trained
+                self._reject(r, rejects)
                 idx = self.verdicts[key] = fresh
         return idx
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow
 
-__all__ = ["RolloutContext", "Sample", "Workflow", "load_workflow", "task_may_run"]
+__all__ = ["RolloutContext", "Sample", "Workflow", "load_workflow", "task_may_run", "task_problem"]
 
 BUILTIN = ("single_turn", "multi_turn")
 
@@ -23,6 +23,19 @@ def task_may_run(name: str, configured: str, trusted: list[str] | tuple[str, ...
     return any(ep.name == name for ep in entry_points(group="rftbus.workflows"))
 
 _cache: dict[str, Workflow] = {}
+
+
+def task_problem(task: Any, ex: Any) -> tuple[str, str] | None:
+    """(reason, detail) when a task asks for more work than the explorer config (`ex`) bounds, else None."""
+    if task.n_samples is not None and not 1 <= task.n_samples <= ex.max_n_samples:
+        return "n_samples_out_of_bounds", (f"task {task.task_id[:80]} asks for n_samples {task.n_samples}; "
+                                           f"explorer.max_n_samples allows 1..{ex.max_n_samples}")
+    if task.workflow and not task_may_run(task.workflow, ex.workflow.kind, ex.task_workflows):
+        return "unknown_workflow", (f"task {task.task_id[:80]} names workflow {task.workflow[:200]!r}: a task may "
+                                    "name single_turn, multi_turn, an installed rftbus.workflows entry point, "
+                                    f"explorer.workflow.kind ({ex.workflow.kind!r}) or one of "
+                                    "explorer.task_workflows, never another module to import")
+    return None
 
 
 def load_workflow(kind: str) -> Workflow:
