@@ -10,6 +10,7 @@ file lock; the others wait and reuse it. Nothing is downloaded: a preset's GGUF 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -72,8 +73,14 @@ def model_folder(cfg: ModelConfig) -> str | None:
 
 
 def _digest(path: Path) -> str:
+    st = path.stat()  # one hash per file version a process: the tokenizer, model and prompt format all ask
+    return _digest_of(str(path), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _digest_of(path: str, _size: int, _mtime_ns: int) -> str:
     h = hashlib.sha256()
-    with path.open("rb") as f:
+    with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
