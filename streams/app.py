@@ -68,7 +68,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     held = app.Table("live", partitions=n, key_type=bytes, value_type=bytes,
                      changelog_topic=app.topic(topo.live_changelog, partitions=n, compacting=True))
     live = LiveGroups(cfg, held, emit, codec, counters)
-    ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw, live)
+    ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw, live, n)
     join = Join(cfg, pending, emit, counters, topo.partitions["joined"])
     fanout = FeedbackFanout(cfg, emit, codec, counters)
     # Ticks, status and metrics go through a plain confluent producer: they are not part of any input

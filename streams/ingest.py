@@ -24,7 +24,7 @@ from rftbus.streams.live import Late, LiveGroups
 from rftbus.streams.outputs import H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0, Output
 from rftbus.streams.recovery import Landed, scan
 from rftbus.streams.redelivery import DeliveryGuard
-from rftbus.streams.verify import Drop, Verdict, needs_feedback, read_group, sample_drops
+from rftbus.streams.verify import Drop, Verdict, needs_feedback, placement, read_group, sample_drops
 from rftbus.streams.view import GroupReader, GroupView
 
 log = logging.getLogger("rftbus.streams.ingest")
@@ -32,7 +32,8 @@ OUTPUT_ROLES = ("curated", "curated_priority", "expert", "rejected")
 
 
 class Ingest:
-    def __init__(self, cfg, emit, codec, follower, pass_rates, counters, raw_topic: str, live: LiveGroups):
+    def __init__(self, cfg, emit, codec, follower, pass_rates, counters, raw_topic: str, live: LiveGroups,
+                 raw_partitions: int):
         self.cfg = cfg
         self.sc = cfg.streams
         self.emit = emit
@@ -41,6 +42,7 @@ class Ingest:
         self.pass_rates = pass_rates
         self.counters = counters
         self.raw_topic = raw_topic
+        self.raw_partitions = raw_partitions
         self.live = live
         self.landed: dict[int, Landed] = {}  # from the recovery scan, per input partition
         self.stream: Any = None  # the noack Faust stream, set by the agent
@@ -112,6 +114,10 @@ class Ingest:
             return
         g = v.group
         assert g is not None
+        misplaced = placement(key, g.group_id, p, self.raw_partitions)
+        if misplaced is not None:
+            await self._reject_whole(Verdict(g, "bad_key", misplaced), src, data, key, p, landed)
+            return
         if g.group_id in landed.groups and src not in landed.partial:
             await self._reject_whole(Verdict(g, "duplicate", f"group {g.group_id} already arrived in an earlier "
                                              "record"), src, data, key, p, landed)

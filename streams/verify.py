@@ -10,7 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from aiokafka.partitioner import murmur2
+
 from rftbus.schemas import DecodeError, ExperienceGroup
+from rftbus.schemas.bounds import bound_key
 from rftbus.config.streams import StreamsConfig
 from rftbus.streams.view import GroupReader, GroupView
 
@@ -56,6 +59,24 @@ def read_group(data: bytes | None, read: GroupReader, max_bytes: int) -> Verdict
     if len(data) > max_bytes:  # named with its ids, so every experience in it is accounted for
         return Verdict(rec, "too_large", f"{len(data)} bytes > streams.max_message_bytes={max_bytes}")
     return check_group(rec)
+
+
+def placement(key: bytes | None, group_id: str, partition: int, partitions: int) -> str | None:
+    """Why a group's record is not where its group id puts it, or None.
+
+    The raw dedupe remembers group ids per partition, so it holds across partitions only if every copy of
+    a group lands on one partition: keyed by its group id and placed by Kafka's default (murmur2)
+    partitioner, which every rftbus producer uses (`kafka.clients.producer_conf`). A copy under another
+    key, a null key or an explicit partition would slip past the dedupe and train again (#36)."""
+    want = group_id.encode()
+    if key != want:
+        shown = "a null key" if key is None else f"key {bound_key(key)!r}"
+        return f"group {group_id} under {shown}: raw records are keyed by their group_id"
+    home = (murmur2(want) & 0x7FFFFFFF) % partitions
+    if partition != home:
+        return (f"group {group_id} on partition {partition}; its key hashes to partition {home} of {partitions} "
+                "(Kafka's default murmur2 partitioner)")
+    return None
 
 
 def check_group(g: GroupView) -> Verdict:

@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from aiokafka.partitioner import murmur2
 
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import create_topics
@@ -37,9 +38,9 @@ CURATED_TOPIC_MAX = 150_000  # the curated lanes take less than raw records may 
 TESTS_DIR = Path(__file__).resolve().parent
 
 
-def _exp(prompt_text: str | None = None, **over) -> ExperienceGroup:
+def _exp(prompt_text: str | None = None, group_id: str | None = None, **over) -> ExperienceGroup:
     """A group of one; `over` changes its sample."""
-    g = make_group(rewards=[1.0], model_version=LATEST, response_tokens=20, seed=7)
+    g = make_group(rewards=[1.0], model_version=LATEST, response_tokens=20, seed=7, group_id=group_id)
     g = replace(g, samples=[replace(g.samples[0], **over)])
     return g if prompt_text is None else replace(g, prompt_text=prompt_text)
 
@@ -56,17 +57,25 @@ def _malformed_avro() -> bytes:
     return good[:10] + bytes(400)  # a valid ExperienceGroup header (magic + fingerprint), a body that is not one
 
 
-# case -> (bytes, reason, words the detail must contain)
+def _partition_mate(key: str, partitions: int) -> str:
+    """Another group id whose records land on the same raw partition as `key` (Kafka's murmur2)."""
+    def home(k: str) -> int:
+        return (murmur2(k.encode()) & 0x7FFFFFFF) % partitions
+    return next(f"{key}-{i}" for i in range(1000) if home(f"{key}-{i}") == home(key))
+
+
+# case -> (bytes of a record keyed by the given group id, reason, words the detail must contain); a decodable
+# group is keyed by its group id, else it is rejected `bad_key` before anything else is looked at
 BAD = {
-    "malformed_avro": (_malformed_avro, "malformed", ["malformed_body"]),
-    "wrong_schema_id": (lambda: b"\x00" + (424242).to_bytes(4, "big") + b"\x02body", "schema", ["424242"]),
-    "truncated_frame": (lambda: CODEC.encode(_exp())[:-9], "malformed", ["truncated"]),
-    "huge_record": (lambda: CODEC.encode(_exp(response_ids=[5] * 70_000, logprobs=[-1.0] * 70_000,
+    "malformed_avro": (lambda gid: _malformed_avro(), "malformed", ["malformed_body"]),
+    "wrong_schema_id": (lambda gid: b"\x00" + (424242).to_bytes(4, "big") + b"\x02body", "schema", ["424242"]),
+    "truncated_frame": (lambda gid: CODEC.encode(_exp())[:-9], "malformed", ["truncated"]),
+    "huge_record": (lambda gid: CODEC.encode(_exp(response_ids=[5] * 70_000, logprobs=[-1.0] * 70_000,
                                               loss_mask=[True] * 70_000)), "too_large", [str(MAX_BYTES)]),
-    "nan_reward": (lambda: CODEC.encode(_exp(reward=math.nan)), "non_finite_reward", ["nan"]),
-    "unknown_version": (lambda: CODEC.encode(_exp(model_version=LATEST + 50)), "unknown_version",
+    "nan_reward": (lambda gid: CODEC.encode(_exp(reward=math.nan, group_id=gid)), "non_finite_reward", ["nan"]),
+    "unknown_version": (lambda gid: CODEC.encode(_exp(model_version=LATEST + 50, group_id=gid)), "unknown_version",
                         [str(LATEST + 50), f"latest published {LATEST}"]),
-    "unicode_garbage_prompt": (_bad_utf8_prompt, "malformed", ["utf-8"]),
+    "unicode_garbage_prompt": (lambda gid: _bad_utf8_prompt(), "malformed", ["utf-8"]),
 }
 
 
@@ -120,19 +129,20 @@ def _curated(out, gid):
 def test_bad_record_is_rejected_with_a_clear_reason_and_the_worker_lives(env, case):
     cfg, producer, worker = env
     make_bytes, reason, words = BAD[case]
-    bad = make_bytes()
-    key = f"bad-{case}-{uuid.uuid4().hex[:6]}".encode()
+    key = f"bad-{case}-{uuid.uuid4().hex[:6]}"
     pid = worker.proc.pid
-    part, off = _send(cfg, producer, key, bad)
+    bad = make_bytes(key)
+    part, off = _send(cfg, producer, key.encode(), bad)
+    mate = _partition_mate(key, cfg.topics.raw.partitions)  # the partition that held the poison must move on
     good = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=10, seed=hash(case) % 1000,
-                      group_id=key.decode())  # same key: the partition that held the poison must move on
-    _send(cfg, producer, key, CODEC.encode(good))
+                      group_id=mate)
+    _send(cfg, producer, mate.encode(), CODEC.encode(good))
 
     def mine(out):
         return [r for r in out["rejected"] if isinstance(r, Rejection) and r.source_topic == cfg.topics.raw.name
                 and (r.partition, r.offset) == (part, off)]
 
-    out = _wait(cfg, lambda o: mine(o) and len(_curated(o, key.decode())) == 2)
+    out = _wait(cfg, lambda o: mine(o) and len(_curated(o, mate)) == 2)
     rejections = mine(out)
     assert len(rejections) == 1, f"{case}: {len(rejections)} rejections for the bad record"
     r = rejections[0]
@@ -141,7 +151,7 @@ def test_bad_record_is_rejected_with_a_clear_reason_and_the_worker_lives(env, ca
     for w in words:
         assert w.lower() in r.detail.lower(), f"{case}: detail {r.detail!r} does not name {w!r}"
     assert r.original == bad  # the bytes are kept for inspection
-    assert len(_curated(out, key.decode())) == 2, f"{case}: the good group after the bad record was not curated"
+    assert len(_curated(out, mate)) == 2, f"{case}: the good group after the bad record was not curated"
     assert worker.proc.poll() is None and worker.proc.pid == pid, worker.tail()
     status = worker.status()
     assert status["pid"] == pid and status["errors"] == 0, status  # handled as input, not as a crash
@@ -170,8 +180,9 @@ def test_records_at_the_size_limits_are_rejected_with_their_ids(env, case):
     data = CODEC.encode(big)
     pid = worker.proc.pid
     part, off = _send(cfg, producer, key.encode(), data)
-    good = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=10, seed=5, group_id=f"{key}-ok")
-    _send(cfg, producer, key.encode(), CODEC.encode(good))
+    mate = _partition_mate(key, cfg.topics.raw.partitions)
+    good = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=10, seed=5, group_id=mate)
+    _send(cfg, producer, mate.encode(), CODEC.encode(good))
 
     def mine(out):
         return [r for r in out["rejected"] if isinstance(r, Rejection) and (r.partition, r.offset) == (part, off)

@@ -163,6 +163,33 @@ def test_a_bad_record_is_rejected_whole_with_its_bytes_and_the_worker_goes_on(en
     assert worker.proc.poll() is None
 
 
+def test_a_group_away_from_its_key_is_rejected_bad_key_and_trains_once(env):
+    """The raw dedupe is per partition; a copy of a group under another key, a null key or on a partition
+    its key does not hash to would slip past it and train again (#36). Each is rejected `bad_key`; the
+    copy at home is curated once and a second copy at home is a `duplicate`."""
+    from aiokafka.partitioner import murmur2
+
+    cfg, producer, worker = env
+    g = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=12, seed=41, group_id=uuid.uuid4().hex)
+    n = cfg.topics.raw.partitions
+    home = (murmur2(g.group_id.encode()) & 0x7FFFFFFF) % n
+    value = CODEC.encode(g)
+    producer.produce(cfg.topics.raw.name, key=b"another-key", value=value)
+    producer.produce(cfg.topics.raw.name, key=None, value=value)
+    producer.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=value, partition=(home + 1) % n)
+    producer.flush(10)
+    send(cfg, producer, [g, g])  # keyed by its group id: the producer's murmur2 puts both at home
+    out = wait_outputs(cfg, lambda o: sum(r.group_id == g.group_id for r in o["rejected"]) >= 4
+                       and curated_of(o, g.group_id))
+    mine = [r for r in out["rejected"] if r.group_id == g.group_id]
+    assert sorted(r.reason for r in mine) == ["bad_key"] * 3 + ["duplicate"], [(r.reason, r.detail) for r in mine]
+    details = " | ".join(r.detail for r in mine if r.reason == "bad_key")
+    assert "null key" in details and "another-key" in details and f"hashes to partition {home}" in details
+    assert all(r.experience_ids == g.experience_ids() for r in mine)
+    [cur] = curated_of(out, g.group_id)
+    assert cur.experience_ids() == g.experience_ids()
+
+
 def test_a_bad_sample_costs_only_itself(env):
     cfg, producer, worker = env
     base = make_group(rewards=[1.0, 0.0, 0.5, 0.0], model_version=LATEST, response_tokens=20, seed=3)

@@ -14,6 +14,8 @@ import random
 import uuid
 from dataclasses import dataclass, replace
 
+from aiokafka.partitioner import murmur2
+
 from rftbus.config import Config
 from rftbus.kafka.clients import make_producer
 from rftbus.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, Source, Task, WeightVersion, make_codec,
@@ -75,11 +77,14 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
     enc = codec.encode
     rng = random.Random(seed)
     k = lambda: f"poison-{uuid.uuid4().hex[:8]}".encode()  # noqa: E731
+    own = lambda g: (enc(g), g.group_id.encode())  # noqa: E731  # a raw group keyed as producers key it
+    home = lambda g: (murmur2(g.group_id.encode()) & 0x7FFFFFFF) % cfg.topics.raw.partitions  # noqa: E731
     exp = lambda **o: _group(rng, latest_version, **o)  # noqa: E731
     task = Task(taskset=cfg.taskset.name, prompt="1+1=", answer="2")
     good = exp()
     huge = cfg.streams.max_message_bytes + 4096
     mismatch = exp(logprobs=[-1.0] * 5)  # 6 response tokens
+    stray = exp(rewards=(1.0, 0.0))
     curated_mismatch = exp(rewards=(1.0, 0.0), curated=True, logprobs=[-1.0] * 5)
     model = cfg.model.name.encode()
     hostile = _unicode_group(rng, latest_version)
@@ -114,16 +119,21 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
         Poison("raw", "truncated frame", enc(exp())[:-7], k(), frozenset({"malformed"})),
         Poison("raw", f"huge record ({huge // 1024} KiB > streams.max_message_bytes)",
                b"\xc3\x01" + bytes(huge), k(), frozenset({"too_large"})),
-        Poison("raw", "NaN reward", enc(exp(reward=math.nan)), k(), frozenset({"non_finite_reward"})),
-        Poison("raw", "unknown model version", enc(exp(model_version=latest_version + 1_000_000)), k(),
+        Poison("raw", "NaN reward", *own(exp(reward=math.nan)), frozenset({"non_finite_reward"})),
+        Poison("raw", "unknown model version", *own(exp(model_version=latest_version + 1_000_000)),
                frozenset({"unknown_version"})),
         Poison("raw", "invalid UTF-8 in prompt_text", _bad_utf8(codec, exp()), k(), frozenset({"malformed"})),
         Poison("raw", "tombstone (null value)", None, k(), frozenset({"malformed"})),
-        Poison("raw", "a valid group of 680 samples at the broker's size limit (~16 MiB)", enc(at_limit), k(),
+        Poison("raw", "a valid group of 680 samples at the broker's size limit (~16 MiB)", *own(at_limit),
                frozenset({"too_large"})),
         Poison("raw", "a Task on the raw topic", enc(task), k(), frozenset({"schema"})),
-        Poison("raw", "length mismatch (logprobs shorter than response)", enc(mismatch), k(),
+        Poison("raw", "length mismatch (logprobs shorter than response)", *own(mismatch),
                frozenset({"length_mismatch"})),
+        # a copy away from its group id's partition would slip past the per-partition dedupe
+        Poison("raw", "a valid group under another key", enc(stray), k(), frozenset({"bad_key"})),
+        Poison("raw", "a valid group with a null key", enc(stray), None, frozenset({"bad_key"})),
+        Poison("raw", "a valid group on a partition its key does not hash to", *own(stray), frozenset({"bad_key"}),
+               at_partition=(home(stray) + 1) % cfg.topics.raw.partitions),
         Poison("raw", "garbage under a 300 KB key (its rejection must still fit)", b"\x01", b"K" * 300_000,
                frozenset({"malformed"})),
         # feedback -> streams (stage feedback / join)

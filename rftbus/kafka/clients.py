@@ -37,6 +37,9 @@ def producer_conf(cfg: Config, **extra: Any) -> dict[str, Any]:
         **_base(cfg),
         "enable.idempotence": True,
         "acks": "all",
+        # Java's and aiokafka's partitioner (librdkafka's default is CRC32): a key lands on one partition
+        # whichever client wrote it, which the streams' raw dedupe relies on (streams/verify.placement)
+        "partitioner": "murmur2_random",
         "linger.ms": 5,
         "compression.type": "lz4",
         "message.max.bytes": 16 * 1024 * 1024,
