@@ -49,6 +49,7 @@ class RunSummary:
     trained: int = 0
     rejected: dict[str, int] = field(default_factory=dict)
     skipped_steps: int = 0  # batches with a non-finite loss: not trained, their records rejected
+    bisected_steps: int = 0  # batches with a non-finite loss whose culprits were rejected, the rest trained
     resumed_from: str | None = None
     stopped_by: str = ""
 
@@ -234,25 +235,37 @@ class Trainer:
         return min(least, B)
 
     # -- steps -----------------------------------------------------------------------------------
+    def _batch(self, rows: list):
+        from rftbus.trainer.batch import collate, whiten_advantages
+
+        batch = collate(rows, self.c.pad_id, self.c.max_len)
+        return whiten_advantages(batch) if self.tc.advantage_norm == "batch" else batch
+
     def _train(self, bc: BatchConsumer, take: Take) -> None:
-        from rftbus.trainer.batch import collate, rows_of, whiten_advantages
+        from rftbus.trainer.batch import rows_of
         from rftbus.trainer.step import NonFiniteLoss, train_step
 
         t0 = time.perf_counter()
-        groups = [(r, r.group, idx) for r, idx in take if idx and r.group is not None]  # (trainable: decoded)
-        rows = [row for r, g, idx in groups for row in rows_of(g, r.lane == "expert", idx)]
-        replayed = self.replay.draw() if self.replay is not None else []  # trained again, not counted again
-        batch = collate(rows + replayed, self.c.pad_id, self.c.max_len)
-        if self.tc.advantage_norm == "batch":
-            batch = whiten_advantages(batch)
-        try:
-            parts = train_step(self.c.engine, self.loss, batch, self.c.ref_model, self.tc.update_epochs,
-                               agree=lambda ok: all(all_gather(ok, self.world)),
-                               micro_tokens=self.tc.micro_batch_tokens,
-                               agree_count=lambda n: max(all_gather(n, self.world)))
-        except NonFiniteLoss as e:
-            self._skip_step(bc, take, e.detail)
-            return
+        for attempt in (1, 2):  # a non-finite loss: its samples are bisected out and the rest tried again
+            groups = [(r, r.group, idx) for r, idx in take if idx and r.group is not None]  # (trainable: decoded)
+            rows = [row for r, g, idx in groups for row in rows_of(g, r.lane == "expert", idx)]
+            replayed = self.replay.draw() if self.replay is not None else []  # trained again, not counted again
+            batch = self._batch(rows + replayed)
+            try:
+                parts = train_step(self.c.engine, self.loss, batch, self.c.ref_model,
+                                   self.tc.update_epochs, agree=lambda ok: all(all_gather(ok, self.world)),
+                                   micro_tokens=self.tc.micro_batch_tokens,
+                                   agree_count=lambda n: max(all_gather(n, self.world)))
+                break
+            except NonFiniteLoss as e:
+                kept = self._bisect(take, e.detail) if attempt == 1 else None
+                if kept is None:
+                    self._skip_step(bc, take, e.detail)
+                    return
+                if not any(idx for _, idx in kept):  # every sample was to blame (on every rank)
+                    self._finish(bc, [r for r, _ in kept])
+                    return
+                take = kept
         self._finish(bc, [r for r, _ in take])
         if self.replay is not None:
             self.replay.add(rows)
@@ -298,6 +311,33 @@ class Trainer:
                      f"{len(rows)} exps {values['tokens_per_s']:.0f} tok/s")
         if self.tc.eval_interval and self.step % self.tc.eval_interval == 0 and self.rank == 0:
             self._eval()
+
+    def _bisect(self, take: Take, detail: str) -> Take | None:
+        """The samples that made the loss non-finite, rejected; the take without them, or None when every
+        rank cannot isolate its cause (then the whole batch is skipped, on every rank alike)."""
+        from rftbus.trainer.batch import rows_of
+        from rftbus.trainer.bisect import culprits, split_take, units_of
+        from rftbus.trainer.step import loss_is_finite
+
+        def finite(units) -> bool:
+            rows = [row for pos, idx in units for row in rows_of(take[pos][0].group, take[pos][0].lane == "expert", idx)]
+            return loss_is_finite(self.c.engine, self.loss, self._batch(rows), self.c.ref_model,
+                                  self.tc.micro_batch_tokens)
+
+        found = culprits(units_of(take, [r.group for r, _ in take]), finite)
+        kept, gone = split_take(take, found.culprits)
+        left = all_gather(sum(len(idx) for _, idx in kept), self.world)
+        if not all(all_gather(found.isolated, self.world)) or (0 in left and any(left)):
+            return None  # (a rank with nothing left could not join the others' step)
+        for pos, idx in gone.items():
+            self._reject(take[pos][0], [Reject("non_finite_loss", f"this sample made the step's loss non-finite "
+                                               f"(found by bisecting the batch, {found.probes} probes): {detail}", idx)])
+        self.summary.bisected_steps += 1
+        if self.rank == 0:
+            self.c.status.update(bisected_steps=self.summary.bisected_steps)
+        self.log(f"step {self.step + 1}: loss not finite; {sum(map(len, gone.values()))} experiences to blame "
+                 f"({found.probes} probes) rejected as non_finite_loss, the rest trains")
+        return kept
 
     def _skip_step(self, bc: BatchConsumer, take: Take, detail: str) -> None:
         """A batch whose loss is not finite: no update; its records are rejected (`non_finite_loss`, with

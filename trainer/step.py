@@ -106,3 +106,20 @@ def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epo
         parts["grad_norm"] = float(norm)
     parts["lr"] = float(engine.get_lr()[0])
     return parts
+
+
+@torch.no_grad()
+def loss_is_finite(engine, loss: Loss, batch: TrainBatch, ref_model=None, micro_tokens: int | None = None) -> bool:
+    """Whether the first update epoch's loss on `batch` is finite: a forward pass per micro-batch, no
+    gradient, no collective (the bisection of bisect.py runs it on each rank's own records)."""
+    device = getattr(engine, "device", None)
+    for c, _ in split(batch, micro_tokens, _same):
+        c = c.to(device) if device is not None else c
+        logits, values = engine(c.input_ids, c.attention_mask)
+        logp, entropy = token_logp_entropy(logits, c)
+        ref = reference_logp(ref_model, c) if ref_model is not None else None
+        res = loss(PolicyOut(logp=logp, entropy=entropy, prox_logp=logp, values=values, prox_values=values,
+                             ref_logp=ref), c)
+        if not bool(torch.isfinite(res.loss)):
+            return False
+    return True
