@@ -25,9 +25,9 @@ from rftbus.trainer.checkpoint import Checkpoints, positions_to_json, read_linea
 from rftbus.trainer.checks import Reject, by_version, check_record
 from rftbus.trainer.dedupe import TrainedIds
 from rftbus.trainer.dist import all_gather, prepare_env
+from rftbus.trainer.selection import Take, select
 from rftbus.weights.staleness import staleness
 
-Take = list[tuple[Polled, list[int]]]  # records at the lane heads, in order, with the samples to train
 
 REJECTIONS_CHECKPOINT_S = 2.0  # how soon, while waiting, rejections alone get a checkpoint (and a commit)
 
@@ -182,57 +182,9 @@ class Trainer:
                     break
                 self._finish(bc, head)
 
-    def _walk(self, bc: BatchConsumer, lane: str, groups: int) -> Take:
-        """From the head of `lane`, records up to the `groups`-th one with something to train."""
-        take: Take = []
-        found = 0
-        for r in bc.head(lane, bc.waiting(lane)):
-            if found == groups:
-                break
-            idx = self._trainable(r)
-            take.append((r, idx))
-            found += bool(idx)
-        while take and not take[-1][1]:  # nothing to train at the tail: leave it for the next step
-            take.pop()
-        return take
-
     def _select(self, bc: BatchConsumer, partial: bool) -> Take | None:
-        B = self.cfg.rl.batch_groups
         self._drop_dead_heads(bc)
-        primary = ("priority", "curated") if "rl" in self.loss.lanes else ("expert",)
-        take: Take = []
-        for lane in primary:
-            take += self._walk(bc, lane, B - sum(1 for _, idx in take if idx))
-        groups = sum(1 for _, idx in take if idx)
-        # MIX: once step_wait_s has passed with no RL group at all, the demonstrations step alone (the
-        # loss's RL side is then empty): a solved task makes only zero-variance groups, and the SFT
-        # side should not stand still for them.
-        demos_alone = (not groups and self.loss.name == "mix" and "rl" in self.loss.lanes
-                       and bool(bc.waiting("expert")) and self._waited_enough())
-        if (not groups and not demos_alone) or (
-                groups and groups < self._min_groups(bc) and not partial and not self._waited_enough()):
-            return None
-        if any(r.lane == "curated" for r, _ in take) and not bc.lane_drained("priority"):
-            return None  # the priority lane has records not read yet: they go first
-        if self.loss.name == "mix":
-            n_exp = self.tc.mix_expert_per_batch if self.tc.mix_expert_per_batch is not None else B
-            take += self._walk(bc, "expert", n_exp)
-        return take if any(idx for _, idx in take) else None
-
-    def _waited_enough(self) -> bool:
-        """`trainer.step_wait_s`: a step takes the RL groups that are ready once this long has passed since
-        the last one, so the step rate holds up when streams drop most groups (a sharp policy makes
-        mostly zero-variance groups) instead of waiting unboundedly for B survivors."""
-        wait = self.tc.step_wait_s
-        return wait is not None and time.monotonic() - self.last_step_at >= wait
-
-    def _min_groups(self, bc: BatchConsumer) -> int:
-        """RL groups a step waits for: B, or for MIX `mix_min_groups` while demonstrations are waiting,
-        so scarce RL data (early on most groups have zero variance) does not hold back the SFT part."""
-        B, least = self.cfg.rl.batch_groups, self.tc.mix_min_groups
-        if self.loss.name != "mix" or least is None or not bc.waiting("expert"):
-            return B
-        return min(least, B)
+        return select(bc, self.cfg, self.loss, self._trainable, partial, self.last_step_at)
 
     # -- steps -----------------------------------------------------------------------------------
     def _batch(self, rows: list):
