@@ -22,6 +22,7 @@ from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import max_message_bytes
 from rftbus.schemas import make_codec
 from rftbus.streams import fastpath, idempotent, offsets
+from rftbus.streams.delivery import Deliveries
 from rftbus.streams.faust_conf import faust_settings
 from rftbus.streams.ingest import Ingest
 from rftbus.streams.join import FeedbackFanout, Join, ScanClock
@@ -61,6 +62,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     topic_limits = max_message_bytes(make_admin(cfg), list(topo.names.values()))
     emit = Emitter(app, codec.encode, topo.names, topo.partitions, sc.rejection_original_max_bytes,
                    value_limits(topic_limits, topo.names, settings.kwargs["producer_max_request_size"]))
+    emit.deliveries = Deliveries(emit.write, cfg.state_dir, counters, sc.write_retries, sc.write_retry_backoff_s)
     n = topo.raw_partitions
     # key/value type bytes: raw bytes in and out of the store (rocksdb encodes what it keeps, memory does not)
     pending = app.Table("pending", partitions=n, key_type=bytes, value_type=bytes,
@@ -104,19 +106,29 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                     await ingest.on_error(event, exc)
                 break
 
-    def reporting_agent(name: str, handle: Any) -> Any:
-        """An agent whose per-event errors are logged and counted; the stream goes on."""
+    def reporting_agent(name: str, handle: Any, on_error: Any) -> Any:
+        """An agent whose per-event errors are logged, counted and given an outcome (`on_error`: a
+        `processing_error` rejection); the stream goes on. A broker error is waited out instead."""
         async def agent(stream: Any) -> None:
             async for event in stream.events():
-                try:
-                    await handle(event)
-                except Exception as exc:
-                    log.exception("%s: %s on %s", name, type(exc).__name__, event.message.tp, exc_info=exc)
-                    counters.inc("errors")
+                for attempt in itertools.count(1):
+                    try:
+                        await handle(event)
+                    except (KafkaException, KafkaError) as exc:  # the broker, not the record: the same record again
+                        log.warning("%s: broker error at %s (attempt %d): %s; retrying", name, event.message.tp,
+                                    attempt, exc)
+                        counters.inc("broker_retries")
+                        await asyncio.sleep(min(5.0, 0.5 * attempt))
+                        continue
+                    except Exception as exc:
+                        log.exception("%s: %s on %s", name, type(exc).__name__, event.message.tp, exc_info=exc)
+                        counters.inc("errors")
+                        await on_error(event, exc)
+                    break
         return agent
 
-    join_agent = reporting_agent("join", join.handle)
-    feedback_agent = reporting_agent("feedback", fanout.handle)
+    join_agent = reporting_agent("join", join.handle, join.on_error)
+    feedback_agent = reporting_agent("feedback", fanout.handle, fanout.on_error)
 
     app.agent(app.topic(topo.raw, topo.joined), name="ingest")(ingest_agent)
     app.agent(app.topic(topo.join), name="join")(join_agent)

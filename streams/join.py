@@ -20,6 +20,7 @@ import struct
 import time
 
 from rftbus.schemas import DecodeError, Feedback
+from rftbus.schemas.bounds import MAX_ID
 from rftbus.streams.feedback import BadFeedback, grades
 from rftbus.streams.outputs import H_EXP, H_FBID, H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0
 
@@ -189,6 +190,14 @@ class Join:
     def pending(self) -> int:
         return sum(1 for raw in self.table.values() if raw[0] == EXP)
 
+    async def on_error(self, event, exc: BaseException) -> None:
+        """A join record that raised: a `processing_error` rejection naming the input it came from."""
+        msg = event.message
+        src = dict(msg.headers or []).get(H_SRC, b"").decode() or f"{msg.topic}/{msg.partition}/{msg.offset}"
+        self.counters.reject("processing_error", "join")
+        await self.emit.reject(reason="processing_error", detail=f"{type(exc).__name__}: {exc}", stage="join",
+                               src=src, original=msg.value, key=msg.key, p=msg.partition)
+
 
 def _current_partition() -> int:
     from faust.streams import current_event
@@ -196,6 +205,9 @@ def _current_partition() -> int:
     event = current_event()
     assert event is not None  # (called from the join agent, inside its event)
     return event.message.partition
+
+
+JOIN_HEADROOM = 64 * 1024  # a forwarded feedback's key (an experience id) and headers
 
 
 class FeedbackFanout:
@@ -211,6 +223,11 @@ class FeedbackFanout:
         msg = event.message
         src = f"{msg.topic}/{msg.partition}/{msg.offset}"
         self.counters.inc("feedback_in")
+        limit = min(self.cfg.streams.max_message_bytes, self.emit.max_bytes.get("join", 1 << 62) - JOIN_HEADROOM)
+        if msg.value is not None and len(msg.value) > limit:  # it could not be forwarded to the join whole
+            await self._reject("too_large", f"{len(msg.value)} bytes > {limit} (streams.max_message_bytes, "
+                               "and the join topic's limit less its headers)", src, msg)
+            return
         try:
             fb = self.decode(msg.value)
             if fb is None:  # the codec passes tombstones through as None
@@ -218,6 +235,9 @@ class FeedbackFanout:
             if not isinstance(fb, Feedback):
                 raise DecodeError("wrong_record_type", f"expected rftbus.Feedback, got {type(fb).SCHEMA_NAME}")
             gs = grades(fb, tuple(self.cfg.streams.rating_scale))
+            long = [g.experience_id for g in gs if len(g.experience_id.encode()) > MAX_ID]
+            if long:  # (the join is keyed by it: a key that size could not be written, nor match an experience)
+                raise BadFeedback(f"experience id of {len(long[0].encode())} bytes (ids are at most {MAX_ID})")
         except DecodeError as e:
             reason = "schema" if e.reason in ("unknown_schema", "no_registry", "wrong_record_type") else "malformed"
             await self._reject(reason, f"{e.reason}: {e.detail}", src, msg)
@@ -229,6 +249,12 @@ class FeedbackFanout:
         for g in gs:
             await self.emit.topics["join"].send(key=g.experience_id.encode(), value=msg.value, headers=[
                 (H_KIND, b"fb"), (H_SRC, src.encode()), (H_FBID, fb.feedback_id.encode()), (H_T0, t0)])
+
+    async def on_error(self, event, exc: BaseException) -> None:
+        """A feedback record that raised: a `processing_error` rejection, never an acknowledgement alone."""
+        msg = event.message
+        await self._reject("processing_error", f"{type(exc).__name__}: {exc}",
+                           f"{msg.topic}/{msg.partition}/{msg.offset}", msg)
 
     async def _reject(self, reason: str, detail: str, src: str, msg) -> None:
         self.counters.reject(reason, "feedback")

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rftbus.schemas import bound_key, fitted_rejection
+from rftbus.streams.delivery import Deliveries, Write
 
 H_KIND = "rftbus-kind"
 H_SRC = "rftbus-src"
@@ -83,6 +84,7 @@ class Emitter:
         # a rejection's copy of the original must leave room for the rest of the rejection
         self.original_max_bytes = min(original_max_bytes, room - REJECTION_ROOM) if room else original_max_bytes
         self.topics = {role: app.topic(name) for role, name in names.items()}
+        self.deliveries: Deliveries | None = None  # set by the app: failed writes retried, then quarantined
         self._producer: Any = None
 
     def fits(self, role: str, value: bytes) -> bool:
@@ -94,16 +96,22 @@ class Emitter:
     def part(self, role: str, p: int) -> int:
         return p % self.partitions[role]
 
-    async def send(self, role: str, key: bytes | None, value: bytes, p: int, headers: list) -> None:
+    async def write(self, role: str, key: bytes | None, value: bytes, p: int, headers: list) -> Any:
         """Straight to the producer Faust's ``topic.send`` would use: with the partition and bytes
         already known, its per-message wrapping (future message, serializers, sensors) is pure overhead.
-        Not awaited for delivery, as topic.send; Faust flushes this producer before it commits offsets."""
+        Returns the delivery future, not awaited (as topic.send); Faust flushes before it commits offsets."""
         producer = self._producer
         if producer is None:
             producer = await self.app.maybe_start_producer()
             if not self.app.in_transaction:  # under exactly_once it is looked up per send, as Faust does
                 self._producer = producer
-        await producer.send(self.names[role], key, value, self.part(role, p), None, headers)
+        return await producer.send(self.names[role], key, value, self.part(role, p), None, headers)
+
+    async def send(self, role: str, key: bytes | None, value: bytes, p: int, headers: list, src: str) -> None:
+        """One output of input `src`; its delivery is watched (delivery.py): retried, else quarantined."""
+        fut = await self.write(role, key, value, p, headers)
+        if self.deliveries is not None:
+            self.deliveries.watch(fut, Write(role, self.names[role], key, value, p, headers, src))
 
     def rejection(self, *, reason: str, detail: str, stage: str, src: str, original: bytes | None,
                   group_id: str | None = None, experience_ids: Sequence[str] = ()) -> bytes:
@@ -134,7 +142,7 @@ class Emitter:
             if k in landed:
                 continue
             key = bound_key(o.key) if o.role == "rejected" else o.key  # an input's huge key must not sink it
-            await self.send(o.role, key, o.value, p, [*base, (H_K, str(k).encode())])
+            await self.send(o.role, key, o.value, p, [*base, (H_K, str(k).encode())], src)
             sent += 1
         return sent
 

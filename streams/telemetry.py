@@ -63,6 +63,8 @@ class Counters:
             "rejected": c["rejected"], "rejected_by_reason": dict(self.rejected),
             "rejected_by_stage": dict(self.by_stage), "errors": c["errors"],
             "recovery_scans": c["recovery_scans"], "pending_feedback": pending_feedback,
+            "broker_retries": c["broker_retries"], "delivery_failures": c["delivery_failures"],
+            "delivery_retried": c["delivery_retried"], "quarantined": c["quarantined"],
         }
 
 

@@ -40,7 +40,11 @@ class StreamsConfig(BaseModel):
     internal_retention_ms: int = Field(24 * 3600 * 1000, ge=-1, description="retention of the internal topics")
 
     # verify
-    max_message_bytes: int = Field(8 * 1024 * 1024, ge=1, description="larger raw records: too_large")
+    max_message_bytes: int = Field(8 * 1024 * 1024, ge=1, description="larger raw or feedback records: too_large")
+    write_retries: int = Field(5, ge=0, description="an output Kafka refused (after its own retries) is written "
+                               "again this many times, backoff doubling, then quarantined by input offset "
+                               "(<state_dir>/streams/quarantine.jsonl)")
+    write_retry_backoff_s: float = Field(1.0, gt=0, description="the first retry's wait; it doubles each time")
     rejection_original_max_bytes: int = Field(
         512 * 1024, ge=0, description="a rejection copies the original record only up to this size (it must fit "
         "the rejected topic's message limit); a larger one is referenced by topic, partition and offset")

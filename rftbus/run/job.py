@@ -307,6 +307,7 @@ class MainJob:
                                          if st.get("role") == "trainer"),
             "experiences_lost": rec.lost,
             "duplicated": rec.duplicated,
+            "quarantined": rec.quarantined[:10],  # outcomes streams could not write: the inputs named by offset
             "lost_or_duplicated_examples": rec.examples[:10],
             "counts_reconcile": rec.ok and reconcile_error is None,
             "reconcile_error": reconcile_error,

@@ -17,6 +17,7 @@ from pathlib import Path
 from rftbus.config import Config
 from rftbus.run.ledger import read_ledger
 from rftbus.run.tally import tally
+from rftbus.streams.delivery import read_quarantine
 
 
 def shown(path: str | Path) -> str:
@@ -49,6 +50,7 @@ class Reconciliation:
     expert_trained: int = 0
     explorer_versions: list[int] = field(default_factory=list)  # weight versions experiences were made with
     dead: list[str] = field(default_factory=list)  # stages the supervisor gave up on
+    quarantined: list[dict] = field(default_factory=list)  # outcomes streams could not write (streams/delivery.py)
 
     @property
     def balances(self) -> bool:
@@ -56,7 +58,8 @@ class Reconciliation:
 
     @property
     def ok(self) -> bool:
-        return self.lost == self.other_lost == self.duplicated == 0 and not self.dead and self.balances
+        return (self.lost == self.other_lost == self.duplicated == 0 and not self.dead and not self.quarantined
+                and self.balances)
 
 
 def reconcile(cfg: Config, dead: list[str] | None = None, timeout_s: float = 120.0) -> Reconciliation:
@@ -79,4 +82,5 @@ def reconcile(cfg: Config, dead: list[str] | None = None, timeout_s: float = 120
         expert_trained=sum(1 for seg in lineage for eid in seg["experience_ids"] if eid not in produced_ids),
         explorer_versions=sorted({raw.model_version for raw in led.raw.values() if raw.experience_ids}),
         dead=list(dead or []),
+        quarantined=read_quarantine(cfg.state_dir),
     )
