@@ -9,7 +9,6 @@ from transformers import LlamaConfig, LlamaForSequenceClassification
 from rftbus.models.tokenizer import build_char_tokenizer
 from rftbus.config.explorer import RewardSpec
 from rftbus.producers.rewards import make_rewards
-from rftbus.producers.rewards.math_answer import equivalent, extract_answer
 from rftbus.schemas import Task
 
 
@@ -18,25 +17,61 @@ from rftbus.schemas import Task
     ("\\boxed{\\sqrt{8}}", "2\\sqrt{2}", True),
     ("\\boxed{x^2-1}", "(x-1)(x+1)", True),
     ("we get 1,000 apples", "1000", True),
-    ("\\boxed{\\dfrac{3}{4}}", "\\frac{6}{8}", True),
-    ("\\boxed{2\\pi}", "6.283185307", True),
+    ("\\boxed{\\dfrac12}", "\\frac{1}{2}", True),  # the old verifier raised NameError
+    ("... so 72 in all.\n#### 72", "72", True),
+    ("\\boxed{\\{2,1\\}}", "\\{1,2\\}", True),
+    ("\\boxed{x = 3}", "3", True),
+    ("First \\boxed{3}, corrected: \\boxed{4}", "4", True),
     ("\\boxed{3}", "4", False),
     ("\\boxed{x+1}", "x-1", False),
     ("\\boxed{__import__('os').system('true')}", "0", False),
     ("no answer here", "3", False),
 ])
-def test_math_answer_equivalence(response, ref, ok):
+def test_math_verify_equivalence(response, ref, ok):
     fn = make_rewards([RewardSpec(name="math")])
     got = fn.score(Task(taskset="m", prompt="?", answer=ref), response)
     assert got.reward == (1.0 if ok else 0.0), (response, ref)
 
 
-def test_math_extract_and_require_boxed():
-    assert extract_answer("first \\boxed{1} then \\boxed{{2}+1}") == "{2}+1"
+def test_math_require_boxed_and_an_unreadable_reference():
     strict = make_rewards([RewardSpec(name="math", params={"require_boxed": True})])
     task = Task(taskset="m", prompt="?", answer="7")
     assert strict.score(task, "it is 7").reward == 0.0 and strict.score(task, "\\boxed{7}").reward == 1.0
-    assert equivalent("7.0000001", "7") == (True, True)
+    with pytest.raises(ValueError, match="not math that math-verify can read"):
+        strict.score(Task(taskset="m", prompt="?", answer="\\"), "\\boxed{7}")
+
+
+def test_math_verify_is_timed_in_a_helper_process_and_never_hangs():
+    """math-verify's own timeout is SIGALRM (main thread only, and the explorer's deadline holds it): a
+    helper process is killed and replaced when it overruns, and the next answer is checked as usual."""
+    import threading
+    import time
+
+    from rftbus.producers.rewards.math_verify import MathVerifyReward
+
+    fn = MathVerifyReward(timeout_s=2)
+    out: dict = {}
+
+    def score() -> None:
+        t0 = time.monotonic()
+        out["slow"] = fn(Task(taskset="m", prompt="?", answer="1"), "\\boxed{9^{9^{9^{9^{9}}}}}")
+        out["slow_s"] = time.monotonic() - t0
+        out["next"] = fn(Task(taskset="m", prompt="?", answer="\\frac13"), "\\boxed{1/3}")
+
+    th = threading.Thread(target=score)
+    th.start()
+    th.join(60)
+    assert out["slow"]["timeout"] == 1.0 and out["slow"]["reward"] == 0.0 and out["slow_s"] < 10, out
+    assert out["next"]["reward"] == 1.0 and out["next"]["timeout"] == 0.0
+
+
+def test_the_verifier_table_beats_the_old_verifier():
+    """`rftbus bench verifiers`' hand-written cases: math-verify agrees with the person on more of them."""
+    from rftbus.bench.verifiers import CASES, run_cases, summary
+
+    assert len(CASES) >= 40
+    sums = summary(run_cases())["all"]
+    assert sums["math_verify"] >= sums["old"] + 8 and sums["math_verify"] >= 0.9 * sums["n"], sums
 
 
 def test_format_taskset_custom_and_weights():

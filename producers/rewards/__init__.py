@@ -10,7 +10,8 @@ __all__ = ["BUILTIN", "RewardFn", "RewardSet", "Scored", "build_reward", "make_r
 # Built-in names -> "module:Class" (imported on use: the judge pulls in transformers/httpx).
 BUILTIN = {
     "taskset": "rftbus.producers.rewards.taskset:TasksetReward",
-    "math": "rftbus.producers.rewards.math_answer:MathAnswerReward",
+    "math": "rftbus.producers.rewards.math_verify:MathVerifyReward",
+    "math_verify": "rftbus.producers.rewards.math_verify:MathVerifyReward",
     "code": "rftbus.producers.rewards.code_exec:CodeExecReward",
     "format": "rftbus.producers.rewards.format_rules:FormatReward",
     "judge_model": "rftbus.producers.rewards.judge_model:RewardModelJudge",

@@ -1,4 +1,7 @@
-"""Math answer verification: the final answer (last \\boxed{...}, else the last number) against the
+"""The hand-written math verifier rftbus shipped before math-verify (reward "math" until #33), kept only as the
+baseline of `rftbus bench verifiers`; nothing at run time imports it.
+
+Math answer verification: the final answer (last \\boxed{...}, else the last number) against the
 reference, equal numerically (relative tolerance) or symbolically (sympy: simplify(a - b) == 0).
 
 LaTeX is normalised with a small rewrite (\\frac, \\sqrt, \\cdot, ^, braces) because sympy's own
@@ -17,8 +20,6 @@ from sympy.parsing.sympy_parser import (
     convert_xor, implicit_multiplication_application, parse_expr, standard_transformations,
 )
 
-from rftbus.producers.rewards.base import RewardFn
-from rftbus.schemas import Task
 
 _SAFE = re.compile(r"^[0-9A-Za-z_+\-*/().,\s]*$")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?|-?\.\d+")
@@ -102,20 +103,7 @@ def equivalent(pred: str, ref: str, rel_tol: float = 1e-6) -> tuple[bool, bool]:
         return False, True
 
 
-class MathAnswerReward(RewardFn):
-    """reward 1 if the extracted answer equals task.answer (numerically or symbolically), else 0.
-    With `require_boxed`, an answer outside \\boxed{} scores 0."""
-
-    name = "math"
-
-    def __init__(self, rel_tol: float = 1e-6, require_boxed: bool = False):
-        self.rel_tol, self.require_boxed = rel_tol, require_boxed
-
-    def __call__(self, task: Task, response: str) -> dict[str, float]:
-        if task.answer is None:
-            raise ValueError(f"task {task.task_id} has no reference answer")
-        boxed = last_boxed(response) is not None
-        pred = extract_answer(response) if (boxed or not self.require_boxed) else None
-        ok, parsed = (equivalent(pred, last_boxed(task.answer) or task.answer, self.rel_tol)
-                      if pred is not None else (False, False))
-        return {"reward": 1.0 if ok else 0.0, "boxed": float(boxed), "parsed": float(parsed)}
+def score(answer: str, response: str) -> float:
+    """What reward "math" gave: 1 if the extracted answer equals the reference, else 0 (as it raised)."""
+    pred = extract_answer(response)
+    return float(pred is not None and equivalent(pred, last_boxed(answer) or answer)[0])
