@@ -24,7 +24,7 @@ def group_of(task: Task, samples: list[Sample], version: int, explorer_id: str) 
 def expert_group(task: Task, text: str, fmt: PromptFormat, producer_id: str) -> ExperienceGroup:
     """A task's demonstration (see `demonstration`), its prompt rendered as the explorers render it."""
     return demonstration(
-        prompt_ids=fmt.task(task.prompt), prompt_text=task.prompt, text=text, fmt=fmt, task_id=task.task_id, producer_id=producer_id,
+        prompt_ids=fmt.of_task(task), prompt_text=task.prompt, text=text, fmt=fmt, task_id=task.task_id, producer_id=producer_id,
         metadata={"taskset": task.taskset, "split": task.split},
     )
 

@@ -225,7 +225,7 @@ class Explorer:
             if isinstance(task, DecodeError) or (msg.partition() or 0, task.task_id) in self.seen:
                 continue
             if (task.workflow or ex.workflow.kind) == "single_turn":
-                prompt = self.prompt.task(task.prompt)
+                prompt = self.prompt.of_task(task)
                 ctx = self.engine.max_context
                 if ctx is not None and len(prompt) >= ctx:  # its own call rejects it before generating
                     continue

@@ -109,6 +109,7 @@ class Task(AvroRecord):
     priority: float = 0.0
     metadata: dict[str, str] = field(default_factory=dict)
     created_at: int = field(default_factory=now_ms)
+    messages: list[dict[str, str]] | None = None  # chat turns rendered instead of `prompt` (v2)
 
 
 @_record

@@ -59,9 +59,9 @@ def test_jsonl_bad_rows_reported_by_line_and_skipped(broker, tmp_path):
     yaml.write_text("taskset:\n  fields: {prompt: q, answer: a, n_samples: k, metadata: [tag]}\n")
     out = rftbus_cli(cfg, "--config", str(yaml), "tasks", "publish", str(src), env=_env(cfg))
     assert out.returncode == 1
-    assert "line 3" in out.stderr and "not valid JSON" in out.stderr
-    assert "line 4" in out.stderr and "'q'" in out.stderr
-    assert "line 5" in out.stderr and "n_samples" in out.stderr
+    assert "mine.jsonl:3" in out.stderr and "not valid JSON" in out.stderr
+    assert "mine.jsonl:4" in out.stderr and "'q'" in out.stderr
+    assert "mine.jsonl:5" in out.stderr and "n_samples" in out.stderr
     assert "3 bad rows skipped" in out.stderr and "3 good ones are published" in out.stderr
     tasks = {t.prompt: t for _, t in read_topic(cfg, "tasks")}
     assert sorted(tasks) == ["1+1=", "2+2=", "4+4="]
@@ -84,7 +84,7 @@ def test_csv_parquet_and_hf_folder(broker, tmp_path):
     reports = {}
     for name, split in (("t.csv", "train"), ("t.parquet", "train"), ("hf", "test")):
         reports[name] = publish_tasks(cfg, read_source(str(tmp_path / name), fields=fields, split=split, n=None))
-    assert reports["t.csv"].published == 4 and reports["t.csv"].bad[0][0] == "line 6"
+    assert reports["t.csv"].published == 4 and reports["t.csv"].bad[0][0].endswith("t.csv:6")
     assert reports["t.parquet"].published == 4 and not reports["t.parquet"].bad
     assert reports["hf"].published == 4
     tasks = [t for _, t in read_topic(cfg, "tasks")]

@@ -65,10 +65,15 @@ class Components:
         return latest_published(self.cfg)
 
     def taskset(self):
-        from rftbus.tasksets import get_taskset
+        from rftbus.tasksets.data import open_taskset
 
-        ts = self.cfg.taskset
-        return get_taskset(ts.name, **ts.params)
+        return open_taskset(self.cfg.taskset)
+
+    def scorer(self):
+        """The explorers' rewards, which score the trainer's eval too."""
+        from rftbus.producers.rewards import make_rewards
+
+        return make_rewards(self.cfg.explorer.rewards)
 
     def close(self) -> None:
         self.producer.flush(30)

@@ -10,7 +10,7 @@ from rftbus.schemas import Task
 
 class SingleTurn(Workflow):
     def run(self, task: Task, n: int, ctx: RolloutContext) -> list[Sample]:
-        prompt_ids = ctx.fmt.task(task.prompt)
+        prompt_ids = ctx.fmt.of_task(task)
         t0 = time.perf_counter()
         completions = ctx.engine.generate([prompt_ids] * n, ctx.sampling)
         gen_ms = (time.perf_counter() - t0) * 1000

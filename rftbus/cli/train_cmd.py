@@ -61,15 +61,16 @@ def _launch_ranks(ranks: int) -> None:
 def _eval(cfg, n: int, as_json: bool, console) -> None:
     from rftbus.models.loading import load_policy, load_tokenizer
     from rftbus.models.prompt import prompt_format
-    from rftbus.tasksets import get_taskset
+    from rftbus.producers.rewards import make_rewards
+    from rftbus.tasksets.data import open_taskset
     from rftbus.trainer.evaluate import evaluate
     from rftbus.trainer.weights_source import newest_weights
 
     tok = load_tokenizer(cfg.model)
     model = load_policy(cfg.model, tok)
     model, version, where = newest_weights(cfg, model)
-    res = evaluate(model, prompt_format(tok, cfg.model), get_taskset(cfg.taskset.name, **cfg.taskset.params), n,
-                   cfg.trainer.eval_max_new_tokens)
+    res = evaluate(model, prompt_format(tok, cfg.model), open_taskset(cfg.taskset), n, cfg.trainer.eval_max_new_tokens,
+                   scorer=make_rewards(cfg.explorer.rewards))
     res["version"] = float(version)
     if as_json:
         console.out(json.dumps(res))

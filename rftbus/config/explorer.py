@@ -106,6 +106,8 @@ class FieldMap(_Strict):
     """Which column of a JSONL/Parquet/CSV/HF dataset row feeds which Task field."""
 
     prompt: str = "prompt"
+    messages: str | None = Field(None, description="a column of chat messages ([{role, content}, ...]) rendered "
+                                 "by the model's chat template instead of `prompt`")
     answer: str | None = "answer"
     task_id: str | None = Field(None, description="unset = stable id from (taskset, prompt)")
     workflow: str | None = None
@@ -114,10 +116,29 @@ class FieldMap(_Strict):
     metadata: list[str] = Field(default_factory=list, description="columns copied into Task.metadata")
 
 
+class EvalSplitConfig(_Strict):
+    """Where a data taskset's held-out tasks come from: a file, a named split, else a fraction of the source."""
+
+    path: str | None = Field(None, description="a file or folder of eval rows (same format and fields as the data)")
+    split: str | None = Field(None, description="a named split of the source (HF dataset folder or hub id), "
+                              "e.g. test")
+    fraction: float = Field(0.1, ge=0, lt=1, description="without path or split: this share of the source, chosen "
+                            "by a seeded hash of each task, is eval and never train")
+    seed: int = 0
+
+
 class TasksetConfig(_Strict):
-    name: str = "addition"
+    name: str = Field("addition", description="a built-in taskset (addition, reverse, times), or the data's name")
+    path: str | None = Field(None, description="the data: a JSONL/Parquet/CSV file, a Hugging Face save_to_disk "
+                             "folder, or a hub dataset id (format: hub); unset: `name` is a built-in (or a path)")
+    format: Literal["auto", "jsonl", "parquet", "csv", "hf", "hub"] = "auto"
     params: dict[str, Any] = Field(default_factory=dict, description="built-in taskset parameters")
     fields: FieldMap = FieldMap()
-    split: str = "train"
+    system_prompt: str | None = Field(None, description="a system message before every task's prompt (needs a chat "
+                                      "template)")
+    template: str | None = Field(None, description="a Jinja template over the row's columns that makes the prompt, "
+                                 "e.g. 'Solve step by step, end with #### and the answer.\\n{{ question }}'")
+    eval: EvalSplitConfig = EvalSplitConfig()
+    split: str = Field("train", description="the data's split to train on (HF dataset folder or hub id)")
     n: int = Field(64, ge=1, description="built-in tasksets: how many tasks to publish")
     seed: int = 0

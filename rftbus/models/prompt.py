@@ -83,6 +83,11 @@ class PromptFormat:
         """A task's prompt (one user message) as prompt ids."""
         return self.messages([{"role": "user", "content": prompt}])[0]
 
+    def of_task(self, task: Any) -> list[int]:
+        """A Task's prompt ids: its chat messages when it has them (a data taskset's system prompt and
+        few-shot turns), else its prompt as one user message."""
+        return self.messages(task.messages)[0] if task.messages else self.task(task.prompt)
+
     def text(self, text: str) -> list[int]:
         """Plain text as the model reads it (a completion prompt): the tokenizer's special tokens included."""
         return _ids(self.tokenizer(text)["input_ids"])

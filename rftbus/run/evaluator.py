@@ -24,7 +24,8 @@ from rftbus.consumers.weight_sync import WeightFollower
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.models.lora import load_version, version_payload
 from rftbus.models.prompt import prompt_format
-from rftbus.tasksets import get_taskset
+from rftbus.producers.rewards import make_rewards
+from rftbus.tasksets.data import open_taskset
 from rftbus.run.pace import BEST_META, BEST_WEIGHTS
 from rftbus.schemas import TrainerMetric, make_codec
 from rftbus.trainer.evaluate import evaluate
@@ -50,7 +51,8 @@ class Evaluator:
         self.tokenizer = load_tokenizer(cfg.model)
         self.prompt = prompt_format(self.tokenizer, cfg.model)
         self.model = load_policy(cfg.model, self.tokenizer)
-        self.taskset = get_taskset(cfg.taskset.name, **cfg.taskset.params)
+        self.taskset = open_taskset(cfg.taskset)
+        self.scorer = make_rewards(cfg.explorer.rewards)  # the explorers' rewards score eval too
         self.points: list[dict] = []
         self.version, self.step = 0, 0
         self.best: dict | None = None  # the best point so far, with where its weights are kept
@@ -64,7 +66,7 @@ class Evaluator:
     def _score(self, version: int) -> dict:
         with self._lock:
             res = evaluate(self.model, self.prompt, self.taskset, self.cfg.run.eval_n,
-                           max_new_tokens=self.cfg.explorer.sampling.max_new_tokens)
+                           max_new_tokens=self.cfg.explorer.sampling.max_new_tokens, scorer=self.scorer)
             point = {"version": version, "seconds": round(time.time() - self.started, 2),
                      "reward": res["mean_reward"], **{k: v for k, v in res.items() if k != "mean_reward"}}
             self.points.append(point)

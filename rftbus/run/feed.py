@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from itertools import islice
 from collections.abc import Callable
 
 from confluent_kafka import KafkaException
@@ -86,10 +87,14 @@ class TaskFeed:
         it in a thread: the explorers start, load their model and take the first tasks while the rest,
         and the later passes (run/passes.py), are still being published (#19: start learning at once)."""
         from rftbus.producers.tasks.sources import read_source
+        from rftbus.tasksets.data import DataTaskset, open_taskset
 
         c = self.cfg
+        ts = open_taskset(c.taskset)
 
         def rows():
+            if isinstance(ts, DataTaskset):  # its train rows: the held-out eval share is never published
+                return islice(ts.rows("train"), c.run.tasks)
             return read_source(c.taskset.name, fields=c.taskset.fields, split="train", n=c.run.tasks,
                                seed=c.taskset.seed, params=c.taskset.params)
 

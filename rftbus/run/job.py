@@ -187,6 +187,7 @@ class MainJob:
         # import torch and DeepSpeed and build their models (each waits for the broker: kafka.wait_s) and
         # another thread loads the evaluator's. This thread only watches, so a Ctrl-C during start-up stops
         # the children at once instead of after the slowest load.
+        self.check_taskset()
         sup = Supervisor(self.child_specs(self.write_child_config()))
         reason = "stopped by the user"
         evaluator = None
@@ -221,6 +222,16 @@ class MainJob:
         if self._stop_requested and evaluator is None:
             bus.result()  # an error of the start-up itself is still the run's error, not a silent stop
         return self.summarize(evaluator.points if evaluator is not None else [], reason, sup)
+
+    def check_taskset(self) -> None:
+        """Data is read whole before anything starts: a bad row, an eval split that overlaps train or is empty
+        stops the run here with `file:line: what is wrong` (rftbus/tasksets/data.py)."""
+        from rftbus.tasksets.data import DataTaskset, open_taskset
+
+        ts = open_taskset(self.cfg.taskset)
+        if isinstance(ts, DataTaskset):
+            counts = ts.check()
+            self.console.print(f"taskset {ts.name}: {counts['train']} train and {counts['eval']} held-out eval tasks")
 
     def _load_evaluator(self):
         from rftbus.run.evaluator import Evaluator  # torch and transformers: seconds, beside the broker's start
