@@ -1,27 +1,57 @@
 """Reward functions and how they combine.
 
-A reward function maps (task, response text) to named components in which "reward" is its scalar;
-the explorer combines the functions with weights: reward = sum(weight_i * reward_i), and records
-every component as `<name>` / `<name>.<component>` in Experience.reward_components.
+Two forms. The simple one, `RewardFn`, maps (task, response text) to named components in which "reward" is
+its scalar. `GroupRewardFn` sees a whole group at once, `score_group(task, responses) -> [components, ...]`,
+for judges that rank the n answers of a prompt in one call (ART's RULER pattern) or batch their work; a
+response carries its text, token ids and finish reason, the task its messages. Either may be `async`: the
+coroutine runs on one shared event loop (aio.py), so a judge's concurrent calls overlap. The explorer combines
+the terms with weights: reward = sum(weight_i * reward_i), every component recorded as `<name>` /
+`<name>.<component>` in Experience.reward_components.
 """
 
 from __future__ import annotations
 
+import inspect
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
+from rftbus.producers.rewards.aio import resolve
 from rftbus.schemas import Task
+
+Components = dict[str, float]
+
+
+@dataclass(frozen=True)
+class Response:
+    """One sampled answer, as a group reward sees it."""
+
+    text: str
+    token_ids: Sequence[int] = field(default_factory=tuple)
+    finish_reason: str = ""
 
 
 class RewardFn(ABC):
-    """One reward term. Subclasses take their config `params` as keyword arguments."""
+    """One reward term scored an answer at a time. Subclasses take their config `params` as keyword
+    arguments; `__call__` may be `async def`."""
 
     name: str = "reward"
 
     @abstractmethod
-    def __call__(self, task: Task, response: str) -> dict[str, float]:
+    def __call__(self, task: Task, response: str) -> Components | Awaitable[Components]:
         """Components, including "reward" (the scalar this function contributes)."""
+
+
+class GroupRewardFn(ABC):
+    """One reward term scored a group at a time; `score_group` may be `async def`."""
+
+    name: str = "group_reward"
+
+    @abstractmethod
+    def score_group(self, task: Task, responses: list[Response]) -> list[Components] | Awaitable[list[Components]]:
+        """One components dict (with "reward") per response, in order."""
 
 
 @dataclass
@@ -31,23 +61,49 @@ class Scored:
     reward_ms: float
 
 
+async def _each(fn, task: Task, responses: list[Response]) -> list[Components]:
+    import asyncio
+
+    outs = [fn(task, r.text) for r in responses]
+    return list(await asyncio.gather(*outs)) if outs and inspect.isawaitable(outs[0]) else outs
+
+
+def _group_of(fn: Any, task: Task, responses: list[Response]) -> list[Components]:
+    if hasattr(fn, "score_group"):
+        out = resolve(fn.score_group(task, responses))
+    elif inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
+        out = resolve(_each(fn, task, responses))  # an async per-answer reward: the group's calls overlap
+    else:
+        out = [fn(task, r.text) for r in responses]
+    if not isinstance(out, list) or len(out) != len(responses):
+        raise ValueError(f"reward {getattr(fn, 'name', fn)!r} returned {len(out) if isinstance(out, list) else out!r} "
+                         f"scores for {len(responses)} responses")
+    return out
+
+
 class RewardSet:
     """Weighted combination of reward functions (the explorer's scorer)."""
 
-    def __init__(self, terms: list[tuple[str, float, RewardFn]]):
+    def __init__(self, terms: list[tuple[str, float, Any]]):
         if not terms:
             raise ValueError("at least one reward function is needed")
         self.terms = terms
 
-    def score(self, task: Task, response: str) -> Scored:
+    def score_group(self, task: Task, responses: Sequence[Response | str]) -> list[Scored]:
+        """Every response of a group scored by every term (a group term once for the whole group)."""
+        rs = [r if isinstance(r, Response) else Response(r) for r in responses]
         t0 = time.perf_counter()
-        total, comps = 0.0, {}
+        totals, comps = [0.0] * len(rs), [dict[str, float]() for _ in rs]
         for name, weight, fn in self.terms:
-            out = fn(task, response)
-            if "reward" not in out:
-                raise ValueError(f"reward function {name!r} returned no 'reward' component")
-            value = float(out["reward"])
-            total += weight * value
-            comps[name] = value
-            comps.update({f"{name}.{k}": float(v) for k, v in out.items() if k != "reward"})
-        return Scored(total, comps, (time.perf_counter() - t0) * 1000)
+            for k, out in enumerate(_group_of(fn, task, rs)):
+                if "reward" not in out:
+                    raise ValueError(f"reward function {name!r} returned no 'reward' component")
+                value = float(out["reward"])
+                totals[k] += weight * value
+                comps[k][name] = value
+                comps[k].update({f"{name}.{c}": float(v) for c, v in out.items() if c != "reward"})
+        ms = (time.perf_counter() - t0) * 1000 / max(1, len(rs))
+        return [Scored(t, c, ms) for t, c in zip(totals, comps)]
+
+    def score(self, task: Task, response: str) -> Scored:
+        return self.score_group(task, [response])[0]

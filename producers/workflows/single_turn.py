@@ -1,9 +1,11 @@
-"""Single-turn: prompt -> n sampled responses (one batched generate) -> reward each."""
+"""Single-turn: prompt -> n sampled responses (one batched generate) -> the group scored at once (a group reward
+sees all n; a per-answer one each)."""
 
 from __future__ import annotations
 
 import time
 
+from rftbus.producers.rewards.base import Response
 from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow
 from rftbus.schemas import Task
 
@@ -14,13 +16,13 @@ class SingleTurn(Workflow):
         t0 = time.perf_counter()
         completions = ctx.engine.generate([prompt_ids] * n, ctx.sampling)
         gen_ms = (time.perf_counter() - t0) * 1000
+        scores = ctx.rewards.score_group(task, [Response(c.text, c.response_ids, c.finish_reason) for c in completions])
         samples = []
-        for c in completions:
+        for c, scored in zip(completions, scores):
             if "batch_samples" in c.metadata:  # generated with other tasks' groups (producers/engines/primed.py)
                 per_sample_ms = float(c.metadata["batch_generation_ms"]) / int(c.metadata["batch_samples"])
             else:
                 per_sample_ms = gen_ms / n
-            scored = ctx.rewards.score(task, c.text)
             samples.append(Sample(
                 prompt_ids=prompt_ids, response_ids=c.response_ids, logprobs=c.logprobs,
                 loss_mask=[True] * len(c.response_ids), reward=scored.reward, components=scored.components,

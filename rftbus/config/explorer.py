@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+SECRET_PARAM = re.compile(r"key|token|password|secret", re.IGNORECASE)
 
 
 class _Strict(BaseModel):
@@ -29,7 +33,13 @@ class RewardSpec(_Strict):
 
     name: str
     weight: float = 1.0
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict, description="the function's keyword arguments; one "
+                                   "named like a secret (api_key, token, password, secret) is never printed")
+
+    @field_validator("params")
+    @classmethod
+    def _secrets(cls, v: dict[str, Any]) -> dict[str, Any]:
+        return {k: SecretStr(x) if isinstance(x, str) and SECRET_PARAM.search(k) else x for k, x in v.items()}
 
 
 class EngineConfig(_Strict):
@@ -132,6 +142,7 @@ class TasksetConfig(_Strict):
     path: str | None = Field(None, description="the data: a JSONL/Parquet/CSV file, a Hugging Face save_to_disk "
                              "folder, or a hub dataset id (format: hub); unset: `name` is a built-in (or a path)")
     format: Literal["auto", "jsonl", "parquet", "csv", "hf", "hub"] = "auto"
+    subset: str | None = Field(None, description="a hub dataset's configuration name (openai/gsm8k: main)")
     params: dict[str, Any] = Field(default_factory=dict, description="built-in taskset parameters")
     fields: FieldMap = FieldMap()
     system_prompt: str | None = Field(None, description="a system message before every task's prompt (needs a chat "

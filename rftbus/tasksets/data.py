@@ -53,7 +53,7 @@ class DataTaskset:
 
     def _rows_of(self, source: str, split: str, label: str) -> Iterator[Row]:
         m = Mapping(self.tc.fields, self.name, label, self.template, self.tc.system_prompt)
-        return mapped(records(source, self.tc.format, split), m)
+        return mapped(records(source, self.tc.format, split, self.tc.subset), m)
 
     def rows(self, split: str) -> Iterator[Row]:
         """Every row of `split` ("train" or "eval"), each a Task or the reason it is not one."""

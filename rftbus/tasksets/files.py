@@ -204,10 +204,10 @@ def _hf(path: Path, split: str) -> Iterator[tuple[str, Any]]:
     return _dataset(ds, str(path), split)
 
 
-def _hub(name: str, split: str) -> Iterator[tuple[str, Any]]:
+def _hub(name: str, split: str, subset: str | None) -> Iterator[tuple[str, Any]]:
     from datasets import load_dataset
     try:
-        ds = load_dataset(name, split=split)
+        ds = load_dataset(name, subset, split=split)
     except Exception as e:  # noqa: BLE001  # the hub's errors are many (offline, gated, no such split): named here
         raise SourceError(f"hub dataset {name!r} (split {split!r}) could not be loaded: {type(e).__name__}: {e}") from None
     return _dataset(ds, name, split)
@@ -220,11 +220,11 @@ def detect(path: Path) -> str:
     return {".jsonl": "jsonl", ".json": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".csv": "csv"}.get(suffix, "")
 
 
-def records(source: str, fmt: str = "auto", split: str = "train") -> Iterator[tuple[str, Any]]:
+def records(source: str, fmt: str = "auto", split: str = "train", subset: str | None = None) -> Iterator[tuple[str, Any]]:
     """(where, record or the Exception that says why it is not one) of a file, folder or hub dataset."""
     path = Path(source)
     if fmt == "hub":
-        return _hub(source, split)
+        return _hub(source, split, subset)
     if not path.exists():
         raise SourceError(f"task data {source!r} does not exist (for a hub dataset id, set taskset.format: hub)")
     kind = detect(path) if fmt == "auto" else fmt
