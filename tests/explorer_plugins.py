@@ -55,3 +55,22 @@ class TwoTurnEnv(Environment):
 def half_reward(task, response):
     """A custom reward function given by dotted path (a plain function)."""
     return {"reward": 0.5, "length": float(len(response))}
+
+
+async def slow_len(task, response):
+    """An async per-answer reward: the group's calls overlap on the shared loop."""
+    import asyncio
+
+    await asyncio.sleep(0.2)
+    return {"reward": float(len(response))}
+
+
+class RankGroup:
+    """A group reward: the longest answer of the group scores 1, the others 0 (one call per group)."""
+
+    calls = 0
+
+    def score_group(self, task, responses):
+        RankGroup.calls += 1
+        best = max(range(len(responses)), key=lambda i: len(responses[i].text))
+        return [{"reward": float(i == best), "rank_of": float(len(responses))} for i in range(len(responses))]

@@ -123,3 +123,21 @@ def test_place_value_credit_pays_ones_with_ones(response, answer, left, right):
     task = Task(taskset="addition", prompt="37+45=", answer=answer)
     scored = make_rewards([RewardSpec(name="rftbus.tasksets.addition:PlaceValueReward")]).score(task, response)
     assert scored.reward == pytest.approx(right)
+
+
+def test_group_and_async_rewards_by_dotted_path():
+    """A group reward sees the whole group once; an async per-answer reward's calls overlap."""
+    import time
+
+    from explorer_plugins import RankGroup
+
+    rs = make_rewards([RewardSpec(name="explorer_plugins.RankGroup"), RewardSpec(name="explorer_plugins.slow_len",
+                                                                                   weight=0.5)])
+    task = Task(taskset="m", prompt="?", answer="x")
+    t0 = time.monotonic()
+    scored = rs.score_group(task, ["a", "abc", "ab", "a", "ab", "a", "a", "a"])
+    assert time.monotonic() - t0 < 1.0  # 8 x 0.2 s in sequence would be 1.6 s
+    assert RankGroup.calls == 1
+    assert [s.components["RankGroup"] for s in scored] == [0, 1, 0, 0, 0, 0, 0, 0]
+    assert scored[1].reward == 1 + 0.5 * 3 and scored[1].components["RankGroup.rank_of"] == 8.0
+    assert rs.score(task, "abcd").reward == 1 + 0.5 * 4

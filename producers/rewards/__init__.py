@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rftbus.config.explorer import RewardSpec
-from rftbus.producers.rewards.base import RewardFn, RewardSet, Scored
+from rftbus.producers.rewards.base import GroupRewardFn, Response, RewardFn, RewardSet, Scored
 
-__all__ = ["BUILTIN", "RewardFn", "RewardSet", "Scored", "build_reward", "make_rewards"]
+__all__ = ["BUILTIN", "GroupRewardFn", "Response", "RewardFn", "RewardSet", "Scored", "build_reward", "make_rewards"]
 
 # Built-in names -> "module:Class" (imported on use: the judge pulls in transformers/httpx).
 BUILTIN = {
@@ -19,13 +19,13 @@ BUILTIN = {
 }
 
 
-def build_reward(spec: RewardSpec) -> RewardFn:
+def build_reward(spec: RewardSpec) -> RewardFn | GroupRewardFn:
     from rftbus.producers.plugins import load_object
     target = BUILTIN.get(spec.name, spec.name)
     obj = load_object(target, group="rftbus.rewards", what="reward function")
     fn = obj(**spec.params) if isinstance(obj, type) else obj
-    if not callable(fn):
-        raise TypeError(f"reward function {spec.name!r} is not callable")
+    if not callable(fn) and not callable(getattr(fn, "score_group", None)):
+        raise TypeError(f"reward function {spec.name!r} is neither callable nor has score_group(task, responses)")
     return fn
 
 
