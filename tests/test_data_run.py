@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import uuid
 
+import pytest
+
 from rftbus.bench.processes import read_all
 from rftbus.config import load_config
 from rftbus.schemas import make_codec
@@ -17,12 +19,16 @@ from tests.test_run import _env
 DATA = REPO / "data" / "gsm8k-mini"
 
 
+@pytest.mark.timeout(900)
 def test_a_jsonl_taskset_with_held_out_eval_and_math_verify(broker, tmp_path, smollm2_folder):
-    s, state = _run(broker, tmp_path, "real-gsm8k-mini.yaml", 3, RFTBUS_MODEL__CACHE_DIR=str(smollm2_folder.parent),
+    """The real weights: random ones answer no problem right, every group lacks reward variance and the
+    trainer never steps (tried: two random layers made 0 steps in 6 minutes)."""
+    s, state = _run(broker, tmp_path, "real-gsm8k-mini.yaml", 2, RFTBUS_MODEL__CACHE_DIR=str(smollm2_folder.parent),
                     RFTBUS_TASKSET__PATH=str(DATA / "train.jsonl"), RFTBUS_TASKSET__EVAL__PATH=str(DATA / "eval.jsonl"),
                     RFTBUS_RL__GROUP_SIZE="4", RFTBUS_RL__BATCH_GROUPS="2", RFTBUS_RUN__EVAL_N="8",
                     RFTBUS_RUN__TASKS="24", RFTBUS_RUN__TASK_PASSES="1", RFTBUS_RUN__EVAL_EVERY_VERSIONS="1",
-                    RFTBUS_EXPLORER__SAMPLING__MAX_NEW_TOKENS="40", RFTBUS_TRAINER__EVAL_MAX_NEW_TOKENS="40")
+                    RFTBUS_EXPLORER__SAMPLING__MAX_NEW_TOKENS="32", RFTBUS_TRAINER__EVAL_MAX_NEW_TOKENS="32",
+                    RFTBUS_TRAINER__STEP_WAIT_S="5")  # a step takes what is ready: zero-variance groups are common
     points = s["eval_points"]
     assert len(points) >= 2 and points[0]["version"] == 0 and points[-1]["version"] >= 1, points  # a curve
     assert all(p["n"] == 8 and 0 <= p["reward"] <= 1 and "mean_parsed" in p and "mean_timeout" in p for p in points), points
@@ -37,11 +43,12 @@ def test_a_jsonl_taskset_with_held_out_eval_and_math_verify(broker, tmp_path, sm
 
 def test_a_run_on_bad_data_refuses_to_start_naming_file_and_line(broker, tmp_path):
     bad = tmp_path / "mine.jsonl"
-    bad.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "", "answer": "3"}\n{"answer": "4"}\n')
+    bad.write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": ["4"]}\n{"answer": "4"}\n')
     env = {**_env(broker, uuid.uuid4().hex[:6]), "RFTBUS_TASKSET__PATH": str(bad)}
     out = rftbus_cli(None, "--state-dir", str(tmp_path / "state"), "run", str(REPO / "configs" / "real-gsm8k-mini.yaml"),
                      "--minutes", "2", env=env, timeout=120)
     assert out.returncode != 0
     text = out.stdout + out.stderr
-    assert f"{bad}:2: the prompt is empty" in text and f"{bad}:3: column 'question' (prompt) is missing" in text, text[-2000:]
+    assert f"{bad}:2: column 'answer' (answer) is a list" in text, text[-2000:]
+    assert f"{bad}:3: taskset.template: 'question' is undefined in this row" in text, text[-2000:]
     assert "2 bad rows" in text and "Traceback" not in text
