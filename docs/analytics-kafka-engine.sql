@@ -195,7 +195,8 @@ CREATE TABLE IF NOT EXISTS rftbus.kafka_tasks (
   `n_samples` Nullable(Int32),
   `priority` Float64,
   `metadata` Map(String, String),
-  `created_at` DateTime64(3, 'UTC')
+  `created_at` DateTime64(3, 'UTC'),
+  `messages` Array(Map(String, String))
 ) ENGINE = Kafka
 SETTINGS
   kafka_broker_list = 'kafka:9092',

@@ -52,3 +52,15 @@ def test_a_run_on_bad_data_refuses_to_start_naming_file_and_line(broker, tmp_pat
     assert f"{bad}:2: column 'answer' (answer) is a list" in text, text[-2000:]
     assert f"{bad}:3: taskset.template: 'question' is undefined in this row" in text, text[-2000:]
     assert "2 bad rows" in text and "Traceback" not in text
+
+
+def test_a_data_taskset_scored_by_the_builtin_scorer_is_refused(broker, tmp_path):
+    conf = tmp_path / "c.yaml"
+    conf.write_text((REPO / "configs" / "real-gsm8k-mini.yaml").read_text().replace(
+        "rewards: [{name: math, weight: 1.0}]", "rewards: [{name: taskset, weight: 1.0}]"))
+    env = {**_env(broker, uuid.uuid4().hex[:6]), "RFTBUS_TASKSET__PATH": str(DATA / "train.jsonl"),
+           "RFTBUS_TASKSET__EVAL__PATH": str(DATA / "eval.jsonl")}
+    out = rftbus_cli(None, "--state-dir", str(tmp_path / "state"), "run", str(conf), "--minutes", "2", env=env,
+                     timeout=120)
+    assert out.returncode != 0 and "reward `taskset` is a built-in taskset's own scorer" in out.stdout + out.stderr, \
+        (out.stdout + out.stderr)[-2000:]

@@ -129,11 +129,7 @@ def test_openai_engine_against_real_http_server(cfg, tok, openai_server):
         assert tok.decode(c.response_ids, skip_special_tokens=True) == c.text
     with pytest.raises(Exception, match="cannot load weights"):
         engine.load_weights({}, 1)
-    # the LLM judge reward over the same endpoint: a real request, a grade or a visible parse failure
-    judge = make_rewards([RewardSpec(name="judge_llm", params={"base_url": openai_server, "model": "tiny"})])
-    scored = judge.score(Task(taskset="addition", prompt="1+1=", answer="2"), "2")
-    assert 0.0 <= scored.reward <= 1.0 and scored.components["judge_llm.parsed"] in (0.0, 1.0)
-    engine.close()
+    engine.close()  # (judge_llm speaks chat completions now: tests/test_judge.py runs it against `rftbus serve`)
 
 
 def test_vllm_engine_needs_gpu(cfg, tok):

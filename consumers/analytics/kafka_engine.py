@@ -68,7 +68,11 @@ def avro_type(t) -> str:
         return _PRIMITIVE[t]
     if isinstance(t, list):  # ["null", X]
         inner = [x for x in t if x != "null"]
-        return f"Nullable({avro_type(inner[0])})" if len(inner) == 1 and len(t) == 2 else "String"
+        if len(inner) != 1 or len(t) != 2:
+            return "String"
+        one = avro_type(inner[0])
+        # ClickHouse has no Nullable(Array/Map/Tuple): a null reads as the empty value (input_format_null_as_default)
+        return one if one.startswith(("Array(", "Map(", "Tuple(")) else f"Nullable({one})"
     kind = t["type"]
     if kind == "long" and t.get("logicalType") == "timestamp-millis":
         return "DateTime64(3, 'UTC')"

@@ -230,6 +230,9 @@ class MainJob:
 
         ts = open_taskset(self.cfg.taskset)
         if isinstance(ts, DataTaskset):
+            if any(r.name == "taskset" for r in self.cfg.explorer.rewards):
+                raise RftbusError(f"reward `taskset` is a built-in taskset's own scorer; taskset {ts.name} is data: "
+                                  "score it with explorer.rewards such as math, code, format, judge_llm or your own")
             counts = ts.check()
             self.console.print(f"taskset {ts.name}: {counts['train']} train and {counts['eval']} held-out eval tasks")
 
