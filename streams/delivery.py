@@ -38,6 +38,12 @@ class Write:
     src: str  # the input it is an outcome of (topic/partition/offset)
 
 
+def split_src(src: str) -> tuple[str, int, int]:
+    """An input's position, `topic/partition/offset`, as its parts."""
+    topic, part, off = src.rsplit("/", 2)
+    return topic, int(part), int(off)
+
+
 def quarantine_path(state_dir: Path) -> Path:
     return state_dir / QUARANTINE_FILE
 
@@ -86,8 +92,8 @@ class Deliveries:
         self.quarantine(w, f"{type(error).__name__}: {error} (after {self.tries} retries)")
 
     def quarantine(self, w: Write, reason: str) -> None:
-        parts = w.src.rsplit("/", 2)
-        line = {"src": w.src, "topic": parts[0], "partition": int(parts[1]), "offset": int(parts[2]),
+        topic, partition, offset = split_src(w.src)
+        line = {"src": w.src, "topic": topic, "partition": partition, "offset": offset,
                 "output": w.role, "output_topic": w.topic, "bytes": len(w.value), "reason": reason,
                 "at": time.time()}
         self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rftbus.schemas import bound_key, fitted_rejection
-from rftbus.streams.delivery import Deliveries, Write
+from rftbus.streams.delivery import Deliveries, Write, split_src
 
 H_KIND = "rftbus-kind"
 H_SRC = "rftbus-src"
@@ -40,11 +40,6 @@ def header(headers: Any, name: str) -> bytes | None:
         if k == name:
             return v
     return None
-
-
-def split_src(src: str) -> tuple[str, int, int]:
-    topic, part, off = src.rsplit("/", 2)
-    return topic, int(part), int(off)
 
 
 def rejection_id(stage: str, src: str, reason: str) -> str:

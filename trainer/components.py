@@ -46,6 +46,7 @@ class Components:
     metrics: MetricsSink | None
     status: StatusFile
     checkpoint_dir: Path
+    _scorer: Any = None  # scorer(), built on first use
 
     def assigned_partitions(self) -> list[tuple[str, int]]:
         """This rank's share of every lane: partition p of each topic goes to rank p % world."""
@@ -70,10 +71,13 @@ class Components:
         return open_taskset(self.cfg.taskset)
 
     def scorer(self):
-        """The explorers' rewards, which score the trainer's eval too."""
-        from rftbus.producers.rewards import make_rewards
+        """The explorers' rewards, which score the trainer's eval too; built once (a reward may hold a helper
+        process or an HTTP client)."""
+        if self._scorer is None:
+            from rftbus.producers.rewards import make_rewards
 
-        return make_rewards(self.cfg.explorer.rewards)
+            self._scorer = make_rewards(self.cfg.explorer.rewards)
+        return self._scorer
 
     def close(self) -> None:
         self.producer.flush(30)
