@@ -155,3 +155,62 @@ waits for every replica in the ISR, and the stopped one stays there for replica.
     # the fence itself is invisible to every reader (read_committed): the scan read one record
     assert fenced.scanned == 1
     print(f"fenced scan waited {waited:.2f} s for the followers")
+
+
+def test_frozen_coordinator_costs_what_a_kill_costs(cluster):
+    """#37: a node frozen (SIGSTOP) while it coordinates the trainer's group and leads the weights partition
+    keeps its TCP connections open, so a client waits for its answer until the request times out; librdkafka's
+    default is 60 s. rftbus bounds every request (`kafka.request_timeout_s`), so the offset commit and the
+    acks=all publish of the trainer's step move to the new coordinator and leader within that bound."""
+    import os
+    import signal
+
+    from consumers.batch_consumer import retry_kafka
+
+    topic, group = f"frozen-{uuid.uuid4().hex[:6]}", f"g-frozen-{uuid.uuid4().hex[:6]}"
+    admin = make_admin(cluster)
+    c = make_consumer(cluster, group)
+    tp = TopicPartition(topic, 0, 0)
+    try:
+        create_new(admin, [NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])
+        layout(admin, topic)
+        retry_kafka(lambda: c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False),
+                    "the first commit")  # the group now has a coordinator
+        coordinator = admin.describe_consumer_groups([group])[group].result(15).coordinator.id
+        # a topic led by the same node (its first replica is the preferred leader)
+        others = [n for n in cluster.broker.node_ids if n != coordinator]
+        led = f"{topic}-led"
+        create_new(admin, [NewTopic(led, 1, replication_factor=-1, replica_assignment=[[coordinator, *others]],
+                                    config={"min.insync.replicas": "2"})])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and len(layout(admin, led)[2]) < 3:
+            time.sleep(0.2)
+        assert layout(admin, led)[0] == coordinator
+        p = make_producer(cluster)
+        p.produce(led, b"before")
+        assert p.flush(15) == 0
+        pid = embedded.running_pid(cluster, coordinator)
+        assert pid is not None
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            t = time.monotonic()
+            retry_kafka(lambda: c.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False),
+                        "committing on a frozen coordinator", timeout_s=120)
+            commit_s = time.monotonic() - t
+            errors: list[str] = []
+            t = time.monotonic()
+            p.produce(led, b"during", on_delivery=lambda err, _m: errors.append(err.str()) if err else None)
+            left = p.flush(120)
+            publish_s = time.monotonic() - t
+        finally:
+            os.kill(pid, signal.SIGCONT)
+    finally:
+        c.close()
+    assert left == 0 and not errors, errors
+    bound = cluster.kafka.request_timeout_s + 10  # the request's timeout, then the new coordinator / leader
+    assert commit_s < bound and publish_s < bound, (commit_s, publish_s)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(layout(admin, led)[2]) < 3:
+        time.sleep(0.5)
+    assert len(layout(admin, led)[2]) == 3, "the frozen node did not rejoin the ISR after SIGCONT"
+    print(f"frozen coordinator: commit {commit_s:.1f} s, acks=all write {publish_s:.1f} s (bound {bound:g} s)")

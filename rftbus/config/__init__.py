@@ -104,6 +104,10 @@ class KafkaConfig(_Strict):
                                            "the embedded cluster's (broker.nodes)")
     wait_s: float = Field(0.0, ge=0, description="how long a command keeps asking an unreachable cluster before it "
                           "gives up (rftbus run's children: they load their models while the broker starts)")
+    request_timeout_s: float = Field(10.0, ge=1, description="how long a client waits for a broker's answer before it "
+                                     "asks the cluster again (librdkafka socket.timeout.ms and the producer's "
+                                     "request.timeout.ms, 60 s and 30 s by default): a frozen node, whose connections "
+                                     "stay open, costs this, then the new leader or coordinator answers")
     client: dict[str, ClientValue] = Field(default_factory=dict, description="librdkafka settings for every client")
     producer: dict[str, ClientValue] = Field(default_factory=dict)
     consumer: dict[str, ClientValue] = Field(default_factory=dict)

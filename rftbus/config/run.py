@@ -38,8 +38,13 @@ class RunConfig(BaseModel):
     eval_every_versions: int = Field(1, ge=1, description="evaluate the newest version each time it passes a "
                                      "multiple of k (the evaluator jumps to the newest: a mark passed between two "
                                      "looks is scored at the next version, not skipped)")
-    max_restarts: int = Field(3, ge=0, description="restarts per crashed child (and of the embedded broker) "
-                              "before giving up on it")
+    max_restarts: int = Field(3, ge=0, description="restarts of each crashed child within restart_window_minutes "
+                              "before giving up on it (a crash loop); deaths further apart refill the budget")
+    max_node_restarts: int = Field(3, ge=0, description="restarts of each node of the embedded broker within "
+                                   "restart_window_minutes; a node past its budget waits for the window while the "
+                                   "others serve, and the run stops only when no quorum of nodes is left")
+    restart_window_minutes: float = Field(10.0, gt=0, description="the sliding window of both restart budgets "
+                                          "(systemd's StartLimitIntervalSec)")
     on_give_up: Literal["stop", "continue"] = Field(
         "stop", description="a child given up on stops the run, loudly with its last crash's cause (exit 1); "
         "`continue` keeps the other stages running (the summary still reports the dead stage and fails)")

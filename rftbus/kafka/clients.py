@@ -29,7 +29,8 @@ class BrokerUnreachable(RftbusError):
 
 
 def _base(cfg: Config) -> dict[str, Any]:
-    return {"bootstrap.servers": cfg.bootstrap_servers, **cfg.kafka.client}
+    ms = int(cfg.kafka.request_timeout_s * 1000)
+    return {"bootstrap.servers": cfg.bootstrap_servers, "socket.timeout.ms": ms, **cfg.kafka.client}
 
 
 def producer_conf(cfg: Config, **extra: Any) -> dict[str, Any]:
@@ -41,6 +42,7 @@ def producer_conf(cfg: Config, **extra: Any) -> dict[str, Any]:
         # whichever client wrote it, which the streams' raw dedupe relies on (streams/verify.placement)
         "partitioner": "murmur2_random",
         "linger.ms": 5,
+        "request.timeout.ms": int(cfg.kafka.request_timeout_s * 1000),  # a frozen leader: ask the new one sooner
         "compression.type": "lz4",
         "message.max.bytes": 16 * 1024 * 1024,
     }

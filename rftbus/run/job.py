@@ -73,7 +73,7 @@ class MainJob:
                 info = embedded.start(self.cfg, self.err)
             self.started_broker = info.started
             if info.started:  # ours: supervised like a child (one that was already running is someone else's)
-                self.broker = BrokerWatch(self.cfg, self.cfg.run.max_restarts, info.pid)
+                self.broker = BrokerWatch(self.cfg, info.pid)
             self.console.print(f"embedded Kafka broker running (pid {info.pid}) at {info.bootstrap}")
 
     def bring_up_bus(self):
@@ -125,6 +125,8 @@ class MainJob:
             # optional: a console that cannot start (its port taken) must not stop the training it shows
             specs.append(ChildSpec("studio", base + ["studio"], env, c.run.max_restarts, logs / "studio.log",
                                    optional=True))
+        for spec in specs:
+            spec.restart_window_s = c.run.restart_window_minutes * 60
         return specs
 
     # ---- the loop ----------------------------------------------------------------------------

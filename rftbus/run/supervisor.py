@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rftbus.run.restart_budget import RestartBudget
 
 STOPPED = (-signal.SIGTERM, -signal.SIGINT)  # exit codes of a child that a stop signal ended
 ERROR_LINE = re.compile(r"^(?:\[rank\d+\]: )?((?:[\w.]+(?:Error|Exception|Interrupt|Exit)\b|Fatal Python error).*)")
@@ -38,16 +39,18 @@ class ChildSpec:
     name: str
     argv: list[str]
     env: dict[str, str] = field(default_factory=dict)
-    max_restarts: int = 3
+    max_restarts: int = 3  # within restart_window_s: a crash loop is given up on, deaths far apart are not
     log: Path | None = None
     optional: bool = False  # a helper (the studio): given up on, it is reported, but the run goes on and is not failed
+    restart_window_s: float = 600.0
 
 
 @dataclass
 class Child:
     spec: ChildSpec
     proc: subprocess.Popen | None = None
-    restarts: int = 0
+    restarts: int = 0  # in the whole run (the budget counts those within its window)
+    budget: RestartBudget | None = None
     started_at: float = 0.0
     gave_up: bool = False
     restart_at: float | None = None  # monotonic time of a scheduled restart (backoff without blocking)
@@ -57,6 +60,10 @@ class Child:
     @property
     def cause(self) -> str:
         return self.causes[-1] if self.causes else ""
+
+    def __post_init__(self) -> None:
+        if self.budget is None:
+            self.budget = RestartBudget(self.spec.max_restarts, self.spec.restart_window_s)
 
 
 @dataclass
@@ -103,6 +110,8 @@ class Supervisor:
                 if now >= child.restart_at:
                     child.restart_at = None
                     child.restarts += 1
+                    assert child.budget is not None  # (set in __post_init__)
+                    child.budget.spend(now)
                     proc = self._spawn(child)
                     events.append(Event(child.spec.name, "restarted", f"pid {proc.pid} (restart {child.restarts})"))
                 continue
@@ -121,11 +130,14 @@ class Supervisor:
             cause = crash_cause(child.spec.log, code)
             child.causes.append(cause)
             events.append(Event(child.spec.name, "crashed", cause))
-            if child.restarts >= child.spec.max_restarts:
+            assert child.budget is not None
+            recent = child.budget.recent(now)
+            if not child.budget.allows(now):
                 child.gave_up = True
-                events.append(Event(child.spec.name, "gave_up", f"after {child.restarts} restarts; last crash: {cause}"))
-            else:
-                child.restart_at = now + min(self.backoff_s * (2 ** child.restarts), 10.0)
+                events.append(Event(child.spec.name, "gave_up", f"after {child.restarts} restarts ({recent} within "
+                                    f"{child.budget.window_s / 60:g} min); last crash: {cause}"))
+            else:  # backoff doubles with the recent restarts only: a death long after the last one waits 1 s
+                child.restart_at = now + min(self.backoff_s * (2 ** recent), 10.0)
         return events
 
     def gave_up(self) -> dict[str, str]:
