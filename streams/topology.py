@@ -46,7 +46,10 @@ def prepare(cfg: Config) -> Topology:
     create_topics(cfg, admin)
     t = cfg.topics
     app_id = cfg.streams.app_id
-    md = admin.list_topics(timeout=15)
+    names = {role: getattr(t, role).name for role in OUTPUT_ROLES}
+    # Every node's metadata, not only the one that created the topics: on a fresh cluster another node's
+    # cache shows a just-created topic a moment later, and reading it as missing crashed the worker (#37).
+    md = wait_visible(admin, [t.raw.name, t.feedback.name, *names.values()], 30.0)
 
     def parts(name: str) -> int:
         tm = md.topics.get(name)
@@ -82,8 +85,7 @@ def prepare(cfg: Config) -> Topology:
             except Exception as e:  # already created by a sibling worker is fine
                 if "TOPIC_ALREADY_EXISTS" not in str(e):
                     raise RftbusError(f"cannot create internal topic {name}: {e}") from None
-        md = wait_visible(admin, list(internal), 30.0)
-    names = {role: getattr(t, role).name for role in OUTPUT_ROLES}
+    md = wait_visible(admin, [t.raw.name, *names.values(), *internal], 30.0)
     names.update(join=f"{app_id}-join", joined=f"{app_id}-joined")
     partitions = {role: parts(name) for role, name in names.items()}
     return Topology(raw=t.raw.name, feedback=t.feedback.name, join=names["join"], joined=names["joined"],

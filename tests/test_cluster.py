@@ -170,7 +170,6 @@ def test_frozen_coordinator_costs_what_a_kill_costs(cluster):
     topic, group = f"frozen-{uuid.uuid4().hex[:6]}", f"g-frozen-{uuid.uuid4().hex[:6]}"
     admin = make_admin(cluster)
     c = make_consumer(cluster, group)
-    tp = TopicPartition(topic, 0, 0)
     try:
         create_new(admin, [NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])
         layout(admin, topic)

@@ -12,7 +12,7 @@ from typing import Any
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
-from rftbus.kafka.topics import create_topics
+from rftbus.kafka.topics import create_topics, wait_visible
 from rftbus.schemas import ExperienceGroup, Rejection, TrainerMetric, WeightVersion, make_codec
 from rftbus.trainer.checks import Limits
 from rftbus.trainer.losses import Loss, make_loss
@@ -52,10 +52,11 @@ class Components:
         """This rank's share of every lane: partition p of each topic goes to rank p % world."""
         out = []
         for topic in self.lane_topics.values():
-            md = self.consumer.list_topics(topic, timeout=15).topics.get(topic)
-            if md is None or md.error is not None or not md.partitions:
+            try:  # (a node whose metadata cache does not show a just-created topic yet is asked again)
+                md = wait_visible(self.consumer, [topic], 15.0).topics[topic]
+            except RftbusError:
                 raise RftbusError(f"trainer input topic {topic!r} does not exist at {self.cfg.bootstrap_servers} "
-                                  "(create it with `rftbus topics create`)")
+                                  "(create it with `rftbus topics create`)") from None
             out += [(topic, p) for p in sorted(md.partitions) if p % self.world == self.rank]
         if not out:
             raise RftbusError(f"rank {self.rank} of {self.world} has no partitions to read; use at most as many "

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
 from rftbus.config import Config, TopicSpec
@@ -57,7 +57,7 @@ def _differences(spec: TopicSpec, partitions: int, replication: int, actual: dic
     return diffs
 
 
-def wait_visible(admin: AdminClient, names: list[str], timeout: float) -> Any:
+def wait_visible(admin: AdminClient | Consumer, names: list[str], timeout: float) -> Any:
     """Cluster metadata once every named topic shows with its partitions. A topic shows in metadata a moment
     after its creation returns (the controller's record reaches the brokers' metadata caches later), so a
     creator, or a sibling that raced it, waits here rather than reading a topic as missing."""
