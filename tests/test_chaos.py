@@ -13,7 +13,8 @@ from collections import Counter
 import pytest
 from rich.console import Console
 
-from rftbus.chaos.driver import ChaosDriver, available
+from rftbus.chaos.driver import ChaosDriver
+from rftbus.chaos.settle import available
 from rftbus.chaos.plan import free_port_pair, get_plan, run_overrides, with_overrides
 from rftbus.config import load_config
 from tests.conftest import JARS, REPO

@@ -12,7 +12,6 @@ Every phase is bounded; past `plan.max_minutes` no new fault starts.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -29,12 +28,11 @@ from rftbus.chaos import failover as FO
 from rftbus.chaos import faults as F
 from rftbus.chaos import live_join as LJ
 from rftbus.chaos.drain import drain, lag
-from rftbus.run.ledger import read_ledger
 from rftbus.chaos.load import burst, live_traffic
 from rftbus.chaos.plan import ChaosPlan
 from rftbus.chaos.poison import Poison, catalogue, inject
-from rftbus.chaos.reconcile import reconcile
 from rftbus.chaos.result import ChaosResult
+from rftbus.chaos.settle import settle
 from rftbus.config import Config, write_config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_admin
@@ -44,13 +42,6 @@ from rftbus.kafka.topics import create_topics
 PRE_RUN_POISON = ("tasks", "expert")
 
 
-def available(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ModuleNotFoundError:
-        return False
-
-
 class ChaosDriver:
     """cfg: the attacked run's config (state_dir is the run's own). broker_cfg: the embedded broker to
     kill and restart; None means cfg's own, which the driver also starts and stops."""
@@ -58,6 +49,8 @@ class ChaosDriver:
     def __init__(self, cfg: Config, plan: ChaosPlan, console: Console, broker_cfg: Config | None = None):
         self.cfg, self.plan, self.console = cfg, plan, console
         self.owns_broker = broker_cfg is None
+        # A cluster is handed to `rftbus run` once the poison is in: its supervisor restarts dead nodes (#37)
+        self.run_owns_broker = self.owns_broker and plan.nodes > 1
         self.broker_cfg = broker_cfg or cfg
         self.workdir = cfg.state_dir
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -103,9 +96,14 @@ class ChaosDriver:
                 self.say(f"[red]error:[/] {e}")
             finally:  # Ctrl-C too: never leave the run's processes behind
                 self._stop_run()
+            if self.run_owns_broker and self.proc is not None:  # the run stopped its cluster: up again to read
+                from rftbus.broker import embedded
+
+                embedded.start(self.broker_cfg)
             if self.proc is not None and self._broker_up():
-                self._analytics_catch_up()
-                self._tally()
+                with self.console.status("settling ...") as status:
+                    settle(self.cfg, self.res, self.workdir, getattr(self, "weights_poisoned_at", None),
+                           lambda m: status.update(m))
         finally:
             self._committed.close()
             if self.owns_broker:
@@ -127,6 +125,9 @@ class ChaosDriver:
         head = [replace(p, at_partition=i) for p in self.catalogue if p.topic_key in PRE_RUN_POISON
                 for i in range(self.cfg.topics.all()[p.topic_key].partitions)]
         self._poison(head, "before the run (at the head of every partition)")
+        if self.run_owns_broker:
+            embedded.stop(self.broker_cfg)
+            self.say("cluster stopped: `rftbus run` starts it again and supervises its nodes")
 
     def _start_run(self) -> None:
         path = write_config(self.cfg, self.workdir / "chaos-config.yaml")
@@ -166,8 +167,7 @@ class ChaosDriver:
         restart come between. With a single round the poison comes first, so the restarted processes
         also meet the poisoned topics (the weights topic above all) when they start."""
         extras = [("poison", ""), ("burst", ""), ("live_join", "")]
-        broker = [("broker", "")] * self.plan.broker_restarts + [("leader_kill", "")] * self.plan.leader_kills \
-            + [("rolling_restart", "")] * self.plan.rolling_restarts
+        broker = [("broker", "")] * self.plan.broker_restarts + FO.interleave(self.plan)
         one_by_one = [("kill", k) for k in F.KINDS]
         if self.plan.kill_rounds <= 1:
             return extras + one_by_one * self.plan.kill_rounds + broker
@@ -176,10 +176,18 @@ class ChaosDriver:
     def _faults(self) -> None:
         self.faults_t0 = time.monotonic()
         self.steps = FO.StepWatch(self.cfg.state_dir).start()
+        self.nodes = FO.NodeFaults(self.broker_cfg, self.steps, self.plan.recover_timeout_s, self.running,
+                                   self.plan.rolling_restarts)
         try:
             self._each_fault()
         finally:
             self.steps.stop()
+        if self.plan.nodes > 1:
+            self.res.failover = FO.freeze_vs_kill(self.res.faults)
+            ratio = self.res.failover["ratio"]
+            if ratio is not None and ratio > 1.5:
+                self.res.failures.append(f"a frozen node stalled the trainer {ratio}x as long as a killed one "
+                                         f"({self.res.failover})")
 
     def _each_fault(self) -> None:
         for what, arg in self._schedule():
@@ -191,8 +199,7 @@ class ChaosDriver:
             {"kill": lambda k: self._kill([k]), "kill_all": lambda _: self._kill(list(F.KINDS)),
              "poison": lambda _: self._poison_mid_run(), "burst": lambda _: self._burst(),
              "broker": lambda _: self._broker(), "live_join": lambda _: self._live_join(),
-             "leader_kill": lambda _: self._cluster("leader_kill"),
-             "rolling_restart": lambda _: self._cluster("rolling_restart")}[what](arg)
+             **{k: self._cluster for k in FO.NODE_FAULTS}}[what](what)
             time.sleep(self.plan.settle_s)
 
     def _record(self, fault: F.Fault, ok: bool, started: float, note: str | None = None) -> None:
@@ -336,14 +343,10 @@ class ChaosDriver:
                      ("trainer stepping again" if ok else "trainer did not step again"))
 
     def _cluster(self, what: str) -> None:
-        """A node of the cluster killed (and started again later), or every node restarted in turn."""
+        """A node of the cluster killed or frozen, or every node restarted in turn."""
         started, at = time.monotonic(), self.now()
         with self.console.status(f"{what.replace('_', ' ')} ..."):
-            if what == "leader_kill":
-                fault, ok = FO.leader_kill(self.broker_cfg, self.steps, self.plan.down_s, self.plan.recover_timeout_s,
-                                           self.running)
-            else:
-                fault, ok = FO.rolling_restart(self.broker_cfg, self.steps, self.plan.recover_timeout_s, self.running)
+            fault, ok = self.nodes.run(what, self.plan.freeze_s)
         fault.at_s = at
         self._record(fault, ok, started, ", ".join(f"{k} {v}" for k, v in fault.metrics.items()))
 
@@ -389,34 +392,3 @@ class ChaosDriver:
         except BrokerUnreachable as e:
             self.res.failures.append(f"the broker is unreachable after the run, nothing to reconcile: {e}")
             return False
-
-    def _analytics_catch_up(self) -> None:
-        if not (self.cfg.run.analytics and available("rftbus.consumers.analytics.sink")):
-            self.say("[yellow]note:[/] no analytics sink installed: the ClickHouse check is skipped")
-            self.res.skipped.append("clickhouse: rftbus.consumers.analytics.sink is not installed")
-            return
-        with self.console.status("analytics sink catching up to the end of every topic ..."):
-            out = subprocess.run([sys.executable, "-m", "rftbus", "--config", str(self.workdir / "chaos-config.yaml"),
-                                  "analytics", "sink", "--until-end"], capture_output=True, text=True, timeout=300)
-        if out.returncode != 0:
-            self.res.failures.append(f"analytics sink --until-end exited {out.returncode}: {out.stderr.strip()[-500:]}")
-
-    def _tally(self) -> None:
-        clickhouse = None
-        if not any(s.startswith("clickhouse:") for s in self.res.skipped):
-            from rftbus.consumers.analytics import counts
-
-            clickhouse = counts(self.cfg)
-        with self.console.status("reading the logs back ...") as status:
-            ledger = read_ledger(self.cfg, progress=lambda s: status.update(f"reconciling: {s}"))
-        self.res.tally = reconcile(ledger, self.res.poisons, clickhouse)
-        poisoned = getattr(self, "weights_poisoned_at", None)
-        if poisoned is not None:
-            # Followers must skip the weights poison and keep following: some experience made after it
-            # must carry a newer version (the burst and the poison records themselves do not count).
-            newest = max((r.model_version for r in ledger.raw.values()
-                          if r.experience_ids and not r.explorer_id.startswith("chaos")), default=-1)
-            self.res.tally.versions["newest_generated_after_weights_poison"] = newest
-            if newest <= poisoned:
-                self.res.failures.append(f"no experience was generated with a version newer than v{poisoned} "
-                                         "after the weights topic was poisoned: the followers stopped")

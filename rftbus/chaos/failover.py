@@ -1,10 +1,14 @@
 """Faults of a three-node cluster (`rftbus chaos --nodes 3`): kill -9 the node that leads the loop's
-partitions and start it again later, and a rolling restart of every node (controlled shutdowns, one at a
-time). The loop should keep training through each: measured as the stall (the longest gap between trainer
-steps around the fault) and the time until every partition's ISR is whole again."""
+partitions, freeze (SIGSTOP) the node that coordinates the trainer's group or leads the weights partition,
+and a rolling restart of every node (controlled shutdowns, one at a time). The cluster belongs to the
+attacked `rftbus run`, whose supervisor restarts a dead node within its restart budget (#37); the driver only
+kills and waits. The loop should keep training through each fault: measured as the stall (the longest gap
+between trainer steps around the fault) and the time until every partition's ISR is whole again."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
 import time
 from collections import Counter
@@ -54,18 +58,23 @@ class StepWatch:
         return max(b - a for a, b in zip(inside, inside[1:]))
 
 
-def loop_leader(cfg: Config) -> int:
-    """The node leading the weights partition, or else the most raw and curated partitions."""
+def loop_leaders(cfg: Config) -> list[int]:
+    """Every node, the one leading the weights partition first, then by how many raw and curated partitions
+    it leads."""
     layout = partition_layout(make_admin(cfg))
     names = [getattr(cfg.topics, k).name for k in LOOP_TOPICS]
-    votes: Counter[int] = Counter()
+    votes: Counter[int] = Counter({n: 0 for n in cfg.broker.node_ids})
     for i, name in enumerate(names):
         for leader, _, _ in layout.get(name, {}).values():
             if leader >= 0:
                 votes[leader] += 100 if i == 0 else 1
-    if not votes:
-        raise RuntimeError("no partition of the loop's topics has a leader")
-    return votes.most_common(1)[0][0]
+    return [n for n, _ in votes.most_common()]
+
+
+def trainer_coordinator(cfg: Config) -> int:
+    """The node coordinating the trainer's consumer group (its offset commits go there)."""
+    group = cfg.trainer.group_id
+    return make_admin(cfg).describe_consumer_groups([group])[group].result(15).coordinator.id
 
 
 def under_replicated(cfg: Config, admin) -> int:
@@ -89,47 +98,131 @@ def wait_isr_whole(cfg: Config, timeout_s: float) -> float | None:
     return None
 
 
-def leader_kill(cfg: Config, watch: StepWatch, down_s: float, timeout_s: float,
-                running: Callable[[], bool]) -> tuple[F.Fault, bool]:
-    node = loop_leader(cfg)
-    step = F.trainer_step(cfg.state_dir)
-    fault = F.Fault("leader_kill", f"kill -9 Kafka node {node} (leads the weights / raw / curated partitions) at "
-                    f"trainer step {step}; start it again after {down_s:g} s", 0.0)
-    t_kill = time.monotonic()
-    pid = embedded.kill_node(cfg, node)
-    # the loop must go on without the node: the trainer steps while it is down
-    stepped_while_down = F.wait_trainer_step(cfg.state_dir, step, max(down_s, 1.0) + timeout_s, running)
-    left = down_s - (time.monotonic() - t_kill)
-    if left > 0:
-        time.sleep(left)
-    t_start = time.monotonic()
-    new = embedded.start_node(cfg, node)
-    isr = wait_isr_whole(cfg, timeout_s)
-    after = F.trainer_step(cfg.state_dir)
-    F.wait_trainer_step(cfg.state_dir, after, timeout_s, running)
-    fault.metrics = {"stall_s": round(watch.stall(t_kill, t_kill), 2),
-                     "isr_recovery_s": None if isr is None else round(isr, 1),
-                     "restart_s": round(time.monotonic() - t_start, 1)}
-    fault.notes.append(f"node {node} pid {pid} -> {new}; trainer stepped while it was down: {stepped_while_down}")
-    return fault, stepped_while_down and isr is not None
+NODE_FAULTS = ("leader_kill", "coordinator_freeze", "leader_freeze", "rolling_restart")
 
 
-def rolling_restart(cfg: Config, watch: StepWatch, timeout_s: float,
-                    running: Callable[[], bool]) -> tuple[F.Fault, bool]:
-    fault = F.Fault("rolling_restart", "controlled restart of every node, one at a time, each once the ISR is whole",
-                    0.0)
-    t0 = time.monotonic()
-    ok = True
-    isr_times = []
-    for node in cfg.broker.node_ids:
-        embedded.stop_node(cfg, node)
-        embedded.start_node(cfg, node)
-        isr = wait_isr_whole(cfg, timeout_s)
-        ok = ok and isr is not None
-        isr_times.append(isr)
-    step = F.trainer_step(cfg.state_dir)
-    ok = ok and F.wait_trainer_step(cfg.state_dir, step, timeout_s, running)
-    fault.metrics = {"stall_s": round(watch.stall(t0, time.monotonic()), 2),
-                     "isr_recovery_s": round(max((t for t in isr_times if t is not None), default=0.0), 1),
-                     "restart_s": round(time.monotonic() - t0, 1)}
-    return fault, ok
+def interleave(plan) -> list[tuple[str, str]]:
+    """The plan's node faults spread over the run: kills and freezes alternate, the rolling restart last."""
+    kills = [("leader_kill", "")] * plan.leader_kills
+    freezes = [("coordinator_freeze", "")] * plan.coordinator_freezes + [("leader_freeze", "")] * plan.leader_freezes
+    mixed: list[tuple[str, str]] = []
+    while kills or freezes:
+        mixed += kills[:1] + freezes[:1]
+        kills, freezes = kills[1:], freezes[1:]
+    return mixed + [("rolling_restart", "")] * plan.rolling_restarts
+
+
+class NodeFaults:
+    """The cluster faults of one chaos run. Node deaths are spread so that no node dies more often than the
+    run's per-node restart budget allows within its window (the point is that deaths spread over the run
+    never stop it, not to trip the crash-loop guard); one death per node is kept for the rolling restart."""
+
+    def __init__(self, cfg: Config, watch: StepWatch, timeout_s: float, running: Callable[[], bool],
+                 rolling_left: int):
+        self.cfg, self.watch, self.timeout_s, self.running = cfg, watch, timeout_s, running
+        self.deaths: dict[int, list[float]] = {n: [] for n in cfg.broker.node_ids}
+        self.rolling_left = rolling_left
+        self.budget = cfg.run.max_node_restarts
+        self.window_s = cfg.run.restart_window_minutes * 60
+
+    def run(self, what: str, freeze_s: float) -> tuple[F.Fault, bool]:
+        if what.endswith("_freeze"):
+            return self.freeze(what, freeze_s)
+        return self.leader_kill() if what == "leader_kill" else self.rolling_restart()
+
+    def _recent(self, node: int) -> int:
+        now = time.monotonic()
+        return sum(now - t < self.window_s for t in self.deaths[node])
+
+    def _victim(self, preferred: list[int]) -> int | None:
+        room = self.budget - (1 if self.rolling_left else 0)
+        return next((n for n in preferred if self._recent(n) < room), None)
+
+    def _back(self, node: int) -> int | None:
+        """The node's new pid once the run's supervisor started it again (None: not within the timeout)."""
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline and self.running():
+            pid = embedded.running_pid(self.cfg, node)
+            if pid is not None:
+                return pid
+            time.sleep(0.5)
+        return None
+
+    def leader_kill(self) -> tuple[F.Fault, bool]:
+        node = self._victim(loop_leaders(self.cfg))
+        if node is None:
+            return F.Fault("leader_kill", "skipped: every node spent its restart budget", 0.0), True
+        step = F.trainer_step(self.cfg.state_dir)
+        fault = F.Fault("leader_kill", f"kill -9 Kafka node {node} (leads the weights / raw / curated partitions) "
+                        f"at trainer step {step}; the run restarts it", 0.0)
+        t_kill = time.monotonic()
+        pid = embedded.kill_node(self.cfg, node)
+        self.deaths[node].append(t_kill)
+        new = self._back(node)
+        stepped = F.wait_trainer_step(self.cfg.state_dir, step, self.timeout_s, self.running)
+        isr = wait_isr_whole(self.cfg, self.timeout_s) if new is not None else None
+        fault.metrics = {"stall_s": round(self.watch.stall(t_kill, t_kill), 2),
+                         "isr_recovery_s": None if isr is None else round(isr, 1),
+                         "down_s": round(time.monotonic() - t_kill, 1)}
+        fault.notes.append(f"node {node} pid {pid} -> {new}")
+        return fault, stepped and isr is not None
+
+    def freeze(self, what: str, freeze_s: float) -> tuple[F.Fault, bool]:
+        """SIGSTOP the node coordinating the trainer's group (`coordinator_freeze`) or leading the weights
+        partition (`leader_freeze`) for freeze_s, then SIGCONT: its connections stay open, so clients wait
+        for answers that never come until their requests time out (kafka.request_timeout_s)."""
+        node = trainer_coordinator(self.cfg) if what == "coordinator_freeze" else loop_leaders(self.cfg)[0]
+        role = "coordinates the trainer's group" if what == "coordinator_freeze" else "leads the weights partition"
+        pid = embedded.running_pid(self.cfg, node)
+        if pid is None:
+            return F.Fault(what, f"skipped: node {node} is not running", 0.0), True
+        step = F.trainer_step(self.cfg.state_dir)
+        fault = F.Fault(what, f"SIGSTOP Kafka node {node} ({role}) for {freeze_s:g} s at trainer step {step}", 0.0)
+        t = time.monotonic()
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            stepped = F.wait_trainer_step(self.cfg.state_dir, step, freeze_s, self.running)
+            left = freeze_s - (time.monotonic() - t)
+            if left > 0:
+                time.sleep(left)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        stepped = stepped or F.wait_trainer_step(self.cfg.state_dir, step, self.timeout_s, self.running)
+        isr = wait_isr_whole(self.cfg, self.timeout_s)
+        fault.metrics = {"stall_s": round(self.watch.stall(t, t), 2),
+                         "isr_recovery_s": None if isr is None else round(isr, 1)}
+        during = any(t < ts < t + freeze_s for ts, _ in self.watch.changes)
+        fault.notes.append(f"trainer stepped while node {node} was frozen: {during}")
+        return fault, stepped and isr is not None
+
+    def rolling_restart(self) -> tuple[F.Fault, bool]:
+        fault = F.Fault("rolling_restart", "controlled restart of every node, one at a time, each once the ISR is "
+                        "whole (the run restarts each)", 0.0)
+        self.rolling_left -= 1
+        t0 = time.monotonic()
+        ok = True
+        isr_times = []
+        for node in self.cfg.broker.node_ids:
+            embedded.stop_node(self.cfg, node)
+            self.deaths[node].append(time.monotonic())
+            ok = ok and self._back(node) is not None
+            isr = wait_isr_whole(self.cfg, self.timeout_s)
+            ok = ok and isr is not None
+            isr_times.append(isr)
+        step = F.trainer_step(self.cfg.state_dir)
+        ok = ok and F.wait_trainer_step(self.cfg.state_dir, step, self.timeout_s, self.running)
+        fault.metrics = {"stall_s": round(self.watch.stall(t0, time.monotonic()), 2),
+                         "isr_recovery_s": round(max((t for t in isr_times if t is not None), default=0.0), 1),
+                         "restart_s": round(time.monotonic() - t0, 1)}
+        return fault, ok
+
+
+def freeze_vs_kill(faults: list[F.Fault]) -> dict[str, float | None]:
+    """The longest trainer-step gap after a freeze and after a kill, and their ratio (#37: at most 1.5)."""
+    def longest(kinds: tuple[str, ...]) -> float | None:
+        return max((float(f.metrics["stall_s"] or 0.0) for f in faults
+                    if f.kind in kinds and "stall_s" in f.metrics), default=None)
+
+    freeze, kill = longest(("coordinator_freeze", "leader_freeze")), longest(("leader_kill",))
+    ratio = round(freeze / kill, 2) if freeze is not None and kill else None
+    return {"freeze_stall_s": freeze, "kill_stall_s": kill, "ratio": ratio}

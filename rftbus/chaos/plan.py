@@ -26,9 +26,11 @@ class ChaosPlan:
     tasks: int | None = None  # run.tasks override (None: the config's)
     seed: int = 0
     nodes: int = 1  # 3: the run's broker is a three-node cluster, attacked by the two faults below instead
-    leader_kills: int = 0  # (nodes 3) kill -9 of the node leading the loop's partitions, started again after down_s
+    leader_kills: int = 0  # (nodes 3) kill -9 of the node leading the loop's partitions (the run restarts it)
     rolling_restarts: int = 0  # (nodes 3) controlled restart of every node in turn
-    down_s: float = 10.0
+    coordinator_freezes: int = 0  # (nodes 3) SIGSTOP of the node coordinating the trainer's group for freeze_s
+    leader_freezes: int = 0  # (nodes 3) SIGSTOP of the node leading the weights partition for freeze_s
+    freeze_s: float = 30.0
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -45,15 +47,17 @@ PLANS = {
 
 
 def get_plan(name: str, nodes: int = 1, **changes) -> ChaosPlan:
-    """A named budget; with `nodes` 3 its broker restart becomes five leader kills and a rolling restart."""
+    """A named budget; with `nodes` 3 its broker restart becomes five leader kills, two freezes of the
+    trainer's group coordinator, one of the weights leader and a rolling restart: eleven node faults, eight of
+    them deaths the run's supervisor restarts (with its default per-node budget, #37)."""
     from rftbus.errors import RftbusError
 
     if name not in PLANS:
         raise RftbusError(f"unknown chaos budget {name!r}; choose one of {', '.join(PLANS)}")
     plan = replace(PLANS[name], **{k: v for k, v in changes.items() if v is not None})
     if nodes == 3:
-        plan = replace(plan, nodes=3, broker_restarts=0, leader_kills=5, rolling_restarts=1,
-                       max_minutes=plan.max_minutes + 4)
+        plan = replace(plan, nodes=3, broker_restarts=0, leader_kills=5, rolling_restarts=1, coordinator_freezes=2,
+                       leader_freezes=1, max_minutes=plan.max_minutes + 8)
     elif nodes != 1:
         raise RftbusError(f"--nodes is 1 or 3, not {nodes}")
     return plan
@@ -65,7 +69,8 @@ def run_overrides(plan: ChaosPlan, serve: bool) -> dict[str, object]:
         "run.max_minutes": plan.max_minutes + 20,  # a safety net only: the driver stops the run itself
         "run.max_steps": None,
         "run.target_eval_reward": None,
-        "run.max_restarts": 1000,  # restarts are the point; the driver bounds the faults instead
+        "run.max_restarts": 1000,  # children killed on purpose must come back; the driver bounds the faults
+        # (the Kafka nodes keep the default per-node budget: the driver spreads their deaths within it)
         "run.eval_every_versions": 1_000_000,  # eval at start and end only
         "run.eval_n": 16,
         "run.serve": serve,

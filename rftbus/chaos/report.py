@@ -24,6 +24,10 @@ def print_result(res: ChaosResult, console: Console) -> None:
         for cf in cluster:
             c.add_row(cf.kind, str(cf.metrics.get("stall_s")), str(cf.metrics.get("isr_recovery_s")))
         console.print(c)
+    if res.failover:
+        fo = res.failover
+        console.print(f"longest trainer-step gap after a freeze {fo['freeze_stall_s']} s, after a kill "
+                      f"{fo['kill_stall_s']} s: ratio {fo['ratio']} (at most 1.5)", highlight=False)
     t = res.tally
     if t is not None:
         tab = Table("", "", title="reconciliation (by experience id / position)", show_header=False)

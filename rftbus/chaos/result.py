@@ -23,6 +23,7 @@ class ChaosResult:
     run_exit: int | None = None
     run_summary: dict = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    failover: dict = field(default_factory=dict)  # (nodes 3) the longest stall after a freeze vs a kill
     failures: list[str] = field(default_factory=list)
     wall_s: float = 0.0
 
@@ -50,6 +51,6 @@ class ChaosResult:
                 "poison": [p.to_json() for p in self.poisons], "load": [r.to_json() for r in self.load],
                 "drain": self.drain.to_json() if self.drain else None,
                 "tally": self.tally.to_json() if self.tally else None, "run_exit": self.run_exit,
-                "run_summary": self.run_summary, "skipped": self.skipped, "failures": self.failures,
+                "run_summary": self.run_summary, "skipped": self.skipped, "failover": self.failover, "failures": self.failures,
                 "wall_s": round(self.wall_s, 1), "injected": self.injected, "lost": self.lost,
                 "duplicated": self.duplicated, "passed": self.passed, "closing_line": self.closing_line()}

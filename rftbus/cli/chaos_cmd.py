@@ -26,7 +26,8 @@ def chaos(
     restart the broker, poison every input topic, burst above steady state; then drain and reconcile.
     Ends with `chaos: N faults injected, L lost, D duplicated`; exit 1 unless L = D = 0 and every fault
     recovered."""
-    from rftbus.chaos.driver import ChaosDriver, available
+    from rftbus.chaos.driver import ChaosDriver
+    from rftbus.chaos.settle import available
     from rftbus.chaos.plan import attacked_config, get_plan
     from rftbus.chaos.report import print_result
 
