@@ -12,15 +12,15 @@ and is rejected (`reject`) when it reaches the head, so the positions stay plain
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from rftbus.errors import RftbusError
 from rftbus.kafka.read import consume_ready
+from rftbus.kafka.retry import retry_kafka
 from rftbus.schemas import DecodeError, ExperienceGroup
 
 LANES = ("priority", "curated", "expert")
@@ -181,37 +181,25 @@ class BatchConsumer:
         self.c.close()
 
 
-def retry_kafka(fn, what: str, timeout_s: float = 60.0):
-    """Run `fn`, retrying retriable Kafka errors (a fresh broker answers NOT_COORDINATOR for a while)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return fn()
-        except KafkaException as e:
-            err = e.args[0] if e.args else None
-            retriable = err is not None and hasattr(err, "retriable") and (err.retriable() or err.code() in (
-                KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError._TIMED_OUT))
-            if not retriable or time.monotonic() > deadline:
-                raise RftbusError(f"{what}: {err.str() if err is not None else e}") from None
-            time.sleep(0.5)
-
-
 def start_positions(consumer: Consumer, tps: list[tuple[str, int]], overrides: dict[tuple[str, int], int] | None = None,
                     timestamp_ms: int | None = None) -> dict[tuple[str, int], int]:
     """Positions without a checkpoint: explicit offsets, else a timestamp, else committed, else the start."""
+    def watermarks(topic: str, p: int) -> tuple[int, int]:
+        return retry_kafka(lambda: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10),
+                           f"reading the offsets of {topic}[{p}]")
+
     out: dict[tuple[str, int], int] = {}
     if timestamp_ms is not None:
         found = consumer.offsets_for_times([TopicPartition(t, p, timestamp_ms) for t, p in tps], timeout=15)
         for tp in found:
             if tp.offset < 0:  # nothing at or after the timestamp: start at the end
-                tp.offset = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[1]
+                tp.offset = watermarks(tp.topic, tp.partition)[1]
             out[(tp.topic, tp.partition)] = tp.offset
     else:
         committed = retry_kafka(lambda: consumer.committed([TopicPartition(t, p) for t, p in tps], timeout=15),
                                 "reading the trainer group's committed offsets")
         for tp in committed:
-            low = consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=10)[0]
+            low = watermarks(tp.topic, tp.partition)[0]
             out[(tp.topic, tp.partition)] = tp.offset if tp.offset >= 0 else max(low, 0)
     for key, off in (overrides or {}).items():
         if key in out:

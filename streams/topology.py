@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import NewTopic
 
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable
+from rftbus.kafka.retry import retry_kafka
 from rftbus.kafka.topics import create_topics, wait_visible
 
 OUTPUT_ROLES = ("curated", "curated_priority", "expert", "rejected")
@@ -79,15 +81,20 @@ def prepare(cfg: Config) -> Topology:
             conf = {**conf, "min.insync.replicas": raw.config["min.insync.replicas"]}
         missing.append(NewTopic(name, n, raw.replication_factor, config=conf))
     if missing:
-        for name, fut in admin.create_topics(missing).items():
-            try:
-                fut.result(30)
-            except Exception as e:  # already created by a sibling worker is fine
-                if "TOPIC_ALREADY_EXISTS" not in str(e):
-                    raise RftbusError(f"cannot create internal topic {name}: {e}") from None
+        retry_kafka(lambda: _create(admin, missing), "creating the streams' internal topics")
     md = wait_visible(admin, [t.raw.name, *names.values(), *internal], 30.0)
     names.update(join=f"{app_id}-join", joined=f"{app_id}-joined")
     partitions = {role: parts(name) for role, name in names.items()}
     return Topology(raw=t.raw.name, feedback=t.feedback.name, join=names["join"], joined=names["joined"],
                     changelog=pending_table_changelog(cfg), live_changelog=live_table_changelog(cfg), raw_partitions=r,
                     names=names, partitions=partitions)
+
+
+def _create(admin, topics: list[NewTopic]) -> None:
+    """Create topics; one that exists already (a sibling worker made it, or an earlier try did) is fine."""
+    for fut in admin.create_topics(topics).values():
+        try:
+            fut.result(30)
+        except KafkaException as e:
+            if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise

@@ -165,7 +165,7 @@ def test_frozen_coordinator_costs_what_a_kill_costs(cluster):
     import os
     import signal
 
-    from consumers.batch_consumer import retry_kafka
+    from rftbus.kafka.retry import retry_kafka
 
     topic, group = f"frozen-{uuid.uuid4().hex[:6]}", f"g-frozen-{uuid.uuid4().hex[:6]}"
     admin = make_admin(cluster)

@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 
 import psutil
+from confluent_kafka import KafkaException
 from rich.console import Console
 
 from rftbus.broker.jars import ensure_jars
@@ -330,10 +331,17 @@ def _wait_ready(cfg: Config, proc: subprocess.Popen[bytes], node: int) -> None:
             raise BrokerError(f"Kafka node {node} exited during start (code {proc.returncode}):\n"
                               f"{log_tail(cfg, node=node)}")
         try:
-            check_reachable(ready_cfg, timeout=2.0, wait=False)
-            return
+            admin = check_reachable(ready_cfg, timeout=2.0, wait=False)
+            # On a cluster, ready once the node's metadata lists every running node: a client's first answer
+            # from a node that omits another makes librdkafka destroy that broker's handle and fail its
+            # requests in flight (_DESTROY_BROKER; a trainer and a streams worker crashed at start on it, #37)
+            if b.nodes == 1 or len(admin.list_topics(timeout=2.0).brokers) >= sum(p is not None for p in running_pids(cfg).values()):
+                return
+            time.sleep(0.2)
         except BrokerUnreachable:
             time.sleep(0.1)  # a refused connect answers at once (clients._listening): poll often
+        except KafkaException:
+            time.sleep(0.2)
     stop(cfg)
     raise BrokerError(f"Kafka node {node} did not answer within {b.start_timeout_s:.0f}s:\n{log_tail(cfg, node=node)}")
 

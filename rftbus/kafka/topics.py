@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from rftbus.config import Config, TopicSpec
 from rftbus.errors import RftbusError
+from rftbus.kafka.retry import retriable
 
 
 @dataclass
@@ -103,17 +104,25 @@ def create_topics(cfg: Config, admin: AdminClient, timeout: float = 30.0) -> lis
         NewTopic(s.name, num_partitions=s.partitions, replication_factor=s.replication_factor, config=s.topic_config())
         for s in specs.values() if s.name not in md.topics
     ]
-    if new:
-        for name, fut in admin.create_topics(new, request_timeout=timeout).items():
-            key = next(k for k, s in specs.items() if s.name == name)
+    deadline = time.monotonic() + timeout
+    while new:
+        again = []
+        for topic, fut in zip(new, admin.create_topics(new, request_timeout=timeout).values()):
+            key = next(k for k, s in specs.items() if s.name == topic.topic)
             try:
                 fut.result(timeout=timeout)
-                results[key] = TopicResult(key, name, "created")
+                results[key] = TopicResult(key, topic.topic, "created")
             except KafkaException as e:
                 err = e.args[0]
-                if err.name() == "TOPIC_ALREADY_EXISTS":  # raced with another creator
+                if err.name() == "TOPIC_ALREADY_EXISTS":  # raced with another creator (or our own earlier try)
                     continue
-                results[key] = TopicResult(key, name, "error", error=err.str())
+                if retriable(err) and time.monotonic() < deadline:  # a cluster still starting: ask again
+                    again.append(topic)
+                    continue
+                results[key] = TopicResult(key, topic.topic, "error", error=err.str())
+        new = again
+        if new:
+            time.sleep(0.5)
     created = [results[k].name for k in results if results[k].status == "created"]
     if created:  # callers read a created topic's metadata next: return once it shows
         wait_visible(admin, created, timeout)
