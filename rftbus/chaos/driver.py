@@ -199,7 +199,7 @@ class ChaosDriver:
             {"kill": lambda k: self._kill([k]), "kill_all": lambda _: self._kill(list(F.KINDS)),
              "poison": lambda _: self._poison_mid_run(), "burst": lambda _: self._burst(),
              "broker": lambda _: self._broker(), "live_join": lambda _: self._live_join(),
-             **{k: self._cluster for k in FO.NODE_FAULTS}}[what](what)
+             **{k: self._cluster for k in FO.NODE_FAULTS}}[what](arg or what)
             time.sleep(self.plan.settle_s)
 
     def _record(self, fault: F.Fault, ok: bool, started: float, note: str | None = None) -> None:

@@ -17,9 +17,10 @@ def chaos(
     rounds: int = typer.Option(None, "--rounds", min=0, help="Rounds of kill -9 over every process kind."),
     minutes: float = typer.Option(None, "--minutes", min=0.5, help="No new fault starts after this."),
     seed: int = typer.Option(None, "--seed", help="Seed of the poison and burst records."),
-    nodes: int = typer.Option(1, "--nodes", help="3: the run's Kafka is a three-node cluster, and the broker "
-                              "restart becomes five kills of the node leading the loop's partitions and a rolling "
-                              "restart (stall and ISR recovery measured)."),
+    nodes: int = typer.Option(1, "--nodes", help="3: the run's Kafka is a three-node cluster that the run itself "
+                              "supervises, and the broker restart becomes five kills of the node leading the loop's "
+                              "partitions, three 30 s freezes (SIGSTOP) of the trainer's group coordinator and the "
+                              "weights leader, and a rolling restart (stall and ISR recovery measured)."),
     as_json: bool = typer.Option(False, "--json", help="Print the whole result as JSON instead of tables."),
 ) -> None:
     """Run `rftbus run` on its own broker (under <state_dir>/chaos), kill -9 each process kind in turn,
@@ -27,9 +28,9 @@ def chaos(
     Ends with `chaos: N faults injected, L lost, D duplicated`; exit 1 unless L = D = 0 and every fault
     recovered."""
     from rftbus.chaos.driver import ChaosDriver
-    from rftbus.chaos.settle import available
     from rftbus.chaos.plan import attacked_config, get_plan
     from rftbus.chaos.report import print_result
+    from rftbus.chaos.settle import available
 
     st = state(ctx)
     if config is not None:
@@ -40,6 +41,7 @@ def chaos(
     console = st.err if as_json else st.console
     console.print(f"chaos ({plan.name}, {plan.nodes} Kafka node(s)): {plan.kill_rounds} kill round(s), "
                   f"{plan.broker_restarts} broker restart(s), {plan.leader_kills} leader kill(s), "
+                  f"{plan.coordinator_freezes + plan.leader_freezes} node freeze(s), "
                   f"{plan.rolling_restarts} rolling restart(s), "
                   f"burst of {plan.burst_groups} groups, faults for up to {plan.max_minutes:g} min; "
                   f"state in {cfg.state_dir}")
