@@ -19,6 +19,7 @@ from rftbus.producers.serve import responses
 from rftbus.producers.serve.auth import Scope
 from rftbus.producers.serve.errors import ApiError, BodyLimit, NotFound, parse
 from rftbus.producers.serve.feedback import FeedbackRequest
+from rftbus.producers.serve.mounts import mounted, mounted_scopes
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, _Request, chat_prompt,
                                              completion_prompt, default_task_id)
 from rftbus.producers.serve.records import LivePrompt
@@ -30,8 +31,8 @@ def _error_response(err: ApiError) -> JSONResponse:
 
 
 def served_scopes(cfg: Config) -> set[Scope]:
-    """The scopes this server answers: the read scope only where the studio is mounted."""
-    return {Scope.inference, Scope.feedback} | ({Scope.read} if cfg.studio.mount_in_serve else set())
+    """The scopes this server answers: the read scope only where a mount (the studio) answers it."""
+    return {Scope.inference, Scope.feedback} | mounted_scopes(cfg)
 
 
 def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
@@ -71,12 +72,8 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         return StreamingResponse(responses.stream(a, svc.model_name, svc.tokenizer, chat, usage),
                                  media_type="text/event-stream", headers=responses.headers(a))
 
-    if cfg.studio.mount_in_serve:
-        from rftbus.consumers.studio.app import create_studio
-        from rftbus.consumers.studio.grading import ServePublisher
-
-        # The browser console, its grades through this service's own feedback path.
-        app.mount("/studio", create_studio(cfg, ServePublisher(svc)))
+    for plugin in mounted(cfg):  # the browser console (its grades through this service's feedback path)
+        app.mount(plugin.path, plugin.app(cfg, svc))
 
     @app.get("/healthz")
     async def healthz():

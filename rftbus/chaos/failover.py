@@ -13,13 +13,18 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import TypeVar
+
+from confluent_kafka import KafkaException
 
 from rftbus.broker import embedded
 from rftbus.chaos import faults as F
 from rftbus.config import Config
+from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_admin
 from rftbus.kafka.inspect import partition_layout
 
+T = TypeVar("T")
 LOOP_TOPICS = ("weights", "raw", "curated")  # what the node to kill should lead: weights first (one partition)
 
 
@@ -58,10 +63,22 @@ class StepWatch:
         return max(b - a for a, b in zip(inside, inside[1:]))
 
 
+def ask(fn: Callable[[], T], what: str, timeout_s: float = 90.0) -> T:
+    """A metadata question asked until the cluster answers (a failover in progress times out or errs)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return fn()
+        except (KafkaException, TimeoutError, RuntimeError) as e:
+            if time.monotonic() > deadline:
+                raise RftbusError(f"{what}: no answer from the cluster within {timeout_s:g} s ({e!r})") from None
+            time.sleep(1.0)
+
+
 def loop_leaders(cfg: Config) -> list[int]:
     """Every node, the one leading the weights partition first, then by how many raw and curated partitions
     it leads."""
-    layout = partition_layout(make_admin(cfg))
+    layout = ask(lambda: partition_layout(make_admin(cfg)), "reading the partition leaders")
     names = [getattr(cfg.topics, k).name for k in LOOP_TOPICS]
     votes: Counter[int] = Counter({n: 0 for n in cfg.broker.node_ids})
     for i, name in enumerate(names):
@@ -74,7 +91,8 @@ def loop_leaders(cfg: Config) -> list[int]:
 def trainer_coordinator(cfg: Config) -> int:
     """The node coordinating the trainer's consumer group (its offset commits go there)."""
     group = cfg.trainer.group_id
-    return make_admin(cfg).describe_consumer_groups([group])[group].result(15).coordinator.id
+    return ask(lambda: make_admin(cfg).describe_consumer_groups([group])[group].result(15).coordinator.id,
+               "finding the trainer group's coordinator")
 
 
 def under_replicated(cfg: Config, admin) -> int:
