@@ -94,3 +94,29 @@ def test_an_optional_helper_given_up_on_is_not_a_dead_stage(tmp_path):
     assert all(c.gave_up for c in sup.children.values())
     assert list(sup.gave_up()) == ["crasher"]
     sup.stop(timeout=5)
+
+
+def test_a_kill_after_a_restart_does_not_name_the_previous_crash(tmp_path):
+    """The log is shared by a child's restarts: a kill -9 (which writes nothing) of the restarted child must
+    not be blamed on the error its previous run wrote."""
+    import os
+    import signal
+
+    code = ("import os, sys, time\n"
+            "if not os.path.exists(sys.argv[1]):\n"
+            "    open(sys.argv[1], 'w').close(); raise ValueError('first run')\n"
+            "print('second run', flush=True); time.sleep(60)\n")
+    child = ChildSpec("w", [sys.executable, "-c", code, str(tmp_path / "flag")], log=tmp_path / "w.log")
+    sup = Supervisor([child], backoff_s=0.05)
+    sup.start()
+    _wait(sup, {"restarted"})
+    deadline = time.monotonic() + 10
+    while "second run" not in (tmp_path / "w.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc = sup.children["w"].proc
+    assert proc is not None
+    os.kill(proc.pid, signal.SIGKILL)
+    events = _wait(sup, {"crashed"})
+    sup.stop(timeout=5)
+    assert sup.children["w"].causes[0] == "exit code 1: ValueError: first run"
+    assert [e.detail for e in events if e.kind == "crashed"][-1] == "signal 9"

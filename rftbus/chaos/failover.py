@@ -21,7 +21,7 @@ from rftbus.broker import embedded
 from rftbus.chaos import faults as F
 from rftbus.config import Config
 from rftbus.errors import RftbusError
-from rftbus.kafka.clients import make_admin
+from rftbus.kafka.clients import BrokerUnreachable, check_reachable, make_admin
 from rftbus.kafka.inspect import partition_layout
 
 T = TypeVar("T")
@@ -157,12 +157,19 @@ class NodeFaults:
         return next((n for n in preferred if self._recent(n) < room), None)
 
     def _back(self, node: int) -> int | None:
-        """The node's new pid once the run's supervisor started it again (None: not within the timeout)."""
+        """The node's new pid once the run's supervisor started it again and it answers on its own port
+        (None: not within the timeout)."""
+        here = f"{self.cfg.broker.host}:{self.cfg.broker.port_of(node)}"
+        alone = self.cfg.model_copy(update={"kafka": self.cfg.kafka.model_copy(update={"bootstrap_servers": here})})
         deadline = time.monotonic() + self.timeout_s
         while time.monotonic() < deadline and self.running():
             pid = embedded.running_pid(self.cfg, node)
             if pid is not None:
-                return pid
+                try:
+                    check_reachable(alone, timeout=2.0, wait=False)
+                    return pid
+                except BrokerUnreachable:
+                    pass
             time.sleep(0.5)
         return None
 

@@ -27,12 +27,19 @@ def describe_topic_configs(admin: AdminClient, names: list[str], timeout: float 
     if not names:
         return {}
     resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
-    futures = admin.describe_configs(resources, request_timeout=timeout)
-    out: dict[str, dict[str, str]] = {}
-    for res, fut in futures.items():
-        entries = fut.result(timeout=timeout)
-        out[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
-    return out
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            futures = admin.describe_configs(resources, request_timeout=timeout)
+            out: dict[str, dict[str, str]] = {}
+            for res, fut in futures.items():
+                entries = fut.result(timeout=timeout)
+                out[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
+            return out
+        except KafkaException as e:  # a cluster starting or failing over (rftbus/kafka/retry.py): ask again
+            if not retriable(e.args[0] if e.args else None) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
 
 
 def max_message_bytes(admin: AdminClient, names: list[str], timeout: float = 15.0) -> dict[str, int]:
@@ -64,7 +71,13 @@ def wait_visible(admin: AdminClient | Consumer, names: list[str], timeout: float
     creator, or a sibling that raced it, waits here rather than reading a topic as missing."""
     deadline = time.monotonic() + timeout
     while True:
-        md = admin.list_topics(timeout=timeout)
+        try:
+            md = admin.list_topics(timeout=timeout)
+        except KafkaException as e:
+            if not retriable(e.args[0] if e.args else None) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+            continue
         missing = [n for n in names if n not in md.topics or md.topics[n].error is not None or not md.topics[n].partitions]
         if not missing:
             return md

@@ -22,13 +22,14 @@ STOPPED = (-signal.SIGTERM, -signal.SIGINT)  # exit codes of a child that a stop
 ERROR_LINE = re.compile(r"^(?:\[rank\d+\]: )?((?:[\w.]+(?:Error|Exception|Interrupt|Exit)\b|Fatal Python error).*)")
 
 
-def crash_cause(log: Path | None, code: int, tail_bytes: int = 64 * 1024) -> str:
-    """The last error line in the child's log (the exception a traceback ends with), else its exit."""
+def crash_cause(log: Path | None, code: int, tail_bytes: int = 64 * 1024, since: int = 0) -> str:
+    """The last error line the child wrote to its log since it started (byte `since`: the log is shared by
+    its restarts, and a kill -9 writes nothing, so an older run's error must not be named), else its exit."""
     how = f"signal {-code}" if code < 0 else f"exit code {code}"
     if log is None or not log.exists():
         return how
     with open(log, "rb") as f:
-        f.seek(max(0, f.seek(0, os.SEEK_END) - tail_bytes))
+        f.seek(max(since, f.seek(0, os.SEEK_END) - tail_bytes))
         lines = f.read().decode(errors="replace").splitlines()
     errors = [m.group(1).strip() for m in map(ERROR_LINE.match, lines) if m]
     return f"{how}: {errors[-1][:300]}" if errors else how
@@ -53,6 +54,7 @@ class Child:
     budget: RestartBudget | None = None
     started_at: float = 0.0
     gave_up: bool = False
+    log_from: int = 0  # where this start's output begins in the (appended) log
     restart_at: float | None = None  # monotonic time of a scheduled restart (backoff without blocking)
     exit_codes: list[int] = field(default_factory=list)
     causes: list[str] = field(default_factory=list)  # one per crash, from the log
@@ -81,6 +83,7 @@ class Supervisor:
     def _spawn(self, child: Child) -> subprocess.Popen:
         spec = child.spec
         out = open(spec.log, "ab") if spec.log else None
+        child.log_from = out.tell() if out is not None else 0
         try:
             child.proc = subprocess.Popen(
                 spec.argv, env={**os.environ, **spec.env}, stdout=out or subprocess.DEVNULL, stderr=subprocess.STDOUT,
@@ -127,7 +130,7 @@ class Supervisor:
                 # before the child could install its handler; restarting it would fight whoever asked.
                 events.append(Event(child.spec.name, "exited", "clean exit" if code == 0 else f"stopped by signal {-code}"))
                 continue
-            cause = crash_cause(child.spec.log, code)
+            cause = crash_cause(child.spec.log, code, since=child.log_from)
             child.causes.append(cause)
             events.append(Event(child.spec.name, "crashed", cause))
             assert child.budget is not None
