@@ -91,8 +91,15 @@ def loop_leaders(cfg: Config) -> list[int]:
 def trainer_coordinator(cfg: Config) -> int:
     """The node coordinating the trainer's consumer group (its offset commits go there)."""
     group = cfg.trainer.group_id
-    return ask(lambda: make_admin(cfg).describe_consumer_groups([group])[group].result(15).coordinator.id,
-               "finding the trainer group's coordinator")
+
+    def describe() -> int:
+        # A new admin client's first describe_consumer_groups never answered on a three-node cluster
+        # (librdkafka 2.14.2: 3 of 3 timed out after 15 s); once it has metadata, it answers in ~0.1 s.
+        admin = make_admin(cfg)
+        admin.list_topics(timeout=10)
+        return admin.describe_consumer_groups([group])[group].result(15).coordinator.id
+
+    return ask(describe, "finding the trainer group's coordinator")
 
 
 def under_replicated(cfg: Config, admin) -> int:
