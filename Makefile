@@ -65,7 +65,8 @@ demo-live-reverse: install
 chaos: install
 	$(VENV)/bin/rftbus chaos configs/toy.yaml $(CHAOS_ARGS)
 
-# The same on a three-node Kafka cluster: five kill -9 of the node leading the loop's partitions and a rolling restart
+# The same on a three-node Kafka cluster the run supervises: leader kills, freezes of the trainer's coordinator and
+# the weights leader, and a rolling restart, within the default per-node restart budget
 chaos-cluster: install
 	$(VENV)/bin/rftbus chaos configs/toy.yaml --nodes 3 $(CHAOS_ARGS)
 

@@ -1,4 +1,4 @@
-"""The import layers (DESIGN style guide), read from the source with `ast`, so a violation fails here:
+"""The import layers (docs/DESIGN.md, "The loop"), read from the source with `ast`, so a violation fails here:
 
 - the ground (config, kafka, schemas, weights, models and the small shared modules) imports no component
   and no app code;

@@ -19,7 +19,7 @@ from rftbus.schemas.store import strip_logical_types
 STORE = get_store()
 NAMES = ["Task", "Experience", "ExperienceGroup", "Feedback", "WeightVersion", "TrainerMetric", "Rejection"]
 
-# What DESIGN.md ("Records") promises each record carries, as schema field names. The fields every
+# What docs/DESIGN.md ("Records") promises each record carries, as schema field names. The fields every
 # sample of a group shares (task, prompt, source, producer, time) are on the group, once.
 DESIGN_FIELDS = {
     "Experience": ["experience_id", "response_ids", "logprobs", "loss_mask", "reward", "reward_components",
@@ -72,7 +72,7 @@ def test_dataclass_fields_match_avsc(name):
 def test_design_fields_present(name):
     names = field_names(STORE.current(name).raw)
     missing = [f for f in DESIGN_FIELDS[name] if f not in names]
-    assert not missing, f"{name} lacks DESIGN.md fields {missing}"
+    assert not missing, f"{name} lacks docs/DESIGN.md fields {missing}"
     ids = ID_FIELDS[name]
     assert all(i in names for i in ((ids,) if isinstance(ids, str) else ids))
 
