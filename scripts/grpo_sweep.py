@@ -2,7 +2,7 @@
 
 The same engine sampling, taskset reward, streams' GRPO advantages, `collate` and `train_step` as the
 trainer, but on-policy, in one process, with plain torch AdamW and no Kafka, so one recipe costs a
-minute or two instead of a 15-minute `rftbus run`. docs/BENCHMARKS.md ("Pure GRPO on addition: where
+minute or two instead of a 15-minute `rftbus run`. docs/BENCHMARKS.md at 7ce4067 ("Pure GRPO on addition: where
 it is stuck") cites its runs. Examples (run from the repository root with the project's venv):
 
     python scripts/grpo_sweep.py --sft-steps 1600 --steps 0 --out .rftbus/sweep --tag sft   # SFT curve + checkpoints

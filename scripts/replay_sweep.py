@@ -1,5 +1,5 @@
 """Offline: SFT on corrections arriving at the live rate, each trained once (fresh) or kept and drawn again
-(replay, trainer/replay.py): research, not part of the loop. docs/BENCHMARKS.md ("Demonstration replay")
+(replay, trainer/replay.py): research, not part of the loop. docs/BENCHMARKS.md at 7ce4067 ("Demonstration replay"; the page keeps results only)
 cites its runs. The same collate, SFT loss and train_step as the trainer, plain AdamW, one process, no Kafka.
 The rate: in `make demo-live` (A1) the graders corrected ~7.8 answers a second and the trainer made ~5.7
 optimizer steps a second, so 1.36 corrections arrive per optimizer step. Run from the repository root:

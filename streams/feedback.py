@@ -1,6 +1,6 @@
 """Feedback -> reward, and preference pairs -> two-sample groups.
 
-Mapping (documented for the trainer in docs/BENCHMARKS.md `## streams`):
+Mapping (what the trainer reads, streams/README.md):
 - reward: the value as given. thumbs: 1.0 up / 0.0 down. rating: scaled from
   `streams.rating_scale` (min, max) onto 0..1. correction: reward 0.0 (the response needed fixing)
   and metadata["correction"] = the corrected text.
