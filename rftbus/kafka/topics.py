@@ -36,8 +36,13 @@ def describe_topic_configs(admin: AdminClient, names: list[str], timeout: float 
                 entries = fut.result(timeout=timeout)
                 out[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
             return out
-        except KafkaException as e:  # a cluster starting or failing over (rftbus/kafka/retry.py): ask again
-            if not retriable(e.args[0] if e.args else None) or time.monotonic() > deadline:
+        except KafkaException as e:
+            # A cluster starting or failing over (rftbus/kafka/retry.py), or a node whose cache does not show a
+            # topic the caller saw in metadata yet (UNKNOWN_TOPIC_OR_PART; a streams worker crashed at start on
+            # it, #37): ask again until the deadline.
+            err = e.args[0] if e.args else None
+            unknown = err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+            if not (retriable(err) or unknown) or time.monotonic() > deadline:
                 raise
         time.sleep(0.2)
 
