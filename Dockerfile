@@ -10,6 +10,11 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
+# bubblewrap: the sandbox the `code` reward runs untrusted answers in (producers/rewards/sandbox.py).
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap \
+    && rm -rf /var/lib/apt/lists/*
+
 # confluent-kafka's manylinux wheels bundle librdkafka, so no compiler or system librdkafka is needed.
 # constraints.txt pins the exact versions the tests ran with (the Makefile installs the same way).
 COPY pyproject.toml constraints.txt README.md ./

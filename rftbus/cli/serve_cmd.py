@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from rftbus.cli.context import state
+from rftbus.cli.preflight import serve_checks
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.topics import create_topics
@@ -35,11 +36,7 @@ def serve(
     if upstream:
         engine = cfg.explorer.engine.model_copy(update={"kind": "openai", "base_url": upstream})
         cfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={"engine": engine})})
-    from rftbus.producers.serve.auth import TokenAuth
-
-    from rftbus.producers.serve.app import served_scopes
-
-    TokenAuth.from_config(cfg.serve).check_exposure(cfg.serve.host, cfg.serve.allow_open, served_scopes(cfg))
+    serve_checks(cfg)
     create_topics(cfg, check_reachable(cfg))
     from rftbus.producers.serve.server import serve as run_server  # heavy (torch): only for this command
     from rftbus.producers.serve.service import LiveService

@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from rftbus.cli.context import state
+from rftbus.cli.preflight import tasks_publish_checks
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.topics import create_topics
@@ -34,8 +35,7 @@ def publish(
     st = state(ctx)
     cfg = st.config()
     ts = cfg.taskset
-    if fmt not in FORMATS:
-        raise RftbusError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    tasks_publish_checks(source, fmt)
     create_topics(cfg, check_reachable(cfg))
     is_builtin = source in ("addition", "reverse")
     rows = read_source(source, fields=ts.fields, split=split or ts.split, n=n or (ts.n if is_builtin else None),
