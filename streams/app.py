@@ -96,7 +96,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                 except KafkaException as exc:
                     # The broker, not the record (a recovery scan while it restarts): the same record
                     # again once it answers. Rejecting it here lost it: the rejection could not be
-                    # written either, and the offset was acked (found by tests/test_run.py's broker kill -9).
+                    # written either, and the offset was acked (found by tests/system/test_run.py's broker kill -9).
                     log.warning("ingest: broker error at %s[%s]@%s (attempt %d): %s; retrying",
                                 event.message.topic, event.message.partition, event.message.offset, attempt, exc)
                     counters.inc("broker_retries")

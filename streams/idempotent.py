@@ -7,7 +7,7 @@ runs, leaves it off, so a batch in flight when the *broker* is killed -9 is appe
 cannot see it because the worker did not restart). aiokafka supports idempotence without transactions: the
 broker drops a retried batch by its producer id and sequence number. No upstream issue asks for it (the
 nearest, faust-streaming/faust#177, is about sends outside a transaction). Pinned with faust-streaming 0.15.3
-(streams/fastpath.py's `require_faust`); tests/test_idempotent_producer.py fails without `install`.
+(streams/fastpath.py's `require_faust`); tests/unit/test_idempotent_producer.py fails without `install`.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ it: around a rebalance it drops fetched records on several paths (redelivery.py)
 fetches such a hole again; this rule keeps the committed offset from passing it meanwhile, so a crash
 before the re-read loses nothing. It commits only a run of acked offsets that starts at the next
 offset to read: the last commit, or (before any commit) the first offset this worker saw in the
-partition since it was assigned. tests/test_offsets.py fails on Faust's own rule.
+partition since it was assigned. tests/integration/test_offsets.py fails on Faust's own rule.
 
 `_ReadOffsets` below switches off Faust's drop of re-read records for the same topics (see its doc).
 """

@@ -3,7 +3,7 @@
 The stages never need a group's token arrays, only their lengths and that the logprobs are finite, so
 a record written with the current schema is skimmed (schemas/skim.py) instead of decoded into lists,
 and its outputs are the bytes as read with the changed fields spliced in (byte-identical to a full
-re-encode, tests/test_skim.py). Older writer schemas and other writers' block layouts are decoded and
+re-encode, tests/unit/test_skim.py). Older writer schemas and other writers' block layouts are decoded and
 encoded in full; bad bytes always are, so rejection reasons never depend on the skim.
 """
 

@@ -1,4 +1,4 @@
-"""A hostile user reward function for tests/test_bad_input.py, loaded by dotted path like a user's own."""
+"""A hostile user reward function for tests/integration/test_bad_input.py, loaded by dotted path like a user's own."""
 
 from __future__ import annotations
 

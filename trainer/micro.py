@@ -7,7 +7,7 @@ data-parallel step must run the same number of backward passes (ZeRO reduces gra
 count is agreed first; a rank with fewer rows than chunks runs zero-weight copies of a row.
 
 Each chunk's loss is weighted by its share of the batch's trained tokens, so for a token-mean loss (GRPO,
-PPO's policy term, SFT) the summed gradient is the whole batch's exactly (tests/test_micro.py); losses
+PPO's policy term, SFT) the summed gradient is the whole batch's exactly (tests/unit/test_micro.py); losses
 that average over other units (DPO's pairs, MIX's two token means) get the token-weighted average.
 """
 

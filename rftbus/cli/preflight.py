@@ -1,5 +1,5 @@
 """The checks a command runs at start, before it touches Kafka or loads a model. The same function runs in the
-command and in tests/test_compose.py against each compose service's settings (#35), so a service that would
+command and in tests/unit/test_compose.py against each compose service's settings (#35), so a service that would
 refuse to start fails a test here rather than a deployment."""
 
 from __future__ import annotations

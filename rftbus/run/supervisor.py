@@ -19,7 +19,7 @@ from pathlib import Path
 from rftbus.run.restart_budget import RestartBudget
 
 STOPPED = (-signal.SIGTERM, -signal.SIGINT)  # exit codes of a child that a stop signal ended
-ERROR_LINE = re.compile(r"^(?:\[rank\d+\]: )?((?:[\w.]+(?:Error|Exception|Interrupt|Exit)\b|Fatal Python error).*)")
+ERROR_LINE = re.compile(r"^(?:\[rank\d+\]: )?((?:[\w.]+(?:Error|Exception|Interrupt|Exit)\b|Fatal Python error|error: ).*)")
 
 
 def crash_cause(log: Path | None, code: int, tail_bytes: int = 64 * 1024, since: int = 0) -> str:

@@ -1,4 +1,4 @@
-"""Test hook for a streams worker subprocess (on its PYTHONPATH only in tests/test_offsets.py).
+"""Test hook for a streams worker subprocess (on its PYTHONPATH only in tests/integration/test_offsets.py).
 
 With STREAMS_TEST_SKIP_RAW="<partition>:<offset>", the ingest agent never sees that raw record the first
 time Faust hands it over, and does not ack it: exactly what faust-streaming 0.15.3's stream does with an

@@ -86,7 +86,7 @@ class ChdbBackend(Backend):
     def _drain(self) -> None:
         """chDB 4.4.0 keeps what a failed query (a timeout, a result over its limit) had already formatted and
         returns it ahead of the session's next result, which then is not one JSON document (seen here; no
-        upstream issue found). A throwaway query takes that output; tests/test_sql_guard.py fails without it."""
+        upstream issue found). A throwaway query takes that output; tests/unit/test_sql_guard.py fails without it."""
         try:
             self._ro.query("SELECT 1", "JSONCompact")
         except Exception:  # noqa: BLE001 - the session itself is broken: the next real query says how

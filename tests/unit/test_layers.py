@@ -1,0 +1,138 @@
+"""The import layers (docs/DESIGN.md, "The loop"), read from the source with `ast`, so a violation fails here:
+
+- the ground (config, kafka, schemas, weights, models and the small shared modules) imports no component
+  and no app code;
+- the components (producers, consumers, streams, trainer) import no app code (cli, run, chaos, bench);
+- nothing on a runtime path imports the benchmarks or the chaos harness: only their own CLI commands do;
+- no two components import each other, directly or round a cycle (the studio mounts into serve through an
+  entry point, producers/serve/mounts.py, not an import both ways).
+Relative imports count as what they resolve to.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ROOTS = {"rftbus": "rftbus", "rftbus.producers": "producers", "rftbus.consumers": "consumers",
+         "rftbus.streams": "streams", "rftbus.schemas": "schemas", "rftbus.trainer": "trainer"}
+GROUND = ("rftbus.config", "rftbus.kafka", "rftbus.schemas", "rftbus.weights", "rftbus.models", "rftbus.errors",
+          "rftbus.status", "rftbus.broker", "rftbus.tasksets")
+COMPONENTS = ("rftbus.producers", "rftbus.consumers", "rftbus.streams", "rftbus.trainer")
+APP = ("rftbus.cli", "rftbus.run", "rftbus.chaos", "rftbus.bench", "rftbus.bus_check", "rftbus.simulate")
+HARNESSES = ("rftbus.chaos", "rftbus.bench")
+HARNESS_ENTRIES = ("rftbus.cli.bench_cmd", "rftbus.cli.chaos_cmd")  # the commands that start them
+
+
+def _in(module: str, prefixes: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in prefixes)
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for pkg, folder in ROOTS.items():
+        for f in (REPO / folder).rglob("*.py"):
+            parts = [p for p in f.relative_to(REPO / folder).with_suffix("").parts if p != "__init__"]
+            name = ".".join([pkg, *parts])
+            if pkg == "rftbus" and parts and parts[0] in ("producers", "consumers", "streams", "schemas", "trainer"):
+                continue  # (not a folder of rftbus/)
+            out[name] = f
+    return out
+
+
+def imports(path: Path, module: str = "") -> set[str]:
+    """What a module imports; `module` (its dotted name) resolves relative imports."""
+    found = set()
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level > 0:
+            base = ".".join(package.split(".")[: len(package.split(".")) - (node.level - 1)])
+            target = f"{base}.{node.module}" if node.module else base
+            found |= {f"{target}.{a.name}" for a in node.names} if node.module is None else {target}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            # `from rftbus import streams` names the package in the import list
+            found |= {f"{node.module}.{a.name}" for a in node.names} if node.module == "rftbus" else {node.module}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+    return {m for m in found if m.startswith("rftbus")}
+
+
+def component_of(module: str) -> str | None:
+    return next((c for c in COMPONENTS if module == c or module.startswith(c + ".")), None)
+
+
+def unit_of(module: str) -> str | None:
+    """A component's part: the package or module right below it (rftbus.producers.serve,
+    rftbus.consumers.studio, rftbus.consumers.weight_sync); cycles are looked for between these."""
+    c = component_of(module)
+    if c is None:
+        return None
+    rest = module[len(c) + 1:].split(".") if module != c else []
+    return f"{c}.{rest[0]}" if rest else c
+
+
+def component_cycles(mods: dict[str, Path]) -> list[str]:
+    """Import cycles between parts of different components (a cycle inside one component is its own affair)."""
+    graph: dict[str, set[str]] = {}
+    for mod, path in mods.items():
+        a = unit_of(mod)
+        for imp in imports(path, mod):
+            b = unit_of(imp)
+            if a and b and a != b:
+                graph.setdefault(a, set()).add(b)
+    cycles = set()
+    for start in graph:  # every simple path back to the start (the graph is a few dozen parts)
+        stack = [(start, [start])]
+        while stack:
+            node, trail = stack.pop()
+            for nxt in graph.get(node, ()):
+                if nxt == start and len({component_of(u) for u in trail}) > 1:
+                    i = trail.index(min(trail))
+                    cycles.add(" -> ".join(trail[i:] + trail[:i] + [min(trail)]))
+                elif nxt not in trail:
+                    stack.append((nxt, trail + [nxt]))
+    return sorted(cycles)
+
+
+def violations() -> list[str]:
+    bad = []
+    mods = modules()
+    for mod, path in mods.items():
+        for imp in imports(path, mod):
+            if _in(mod, GROUND) and (_in(imp, COMPONENTS) or _in(imp, APP)):
+                bad.append(f"ground {mod} imports {imp}")
+            if _in(mod, COMPONENTS) and _in(imp, APP):
+                bad.append(f"component {mod} imports app code {imp}")
+            if not _in(mod, HARNESSES + HARNESS_ENTRIES) and _in(imp, HARNESSES):
+                bad.append(f"runtime module {mod} imports the harness {imp}")
+    return sorted(bad) + [f"component cycle {c}" for c in component_cycles(mods)]
+
+
+def test_import_layers_hold():
+    assert violations() == []
+
+
+def test_the_check_finds_a_violation(tmp_path, monkeypatch):
+    """The rule is not vacuous: a ground module importing a component is reported."""
+    fake = tmp_path / "kafka_extra.py"
+    fake.write_text("from rftbus.streams.app import build\nfrom rftbus.bench.processes import WorkerProcess\n")
+    real = modules()
+    monkeypatch.setattr(__import__(__name__), "modules", lambda: {**real, "rftbus.kafka.extra": fake})
+    assert violations() == ["ground rftbus.kafka.extra imports rftbus.bench.processes",
+                            "ground rftbus.kafka.extra imports rftbus.streams.app",
+                            "runtime module rftbus.kafka.extra imports the harness rftbus.bench.processes"]
+
+
+def test_the_check_finds_a_cycle_through_a_relative_import(tmp_path, monkeypatch):
+    """A serve module importing the studio (as app.py did before the mounts interface) closes a cycle, and a
+    relative import inside the studio is resolved to what it names."""
+    serve = tmp_path / "serve_extra.py"
+    serve.write_text("from rftbus.consumers.studio.app import create_studio\n")
+    studio = tmp_path / "studio_extra.py"
+    studio.write_text("from ..analytics import counts\n")
+    real = modules()
+    monkeypatch.setattr(__import__(__name__), "modules", lambda: {**real, "rftbus.producers.serve.extra": serve,
+                                                                  "rftbus.consumers.studio.extra": studio})
+    assert imports(studio, "rftbus.consumers.studio.extra") == {"rftbus.consumers.analytics"}
+    assert any("rftbus.producers.serve" in v and "rftbus.consumers.studio" in v for v in violations())
