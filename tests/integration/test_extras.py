@@ -82,3 +82,58 @@ def test_the_check_fails_when_a_role_imports_another_roles_package():
 def test_serve_never_imports_the_trainer_analytics_or_streams_packages():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     assert not {"deepspeed", "chdb", "faust"} & extra_modules("serve", extras)
+
+
+def test_serve_in_upstream_mode_answers_without_the_other_roles_packages(broker, tmp_path):
+    """`rftbus serve --upstream URL` (the deployment in front of an inference server) as a real process with
+    every package of the trainer, streams and analytics hidden (deepspeed, chDB, Faust, ...): it starts,
+    answers a completion through the upstream (another real `rftbus serve`) and records it."""
+    import os
+    import time
+    import uuid
+
+    import httpx
+    from pydantic import SecretStr
+
+    from rftbus.config import write_config
+    from rftbus.kafka.clients import make_admin
+    from rftbus.kafka.topics import create_topics
+    from rftbus.producers.serve.server import BackgroundServer
+    from tests.integration.test_serve import INF, free_port, serve_config
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    hidden = sorted(HEAVY - extra_modules("serve", extras))
+    assert {"deepspeed", "chdb", "faust"} <= set(hidden)
+    site = tmp_path / "site"
+    site.mkdir()
+    marker = tmp_path / "hidden-in-effect"
+    (site / "sitecustomize.py").write_text("import sys\nfor n in %r:\n    sys.modules[n] = None\n"
+                                           "open(%r, 'w').close()\n" % (hidden, str(marker)))
+    cfg = serve_config(tmp_path / "a", broker.broker.port, uuid.uuid4().hex[:6])
+    create_topics(cfg, make_admin(cfg))
+    with BackgroundServer(cfg) as upstream:
+        engine = cfg.explorer.engine.model_copy(update={"kind": "openai", "base_url": upstream.url + "/v1",
+                                                        "api_key": SecretStr(INF)})
+        bcfg = cfg.model_copy(update={"serve": cfg.serve.model_copy(update={
+            "port": free_port(), "id": cfg.serve.id + "-b", "engine": engine})})
+        path = write_config(bcfg, tmp_path / "b.yaml")
+        env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        proc = subprocess.Popen([sys.executable, "-m", "rftbus", "--config", str(path), "serve",
+                                 "--log-level", "warning"], env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        url = f"http://{bcfg.serve.host}:{bcfg.serve.port}"
+        try:
+            deadline, r = time.monotonic() + 120, None
+            while time.monotonic() < deadline and proc.poll() is None:
+                try:
+                    r = httpx.post(url + "/v1/completions", json={"prompt": "2+2=", "max_tokens": 3},
+                                   headers={"Authorization": f"Bearer {INF}"}, timeout=30)
+                    break
+                except httpx.TransportError:
+                    time.sleep(0.5)
+        finally:
+            proc.terminate()
+            out = proc.communicate(timeout=60)[0]
+    assert marker.exists(), "the serve process did not load the hiding hook"
+    assert r is not None, f"serve did not answer:\n{out[-2000:]}"
+    assert r.status_code == 200 and r.headers.get("X-Rftbus-Experience-Id"), (r.status_code, r.text, out[-2000:])
