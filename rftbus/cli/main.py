@@ -67,12 +67,40 @@ chaos_cmd.register(app)
 app.add_typer(analytics_cmd.app, name="analytics")
 
 
+# A role's packages -> the extra that installs them (pyproject.toml): a command run where its role is not
+# installed says which extra it needs rather than printing a traceback.
+EXTRA_OF = {**dict.fromkeys(("torch", "transformers", "tokenizers", "safetensors", "gguf", "accelerate", "peft"),
+                            "explorer, serve or trainer"),
+            **dict.fromkeys(("math_verify", "openai", "datasets", "pyarrow"), "explorer"),
+            **dict.fromkeys(("faust", "aiokafka", "rocksdict", "cramjam"), "streams"),
+            **dict.fromkeys(("deepspeed", "tensorboard"), "trainer"),
+            **dict.fromkeys(("fastapi", "uvicorn"), "serve or studio"),
+            **dict.fromkeys(("chdb", "clickhouse_connect", "sqlglot", "matplotlib"), "analytics")}
+
+
+def missing_extra(e: ModuleNotFoundError) -> str | None:
+    """The one-line error for a role's package that is not installed; None for any other missing module."""
+    top = (e.name or "").split(".")[0]
+    if top not in EXTRA_OF:
+        return None
+    extras = EXTRA_OF[top].replace(" or ", "|").replace(", ", "|").split("|")
+    return (f"this command needs {top!r}, which is not installed: install its role, pip install "
+            f"'rftbus[{extras[0]}]'" + (f" (or {', '.join(extras[1:])})" if len(extras) > 1 else "") +
+            ", or everything with 'rftbus[all]'")
+
+
 def main() -> None:
     """Console-script entry: rftbus errors become one red line and exit code 1, never a traceback."""
     try:
         app()
     except RftbusError as e:
         Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(e))}", soft_wrap=True)
+        sys.exit(1)
+    except ModuleNotFoundError as e:
+        line = missing_extra(e)
+        if line is None:
+            raise
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(line)}", soft_wrap=True)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -137,3 +137,19 @@ def test_serve_in_upstream_mode_answers_without_the_other_roles_packages(broker,
     assert marker.exists(), "the serve process did not load the hiding hook"
     assert r is not None, f"serve did not answer:\n{out[-2000:]}"
     assert r.status_code == 200 and r.headers.get("X-Rftbus-Experience-Id"), (r.status_code, r.text, out[-2000:])
+
+
+def test_a_command_whose_role_is_not_installed_names_the_extra(tmp_path):
+    """`rftbus serve` where fastapi is not installed (a core-only install): one line naming the extra, exit 1,
+    no traceback."""
+    import os
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['fastapi'] = None\n")
+    env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           "RFTBUS_STATE_DIR": str(tmp_path / "state")}
+    out = subprocess.run([sys.executable, "-m", "rftbus", "serve"], capture_output=True, text=True, timeout=120,
+                         env=env, cwd=tmp_path)
+    assert out.returncode == 1, out.stderr[-1500:]
+    assert "rftbus[serve]" in out.stderr and "Traceback" not in out.stderr, out.stderr[-1500:]
