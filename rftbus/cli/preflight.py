@@ -27,8 +27,8 @@ def tasks_publish_checks(source: str, fmt: str) -> None:
     if fmt not in FORMATS:
         raise RftbusError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     if source not in BUILTIN_TASKSETS and "/" not in source.strip("/") and not Path(source).exists():
-        raise RftbusError(f"task source {source!r} is neither a built-in taskset ({', '.join(BUILTIN_TASKSETS)}) "
-                          "nor an existing file or folder")
+        raise RftbusError(f"task source {source!r} is neither a file/folder nor a built-in taskset ({', '.join(BUILTIN_TASKSETS)}): "
+                          "check the path")
 
 
 def preflight(cfg: Config, argv: list[str]) -> None:
