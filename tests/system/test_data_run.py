@@ -26,7 +26,7 @@ def test_a_jsonl_taskset_with_held_out_eval_and_math_verify(broker, tmp_path, sm
     s, state = _run(broker, tmp_path, "real-gsm8k-mini.yaml", 2, RFTBUS_MODEL__CACHE_DIR=str(smollm2_folder.parent),
                     RFTBUS_TASKSET__PATH=str(DATA / "train.jsonl"), RFTBUS_TASKSET__EVAL__PATH=str(DATA / "eval.jsonl"),
                     RFTBUS_RL__GROUP_SIZE="4", RFTBUS_RL__BATCH_GROUPS="2", RFTBUS_RUN__EVAL_N="8",
-                    RFTBUS_RUN__TASKS="24", RFTBUS_RUN__TASK_PASSES="1", RFTBUS_RUN__EVAL_EVERY_VERSIONS="1",
+                    RFTBUS_RUN__TASKS="24", RFTBUS_RUN__TASK_PASSES="4", RFTBUS_RUN__EVAL_EVERY_VERSIONS="1",
                     RFTBUS_EXPLORER__SAMPLING__MAX_NEW_TOKENS="32", RFTBUS_TRAINER__EVAL_MAX_NEW_TOKENS="32",
                     RFTBUS_TRAINER__STEP_WAIT_S="5")  # a step takes what is ready: zero-variance groups are common
     points = s["eval_points"]

@@ -202,7 +202,7 @@ def test_kill9_of_the_embedded_broker_is_recovered_without_help(tmp_path):
     assert "gone" in s["crashes"]["broker"][0]
     assert s["counts_reconcile"] is True and s["experiences_lost"] == 0 and s["duplicated"] == 0
     events = (state / "run" / "events.log").read_text()
-    assert "broker: restarted on the same data" in events, events[-2000:]
+    assert "broker: restarted the broker on the same data" in events, events[-2000:]
 
 
 def test_a_stage_given_up_on_stops_the_run_loudly(broker, tmp_path):
