@@ -8,7 +8,7 @@ stamps it on every experience and only changes it through `load_weights` between
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -27,6 +27,10 @@ class Completion:
     metadata: dict[str, str] = field(default_factory=dict)
 
 
+StepCallback = Callable[[list[int]], None]
+"""Called once per decoding step with the token each row of the batch sampled (rows in `prompts` order)."""
+
+
 class PromptTooLong(ValueError):
     """A prompt that leaves no room for one new token in the model's context. Deterministic, so the
     explorer rejects the task at once (`prompt_too_long`) instead of retrying it."""
@@ -38,6 +42,7 @@ class RolloutEngine(ABC):
     name: str = "base"
     version: int = 0
     max_context: int | None = None  # tokens the model can attend to (None: unknown, e.g. a remote server)
+    streams_tokens: bool = False  # calls `on_step` as tokens are sampled (else a caller frames whole completions)
 
     def budget(self, prompts: Sequence[list[int]], max_new_tokens: int) -> int:
         """New tokens every prompt can get: `max_new_tokens`, cut to what the context leaves after the
@@ -53,8 +58,9 @@ class RolloutEngine(ABC):
 
     @abstractmethod
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 max_new_tokens: int | None = None) -> list[Completion]:
-        """One completion per entry of `prompts` (pass a prompt n times for a group of n)."""
+                 max_new_tokens: int | None = None, on_step: StepCallback | None = None) -> list[Completion]:
+        """One completion per entry of `prompts` (pass a prompt n times for a group of n). An engine that
+        `streams_tokens` calls `on_step` with every decoding step's tokens; others ignore it."""
 
     @abstractmethod
     def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:

@@ -18,7 +18,7 @@ import httpx
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.config.explorer import SamplingConfig
-from rftbus.producers.engines.base import Completion, RolloutEngine
+from rftbus.producers.engines.base import Completion, StepCallback, RolloutEngine
 
 
 class EndpointError(RftbusError):
@@ -46,7 +46,7 @@ class OpenAIEngine(RolloutEngine):
         return tid
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 max_new_tokens: int | None = None) -> list[Completion]:
+                 max_new_tokens: int | None = None, on_step: StepCallback | None = None) -> list[Completion]:
         by_prompt: dict[tuple[int, ...], list[Completion]] = {}
         for prompt, count in Counter(tuple(p) for p in prompts).items():
             body = {"model": self.model, "prompt": list(prompt), "n": count,

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from rftbus.config.explorer import SamplingConfig
-from rftbus.producers.engines.base import Completion, RolloutEngine
+from rftbus.producers.engines.base import Completion, StepCallback, RolloutEngine
 
 Request = tuple[tuple[int, ...], int]  # (prompt ids, how many samples)
 
@@ -60,7 +60,7 @@ class PrimedEngine(RolloutEngine):
             i += req[1]
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 max_new_tokens: int | None = None) -> list[Completion]:
+                 max_new_tokens: int | None = None, on_step: StepCallback | None = None) -> list[Completion]:
         if prompts and max_new_tokens is None and all(p == prompts[0] for p in prompts):
             waiting = self._ready.get(((tuple(prompts[0]), len(prompts)), sampling.model_dump_json()))
             if waiting:

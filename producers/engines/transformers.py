@@ -15,13 +15,14 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from transformers.generation.streamers import BaseStreamer
 
 from rftbus.config import Config
 from rftbus.models.loading import load_policy
 from rftbus.models.lora import Adapter, load_version
 from rftbus.models.prompt import PromptFormat, prompt_format
 from rftbus.config.explorer import SamplingConfig
-from rftbus.producers.engines.base import Completion, RolloutEngine
+from rftbus.producers.engines.base import Completion, RolloutEngine, StepCallback
 
 
 def pick_device(name: str) -> torch.device:
@@ -30,8 +31,26 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+class _Steps(BaseStreamer):
+    """transformers' streamer hook, for a batch: the first `put` is the prompt, then one per decoding step
+    with every row's new token (its TextStreamer takes one row only)."""
+
+    def __init__(self, on_step: StepCallback):
+        self.on_step, self.prompt_seen = on_step, False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        self.on_step([int(t) for t in value.reshape(-1).tolist()])
+
+    def end(self) -> None:
+        pass
+
+
 class TransformersEngine(RolloutEngine):
     name = "transformers"
+    streams_tokens = True
 
     def __init__(self, cfg: Config, tokenizer, model: torch.nn.Module | None = None, prompt: PromptFormat | None = None):
         self.tok = tokenizer
@@ -45,7 +64,7 @@ class TransformersEngine(RolloutEngine):
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 max_new_tokens: int | None = None) -> list[Completion]:
+                 max_new_tokens: int | None = None, on_step: StepCallback | None = None) -> list[Completion]:
         limit = self.budget(prompts, max_new_tokens or sampling.max_new_tokens)  # before any work
         width = max(len(p) for p in prompts)
         pad = self.tok.pad_token_id
@@ -58,7 +77,7 @@ class TransformersEngine(RolloutEngine):
             max_new_tokens=limit, return_dict_in_generate=True,
             min_new_tokens=min(sampling.min_new_tokens, limit) or None,
             output_scores=not raw, output_logits=raw, pad_token_id=self.tok.pad_token_id,
-            eos_token_id=self.prompt.stop_ids,
+            eos_token_id=self.prompt.stop_ids, streamer=_Steps(on_step) if on_step else None,
         )
         new = out.sequences[:, input_ids.shape[1]:]
         steps = torch.stack(out.logits if raw else out.scores, dim=1).float()  # [batch, new, vocab]

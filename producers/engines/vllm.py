@@ -29,7 +29,7 @@ from rftbus.config import Config
 from rftbus.config.explorer import SamplingConfig
 from rftbus.errors import RftbusError
 from rftbus.models.lora import Adapter
-from rftbus.producers.engines.base import Completion, RolloutEngine
+from rftbus.producers.engines.base import Completion, StepCallback, RolloutEngine
 
 WRITTEN_FOR = ((0, 11), (0, 34))  # vLLM versions [from, to): logprobs_mode, worker extensions, reset_prefix_cache
 EXTENSION = "rftbus.producers.engines.vllm_worker.WeightSwap"
@@ -97,7 +97,7 @@ class VllmEngine(RolloutEngine):
         self._swap_dir = Path(tempfile.mkdtemp(prefix="rftbus-vllm-swap-"))
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 max_new_tokens: int | None = None) -> list[Completion]:
+                 max_new_tokens: int | None = None, on_step: StepCallback | None = None) -> list[Completion]:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 

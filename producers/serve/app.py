@@ -8,6 +8,7 @@ Nothing here logs headers or bodies; uvicorn's access log has method, path and s
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 
 import anyio
@@ -22,7 +23,7 @@ from rftbus.producers.serve.feedback import FeedbackRequest
 from rftbus.producers.serve.mounts import mounted, mounted_scopes
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, _Request, chat_prompt,
                                              completion_prompt, default_task_id)
-from rftbus.producers.serve.records import LivePrompt
+from rftbus.producers.serve.records import LivePrompt, RecordIds
 from rftbus.producers.serve.service import LiveService
 
 def _error_response(err: ApiError) -> JSONResponse:
@@ -57,20 +58,32 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
             raise NotFound(f"model {req.model!r} is not served here (this server serves {svc.model_name!r})",
                            param="model", code="model_not_found")
 
-    async def answer(req: ChatRequest | CompletionRequest, prompt_ids: list[int], text: str, endpoint: str):
+    def prepared(req: ChatRequest | CompletionRequest, prompt_ids: list[int], text: str, endpoint: str) -> dict:
+        """The arguments of LiveService.complete, every check done (a bad request is a 400 before any stream)."""
         req.refuse_unsupported()
         check_model(req)
-        stops = req.stops()
-        sampling = svc.sampling(req.temperature, req.top_p, req.top_k)
-        max_new = svc.max_new(req.limit(), len(prompt_ids), "max_tokens")
         meta = {**(req.metadata or {}), "endpoint": endpoint, **({"user": req.user} if req.user else {})}
-        prompt = LivePrompt(prompt_ids, text, req.task_id or default_task_id(prompt_ids))
-        return await svc.complete(prompt, req.n, sampling, max_new, stops, meta)
+        svc.check_shape(prompt_ids, req.n)
+        return {"prompt": LivePrompt(prompt_ids, text, req.task_id or default_task_id(prompt_ids)), "n": req.n,
+                "sampling": svc.sampling(req.temperature, req.top_p, req.top_k), "stops": req.stops(),
+                "max_new": svc.max_new(req.limit(), len(prompt_ids), "max_tokens"), "metadata": meta}
 
-    def streamed(a, chat: bool, req) -> StreamingResponse:
+    running: set[asyncio.Task] = set()  # streamed answers finish and are recorded even if the client left
+
+    async def streamed(args: dict, chat: bool, req: ChatRequest | CompletionRequest) -> StreamingResponse:
+        """Headers once the batch started (they name the version and the record ids), then tokens as sampled.
+        An error before the first token is a plain HTTP error."""
+        events, ids = responses.Events(), RecordIds.fresh(req.n)
+        task = asyncio.create_task(svc.complete(**args, listener=events, ids=ids))
+        running.add(task)
+        task.add_done_callback(running.discard)
+        task.add_done_callback(events.close)
+        first = await events.get()
+        if first is None:  # done before its batch started: the ApiError (4xx/5xx) before anything was sent
+            first = ("version", task.result().version)
         usage = bool((req.stream_options or {}).get("include_usage"))
-        return StreamingResponse(responses.stream(a, svc.model_name, svc.tokenizer, chat, usage),
-                                 media_type="text/event-stream", headers=responses.headers(a))
+        body = responses.stream(events, task, ids, svc.model_name, svc.tokenizer, chat, usage, args["stops"])
+        return StreamingResponse(body, media_type="text/event-stream", headers=responses.stream_headers(ids, first[1]))
 
     for plugin in mounted(cfg):  # the browser console (its grades through this service's feedback path)
         app.mount(plugin.path, plugin.app(cfg, svc))
@@ -90,9 +103,10 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         req = await parse(request, ChatRequest)
         ids, text = chat_prompt(svc.prompt, req)
-        a = await answer(req, ids, text, "chat.completions")
+        args = prepared(req, ids, text, "chat.completions")
         if req.stream:
-            return streamed(a, True, req)
+            return await streamed(args, True, req)
+        a = await svc.complete(**args)
         return JSONResponse(responses.chat_body(a, svc.model_name, svc.tokenizer, req.logprobs),
                             headers=responses.headers(a))
 
@@ -101,9 +115,10 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         req = await parse(request, CompletionRequest)
         ids, text = completion_prompt(svc.prompt, req)
-        a = await answer(req, ids, text, "completions")
+        args = prepared(req, ids, text, "completions")
         if req.stream:
-            return streamed(a, False, req)
+            return await streamed(args, False, req)
+        a = await svc.complete(**args)
         body = responses.completion_body(a, svc.model_name, svc.tokenizer, req.logprobs,
                                          req.return_tokens_as_token_ids)
         return JSONResponse(body, headers=responses.headers(a))

@@ -4,7 +4,8 @@ and new weight versions are swapped in between batches (never during one).
 Requests batch together when their sampling distribution is the same (temperature, top-p, top-k);
 the batch generates the largest max_tokens among them and each completion is cut to its own limit,
 which is the same distribution as generating fewer tokens. The version stamped on a completion is
-the engine's version when its batch ran.
+the engine's version when its batch ran. A request's listener hears each of its tokens as the engine
+samples it (engines that `streams_tokens`), up to its own limit and first stop id.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from rftbus.consumers.weight_sync import WeightFollower, swap_in_ready
 from rftbus.config.explorer import SamplingConfig
@@ -31,12 +33,22 @@ class Generated:
     generation_ms: float
 
 
+class TokenListener(Protocol):
+    """Hears one request's batch from the engine thread: `started` with the weight version it runs on, then
+    each sampled token of each choice (engines that stream tokens)."""
+
+    def started(self, version: int) -> None: ...
+
+    def token(self, choice: int, token: int) -> None: ...
+
+
 @dataclass
 class GenRequest:
     prompt_ids: list[int]
     n: int
     sampling: SamplingConfig
     max_new_tokens: int
+    listener: TokenListener | None = None
     future: Future = field(default_factory=Future)
 
     @property
@@ -55,8 +67,9 @@ def cut(c: Completion, limit: int, tokenizer) -> Completion:
 
 class Generator:
     def __init__(self, engine: RolloutEngine, tokenizer, follower: WeightFollower | None, *, max_batch: int,
-                 batch_wait_s: float, report: Callable[[str], None] = log.warning):
+                 batch_wait_s: float, report: Callable[[str], None] = log.warning, stop_ids: list[int] | None = None):
         self.engine, self.tok, self.follower, self.report = engine, tokenizer, follower, report
+        self.stop_ids = set(stop_ids or [])
         self.max_batch, self.batch_wait_s = max_batch, batch_wait_s
         self.max_context: int | None = getattr(engine, "max_context", None)
         self._queue: deque[GenRequest] = deque()
@@ -135,8 +148,15 @@ class Generator:
         most = max(r.max_new_tokens for r in batch)
         version = self.engine.version
         t0 = time.perf_counter()
+        for r in batch:
+            if r.listener is not None:
+                r.listener.started(version)
+        on_step = self._dispatch(batch) if self.engine.streams_tokens and any(r.listener for r in batch) else None
         try:
-            outs = self.engine.generate(prompts, batch[0].sampling, most)
+            if on_step is not None:
+                outs = self.engine.generate(prompts, batch[0].sampling, most, on_step=on_step)
+            else:
+                outs = self.engine.generate(prompts, batch[0].sampling, most)
         except Exception as e:  # noqa: BLE001 - one batch's failure is its requests' error; the thread goes on
             self.report(f"engine: batch of {len(prompts)} failed: {type(e).__name__}: {e}")
             for r in batch:
@@ -149,3 +169,27 @@ class Generator:
             mine = [cut(c, r.max_new_tokens, self.tok) for c in outs[i:i + r.n]]
             i += r.n
             r.future.set_result(Generated(mine, version, ms))
+
+    def _dispatch(self, batch: list[GenRequest]) -> Callable[[list[int]], None]:
+        """The engine's per-step callback: each row's token to its request's listener, until the row's
+        own limit or first stop id (after which the engine pads it). A listener that fails is reported and
+        dropped; the batch goes on."""
+        rows = [(r, i) for r in batch for i in range(r.n)]
+        sent = [0] * len(rows)
+        done = [r.listener is None for r, _ in rows]
+
+        def on_step(tokens: list[int]) -> None:
+            for k, tok in enumerate(tokens[:len(rows)]):
+                if done[k]:
+                    continue
+                req, choice = rows[k]
+                sent[k] += 1
+                done[k] = sent[k] >= req.max_new_tokens or tok in self.stop_ids
+                try:
+                    assert req.listener is not None
+                    req.listener.token(choice, tok)
+                except Exception as e:  # noqa: BLE001 - one listener's failure is its own; the batch goes on
+                    self.report(f"engine: a token listener failed: {type(e).__name__}: {e}")
+                    for j, (r, _) in enumerate(rows):
+                        done[j] = done[j] or r is req
+        return on_step

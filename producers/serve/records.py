@@ -13,7 +13,20 @@ from dataclasses import dataclass
 
 from rftbus.producers.engines.base import Completion
 from rftbus.schemas import Experience, ExperienceGroup, Source
+from rftbus.schemas.records import new_id
 
+
+
+@dataclass(frozen=True)
+class RecordIds:
+    """A group's ids named before it is generated (a stream's headers carry them)."""
+
+    group_id: str
+    experience_ids: list[str]
+
+    @classmethod
+    def fresh(cls, n: int) -> RecordIds:
+        return cls(new_id(), [new_id() for _ in range(n)])
 
 
 @dataclass(slots=True)
@@ -24,13 +37,18 @@ class LivePrompt:
 
 
 def live_group(prompt: LivePrompt, completions: list[Completion], version: int, producer_id: str,
-               generation_ms: float, metadata: dict[str, str]) -> ExperienceGroup:
-    return ExperienceGroup(
+               generation_ms: float, metadata: dict[str, str], ids: RecordIds | None = None) -> ExperienceGroup:
+    group = ExperienceGroup(
         task_id=prompt.task_id, source=Source.live, explorer_id=producer_id, prompt_ids=prompt.ids,
         prompt_text=prompt.text, metadata=dict(metadata),
         samples=[Experience(response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
                             reward=None, model_version=version, response_text=c.text, finish_reason=c.finish_reason,
                             generation_ms=generation_ms, metadata=dict(c.metadata)) for c in completions])
+    if ids is not None:
+        group.group_id = ids.group_id
+        for e, eid in zip(group.samples, ids.experience_ids, strict=True):
+            e.experience_id = eid
+    return group
 
 
 class RecentPrompts:

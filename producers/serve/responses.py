@@ -4,16 +4,19 @@ Where the ids are: the `X-Rftbus-Experience-Id` header (comma-separated, one per
 choice's `experience_id`, and a top-level `rftbus` object (experience_ids, group_id, model_version).
 OpenAI SDKs keep unknown fields, so `choice.experience_id` works there too.
 
-Streams are framed after the completion was generated and recorded (the engine interface returns
-whole completions), one chunk per token, then the finish chunk, optional usage, `[DONE]`.
+Streams send text as the engine samples it (engines that stream tokens; others' answers arrive whole), then,
+once the answer is recorded, each choice's finish chunk with its experience id, optional usage, `[DONE]`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
+from rftbus.producers.serve.errors import ApiError
+from rftbus.producers.serve.records import RecordIds
 from rftbus.producers.serve.service import Answer
 
 ID_HEADER = "X-Rftbus-Experience-Id"
@@ -72,43 +75,113 @@ def completion_body(a: Answer, model: str, tokenizer, logprobs: int | None, as_i
     return {**_head(a, "text_completion", model), "choices": choices, "usage": _usage(a), "rftbus": _meta(a)}
 
 
-def pieces(tokenizer, ids: list[int], text: str) -> Iterator[str]:
-    """The answer text split at token boundaries (a partial multi-byte character waits for the next token)."""
-    sent = 0
-    for k in range(1, len(ids) + 1):
-        cur = tokenizer.decode(ids[:k], skip_special_tokens=True)[:len(text)]
-        if cur.endswith("\ufffd") or len(cur) <= sent:
-            continue
-        yield cur[sent:]
-        sent = len(cur)
-    if sent < len(text):
-        yield text[sent:]
+class Events:
+    """A TokenListener that hands the engine thread's events to the request's event loop, in order:
+    ("version", v), ("token", choice, id)..., then None once the answer task is done."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    def started(self, version: int) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, ("version", version))
+
+    def token(self, choice: int, token: int) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, ("token", choice, token))
+
+    def close(self, _task: object = None) -> None:
+        self.queue.put_nowait(None)  # (a done callback: already on the loop)
+
+    async def get(self):
+        return await self.queue.get()
+
+
+class TextStream:
+    """One choice's text as its tokens arrive: each `add` returns the text that is now safe to send. Held back:
+    a partial multi-byte character, and the tail that could still become a stop string (OpenAI's answer ends
+    before the stop). `finish` returns what the final answer adds to what was sent."""
+
+    def __init__(self, tokenizer, stops: list[str]):
+        self.tok, self.stops = tokenizer, stops
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.ids: list[int] = []
+        self.sent = ""
+        self.stopped = False
+
+    def add(self, token: int) -> str:
+        self.ids.append(token)
+        if self.stopped:
+            return ""
+        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return ""
+        if any(s in text for s in self.stops):
+            self.stopped = True  # the final answer says where it ends
+            return ""
+        safe = text[:max(0, len(text) - self.hold)]
+        return self._send(safe)
+
+    def finish(self, final: str) -> str:
+        return self._send(final)
+
+    def _send(self, text: str) -> str:
+        if len(text) <= len(self.sent) or not text.startswith(self.sent):
+            return ""
+        piece, self.sent = text[len(self.sent):], text
+        return piece
 
 
 def _sse(obj: dict) -> bytes:
     return f"data: {json.dumps(obj)}\n\n".encode()
 
 
-def stream(a: Answer, model: str, tokenizer, chat: bool, include_usage: bool) -> Iterator[bytes]:
-    head = _head(a, "chat.completion.chunk" if chat else "text_completion", model)
-    meta = _meta(a)
+def stream_headers(ids: RecordIds, version: int) -> dict[str, str]:
+    return {ID_HEADER: ",".join(ids.experience_ids), GROUP_HEADER: ids.group_id, VERSION_HEADER: str(version)}
 
-    def chunk(i: int, piece: str | None, finish: str | None = None, first: bool = False, **extra) -> bytes:
+
+async def stream(events: Events, done: asyncio.Future, ids: RecordIds, model: str, tokenizer, chat: bool,
+                 include_usage: bool, stops: list[str]) -> AsyncIterator[bytes]:
+    """SSE frames as tokens arrive (after the "version" event, which the caller consumed for the headers).
+    The finish chunk of each choice carries its experience_id once the answer is recorded; an answer that could
+    not be recorded ends the stream with an `error` frame naming why, never a half record. A client that goes
+    away stops only this generator: the answer is still generated and recorded."""
+    n = len(ids.experience_ids)
+    head = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{ids.group_id}", "object": "chat.completion.chunk" if chat
+            else "text_completion", "created": int(time.time()), "model": model}
+    texts = [TextStream(tokenizer, stops) for _ in range(n)]
+    started = [False] * n
+
+    def chunk(i: int, piece: str | None, finish: str | None = None, **extra) -> dict:
         if chat:
             delta = {} if piece is None else {"content": piece}
-            if first:
-                delta["role"] = "assistant"
+            if not started[i]:
+                delta["role"], started[i] = "assistant", True
             choice = {"index": i, "delta": delta, "logprobs": None, "finish_reason": finish, **extra}
         else:
             choice = {"index": i, "text": piece or "", "logprobs": None, "finish_reason": finish, **extra}
-        return _sse({**head, "choices": [choice], "rftbus": meta})
+        return {**head, "choices": [choice]}
 
+    while (event := await events.get()) is not None:
+        _, i, token = event
+        piece = texts[i].add(token)
+        if piece or (chat and not started[i]):
+            yield _sse(chunk(i, piece))
+    try:
+        a: Answer = done.result()
+    except ApiError as err:
+        yield _sse(err.body())
+        return
+    except Exception as err:  # noqa: BLE001 - the stream already started: the error is its last frame
+        yield _sse({"error": {"message": f"the answer failed: {type(err).__name__}: {err}", "type": "server_error",
+                              "param": None, "code": "internal_error"}})
+        raise
+    head["system_fingerprint"] = f"rftbus-v{a.version}"
+    meta = _meta(a)
     for i, (e, text) in enumerate(zip(a.group.samples, a.texts)):
-        if chat:
-            yield chunk(i, "", first=True)
-        for piece in pieces(tokenizer, e.response_ids, text):
-            yield chunk(i, piece)
-        yield chunk(i, None, e.finish_reason, experience_id=e.experience_id)
+        rest = texts[i].finish(text)
+        if rest or (chat and not started[i]):
+            yield _sse(chunk(i, rest))
+        yield _sse({**chunk(i, None, e.finish_reason, experience_id=e.experience_id), "rftbus": meta})
     if include_usage:
         yield _sse({**head, "choices": [], "usage": _usage(a), "rftbus": meta})
     yield b"data: [DONE]\n\n"

@@ -29,10 +29,10 @@ from rftbus.producers.engines.base import Completion
 from rftbus.producers.serve.auth import TokenAuth
 from rftbus.producers.serve.errors import BadRequest, EngineFailed, Unavailable
 from rftbus.producers.serve.feedback import FeedbackRequest, correction_group
-from rftbus.producers.serve.generator import Generated, Generator, GenRequest
+from rftbus.producers.serve.generator import Generated, Generator, GenRequest, TokenListener
 from rftbus.producers.serve.protocol import cut_at_stop, default_task_id
 from rftbus.producers.serve.recorder import BufferFull, DeliveryFailed, Recorder
-from rftbus.producers.serve.records import LivePrompt, RecentPrompts, live_group
+from rftbus.producers.serve.records import LivePrompt, RecentPrompts, RecordIds, live_group
 from rftbus.schemas import ExperienceGroup, Feedback, make_codec, topic_context
 from rftbus.status import StatusFile
 from rftbus.weights.follower import WeightFollower
@@ -69,7 +69,8 @@ class LiveService:
         syncs = getattr(self.engine, "supports_weight_sync", True)
         follower = WeightFollower(cfg, report=report) if syncs else None
         self.generator = Generator(self.engine, self.tokenizer, follower, max_batch=s.max_batch,
-                                   batch_wait_s=s.batch_wait_ms / 1000, report=report)
+                                   batch_wait_s=s.batch_wait_ms / 1000, report=report,
+                                   stop_ids=self.prompt.stop_ids)
         codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
         self.encode_group, self.encode_fb = codec.serializer(ExperienceGroup), codec.serializer(Feedback)
         # librdkafka gives up when the request does (kafka mode), so a 503'd record is not delivered later;
@@ -133,13 +134,20 @@ class LiveService:
                              code="context_length_exceeded")
         return n
 
-    async def complete(self, prompt: LivePrompt, n: int, sampling: SamplingConfig, max_new: int,
-                       stops: list[str], metadata: dict[str, str]) -> Answer:
-        if not prompt.ids:
+    def check_shape(self, prompt_ids: list[int], n: int) -> None:
+        if not prompt_ids:
             raise BadRequest("the prompt is empty", param="prompt")
         if n > self.cfg.serve.max_n:
             raise BadRequest(f"n {n} is over serve.max_n {self.cfg.serve.max_n}", param="n")
-        fut = self.generator.submit(GenRequest(prompt.ids, n, sampling, max_new))
+
+    async def complete(self, prompt: LivePrompt, n: int, sampling: SamplingConfig, max_new: int,
+                       stops: list[str], metadata: dict[str, str], listener: TokenListener | None = None,
+                       ids: RecordIds | None = None) -> Answer:
+        """Generate, record (acknowledged per serve.record_ack), answer. A `listener` hears tokens as they are
+        sampled (a stream, its record ids named in advance by `ids`); the record is written only once every
+        choice is complete."""
+        self.check_shape(prompt.ids, n)
+        fut = self.generator.submit(GenRequest(prompt.ids, n, sampling, max_new, listener))
         try:
             gen: Generated = await asyncio.wrap_future(fut)
         except Exception as e:  # noqa: BLE001 - the engine's error (reported by the engine thread) is this answer
@@ -161,7 +169,7 @@ class LiveService:
         meta = {**metadata, "served_model": self.model_name}
         if sampling.temperature != self.cfg.explorer.sampling.temperature:
             meta["temperature"] = repr(sampling.temperature)
-        group = live_group(prompt, comps, gen.version, self.id, gen.generation_ms, meta)
+        group = live_group(prompt, comps, gen.version, self.id, gen.generation_ms, meta, ids)
         await self._record(group)
         for s in group.samples:
             self.recent.add(s.experience_id, prompt)

@@ -377,3 +377,43 @@ def test_open_scope_on_a_public_address_is_refused():
     auth.check_exposure("127.0.0.1", allow_open=False)
     auth.check_exposure("::1", allow_open=False)
     auth.check_exposure("0.0.0.0", allow_open=True)
+
+
+def test_a_stream_sends_tokens_as_they_are_sampled_and_a_client_that_leaves_still_gets_recorded(env):
+    """#34: the first token leaves long before the answer is complete (the record is written at the end and
+    named in the headers from the start); a client that disconnects after two chunks leaves a whole record."""
+    import json
+
+    cfg, server = env
+    body = {"prompt": "1+2=", "max_tokens": 56, "temperature": 1.0, "stream": True}
+    for _ in range(8):  # until a sample runs long enough to show streaming (a random model may end at once)
+        arrivals: list[float] = []
+        with client(server).stream("POST", "/v1/completions", json=body) as r:
+            t0 = time.perf_counter()
+            exp_id = r.headers["X-Rftbus-Experience-Id"]
+            assert r.headers["X-Rftbus-Model-Version"] == "0"
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    arrivals.append(time.perf_counter() - t0)
+                    last = json.loads(line[6:])
+        e = recorded(cfg, [exp_id])[exp_id]
+        assert last["choices"][0]["experience_id"] == exp_id and last["rftbus"]["experience_ids"] == [exp_id]
+        if len(e.response_ids) >= 30:
+            break
+    assert len(e.response_ids) >= 30, "no sample ran 30 tokens in 8 tries"
+    assert len(arrivals) >= len(e.response_ids) // 2, (len(arrivals), len(e.response_ids))
+    assert arrivals[0] < 0.5 * arrivals[-1], (arrivals[0], arrivals[-1])
+    print(f"stream: {len(e.response_ids)} tokens, first at {arrivals[0] * 1000:.0f} ms, last at {arrivals[-1] * 1000:.0f} ms")
+    # a client that goes away mid-answer: the answer is still generated, recorded whole, and gradeable
+    with client(server).stream("POST", "/v1/chat/completions", json={
+            "messages": [{"role": "user", "content": "3+4="}], "max_tokens": 40, "stream": True}) as r:
+        left_id = r.headers["X-Rftbus-Experience-Id"]
+        seen = 0
+        for line in r.iter_lines():
+            seen += line.startswith("data: {")
+            if seen == 2:
+                break
+    e = recorded(cfg, [left_id])[left_id]
+    assert e.response_ids and len(e.logprobs) == len(e.response_ids) and e.response_text is not None
+    fb = client(server, FB).post("/v1/feedback", json={"experience_id": left_id, "reward": 1.0})
+    assert fb.status_code == 202, fb.text

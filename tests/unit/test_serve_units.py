@@ -17,7 +17,7 @@ from rftbus.producers.serve.feedback import FeedbackRequest
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, chat_prompt, completion_prompt,
                                              cut_at_stop, default_task_id)
 from rftbus.producers.serve.records import LivePrompt, RecentPrompts, live_group
-from rftbus.producers.serve.responses import pieces
+from rftbus.producers.serve.responses import TextStream
 from rftbus.schemas import FeedbackKind, Source
 from rftbus.streams.feedback import grades
 
@@ -116,10 +116,19 @@ def test_stop_strings_cut_tokens_after_the_stop_and_text_before_it():
     assert cut_at_stop(TOK, resp, ["zz"]) is None and cut_at_stop(TOK, resp, []) is None
 
 
-def test_stream_pieces_rebuild_the_text():
-    resp = ids("abc d") + [TOK.eos_token_id]
-    assert "".join(pieces(TOK, resp, "abc d")) == "abc d"
-    assert list(pieces(TOK, resp, "ab")) == ["a", "b"]
+def test_a_stream_sends_text_as_tokens_arrive_and_never_a_stop_string():
+    s = TextStream(TOK, [])
+    assert [s.add(t) for t in ids("abc d") + [TOK.eos_token_id]] == ["a", "b", "c", " ", "d", ""]
+    assert s.finish("abc d") == ""
+    # a stop string: its first characters are held back until they cannot be a stop any more
+    s = TextStream(TOK, ["xyz"])
+    sent = [s.add(t) for t in ids("axybxyzc")]
+    assert sent == ["", "", "a", "x", "y", "b", "", ""] and s.stopped
+    assert "".join(sent) + s.finish("axyb") == "axyb"  # the final answer ends before the stop
+    # the answer the server cut differently than the stream guessed: nothing is sent twice or unsent
+    s = TextStream(TOK, [])
+    assert "".join(s.add(t) for t in ids("abc")) == "abc"
+    assert s.finish("ab") == "" and s.finish("abcd") == "d"
 
 
 def test_live_group_and_recent_prompts():
