@@ -208,6 +208,12 @@ def rating_problem(rating: float | None, scale: tuple[float, float]) -> str | No
     return None
 
 
+def rating_reward(rating: float, scale: tuple[float, float]) -> float:
+    """The one rating -> reward map: the scale onto 0..1 (streams/feedback.py, serve's episode credit)."""
+    lo, hi = scale
+    return (rating - lo) / (hi - lo)
+
+
 @_record
 class WeightVersion(AvroRecord):
     """Identity is (model, version); model is the key of the compacted weights topic."""

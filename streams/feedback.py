@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from rftbus.schemas import Experience, Feedback, FeedbackKind
-from rftbus.schemas.records import rating_problem
+from rftbus.schemas.records import rating_problem, rating_reward
 
 
 class BadFeedback(ValueError):
@@ -53,7 +53,7 @@ def grades(fb: Feedback, rating_scale: tuple[float, float]) -> list[Grade]:
         problem = rating_problem(fb.rating, rating_scale) if hi > lo else f"rating scale {lo}..{hi} is empty"
         if problem or fb.rating is None:  # refused, not clamped: the same rule as serve's HTTP check
             raise BadFeedback(f"kind=rating: {problem}")
-        return [Grade(fb.experience_id, (fb.rating - lo) / (hi - lo), meta)]
+        return [Grade(fb.experience_id, rating_reward(fb.rating, rating_scale), meta)]
     if kind is FeedbackKind.correction:
         if not fb.correction:
             raise BadFeedback("kind=correction without correction text")

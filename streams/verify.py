@@ -117,6 +117,9 @@ def check_limits(g: GroupView, i: int, sc: StreamsConfig) -> Drop | None:
     if tokens > sc.max_tokens:
         return Drop("over_length", f"{tokens} tokens > streams.max_tokens={sc.max_tokens}", "filter")
     if s.reward is None:
+        if "session_id" in g.metadata:  # one call of an agent's episode that nobody graded
+            return Drop("episode_no_feedback", f"session {g.metadata['session_id']}: the episode was not graded "
+                        "(no feedback on the session or this call)", "join")
         return Drop("no_feedback", "reward is null and no feedback was joined", "join")
     if not sc.reward_min <= s.reward <= sc.reward_max:
         return Drop("reward_out_of_range", f"reward {s.reward} outside [{sc.reward_min}, {sc.reward_max}]", "filter")

@@ -34,8 +34,8 @@ class ServePublisher:
         self.service = service
 
     async def publish(self, req: FeedbackRequest) -> Feedback:
-        fb, _expert = await self.service.publish_feedback(req)
-        return fb
+        fbs, _expert = await self.service.publish_feedback(req)
+        return fbs[0]
 
     def close(self) -> None:
         pass

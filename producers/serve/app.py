@@ -18,12 +18,13 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from rftbus.config import Config
 from rftbus.producers.serve import responses
 from rftbus.producers.serve.auth import Scope
-from rftbus.producers.serve.errors import ApiError, BodyLimit, NotFound, parse
-from rftbus.producers.serve.feedback import FeedbackRequest
+from rftbus.producers.serve.errors import ApiError, BadRequest, BodyLimit, NotFound, parse
+from rftbus.producers.serve.feedback import FeedbackRequest, valid_id
 from rftbus.producers.serve.mounts import mounted, mounted_scopes
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, _Request, chat_prompt,
                                              completion_prompt, default_task_id)
 from rftbus.producers.serve.records import LivePrompt, RecordIds
+from rftbus.producers.serve.sessions import SESSION_HEADER
 from rftbus.producers.serve.service import LiveService
 
 def _error_response(err: ApiError) -> JSONResponse:
@@ -92,30 +93,35 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
     async def healthz():
         return {"status": "ok", "model": svc.model_name, "model_version": svc.generator.version}
 
-    @app.get("/v1/models")
     async def models(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         return {"object": "list", "data": [{"id": svc.model_name, "object": "model", "created": 0,
                                             "owned_by": "rftbus", "model_version": svc.generator.version}]}
 
-    @app.post("/v1/chat/completions")
+    def session_of(request: Request) -> str | None:
+        """The episode a call belongs to: the `/sessions/{id}/v1` base URL, else the session header."""
+        sid = request.path_params.get("session_id") or request.headers.get(SESSION_HEADER)
+        if sid is not None and not valid_id(sid):
+            raise BadRequest(f"session id {sid[:40]!r} is not an id (letters, digits, ':._-', up to 128)",
+                             param="session_id")
+        return sid
+
     async def chat_completions(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         req = await parse(request, ChatRequest)
         ids, text = chat_prompt(svc.prompt, req)
-        args = prepared(req, ids, text, "chat.completions")
+        args = {**prepared(req, ids, text, "chat.completions"), "session_id": session_of(request)}
         if req.stream:
             return await streamed(args, True, req)
         a = await svc.complete(**args)
         return JSONResponse(responses.chat_body(a, svc.model_name, svc.tokenizer, req.logprobs),
                             headers=responses.headers(a))
 
-    @app.post("/v1/completions")
     async def completions(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         req = await parse(request, CompletionRequest)
         ids, text = completion_prompt(svc.prompt, req)
-        args = prepared(req, ids, text, "completions")
+        args = {**prepared(req, ids, text, "completions"), "session_id": session_of(request)}
         if req.stream:
             return await streamed(args, False, req)
         a = await svc.complete(**args)
@@ -123,13 +129,23 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
                                          req.return_tokens_as_token_ids)
         return JSONResponse(body, headers=responses.headers(a))
 
+    for prefix in ("", "/sessions/{session_id}"):  # an agent's base URL names its episode
+        app.post(prefix + "/v1/chat/completions")(chat_completions)
+        app.post(prefix + "/v1/completions")(completions)
+        app.get(prefix + "/v1/models")(models)
+
     @app.post("/v1/feedback", status_code=202)
     async def feedback(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.feedback)
         req = await parse(request, FeedbackRequest)
-        fb, expert = await svc.publish_feedback(req)
-        body = {"status": "accepted", "feedback_id": fb.feedback_id, "experience_id": fb.experience_id,
-                "kind": fb.kind.value, "topic": cfg.topics.feedback.name}
+        fbs, expert = await svc.publish_feedback(req)
+        fb = fbs[0]
+        body: dict[str, object] = {"status": "accepted", "feedback_id": req.feedback_id or fb.feedback_id,
+                "experience_id": fb.experience_id, "kind": fb.kind.value, "topic": cfg.topics.feedback.name}
+        if req.session_id is not None:
+            body.update(session_id=req.session_id, feedback_ids=[f.feedback_id for f in fbs],
+                        experience_ids=[f.experience_id for f in fbs], credited=[f.reward for f in fbs])
+            body["feedback_id"] = fb.metadata["episode_feedback_id"]
         if expert is not None:
             body["expert_experience_id"] = expert.samples[0].experience_id
         return JSONResponse(body, status_code=202)

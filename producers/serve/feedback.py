@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rftbus.schemas import ExperienceGroup, Feedback, FeedbackKind
-from rftbus.schemas.records import rating_problem
+from rftbus.producers.serve.sessions import credit
+from rftbus.schemas.records import new_id, rating_problem, rating_reward
 
 if TYPE_CHECKING:
     from rftbus.models.prompt import PromptFormat
@@ -32,6 +33,8 @@ class FeedbackRequest(BaseModel):
 
     experience_id: str | None = Field(None, pattern=ID_PATTERN, description="the graded experience "
                                       "(for a preference: defaults to preferred_id)")
+    session_id: str | None = Field(None, pattern=ID_PATTERN, description="grade a whole episode instead: every "
+                                   "call of the session is credited (serve.episode_credit)")
     reward: float | None = Field(None, description="scalar reward, used as given")
     rating: float | None = Field(None, description="a rating on streams.rating_scale, mapped to 0..1")
     thumbs: Literal["up", "down"] | None = None
@@ -74,7 +77,10 @@ class FeedbackRequest(BaseModel):
                 raise ValueError("preferred_id and rejected_id must differ")
             if self.experience_id and self.experience_id not in (self.preferred_id, self.rejected_id):
                 raise ValueError("experience_id of a preference must be preferred_id or rejected_id")
-        elif not self.experience_id:
+        if self.session_id is not None:
+            if self.experience_id or self.kind not in (FeedbackKind.reward, FeedbackKind.rating, FeedbackKind.thumbs):
+                raise ValueError("session_id grades an episode with reward, rating or thumbs, without experience_id")
+        elif not (self.experience_id or self.preferred_id):
             raise ValueError("experience_id is required")
         if self.prompt and self.correction is None:
             raise ValueError("prompt is only used with a correction")
@@ -96,6 +102,34 @@ class FeedbackRequest(BaseModel):
     def check_rating(self, scale: tuple[float, float]) -> str | None:
         """A message when the rating is outside the scale the streams map from (they would clamp it)."""
         return None if self.rating is None else rating_problem(self.rating, scale)
+
+    def value(self, scale: tuple[float, float]) -> float:
+        """The reward this grade means (the streams' mapping): for crediting an episode's calls."""
+        if self.reward is not None:
+            return self.reward
+        if self.rating is not None:
+            return rating_reward(self.rating, scale)
+        return 1.0 if self.thumbs == "up" else 0.0
+
+    def episode(self, calls: list[tuple[int, list[str]]], scale: tuple[float, float], mode: str,
+                discount: float) -> list[Feedback]:
+        """One Feedback per experience of the session's calls. The same grade on each (`same`), or its reward
+        discounted by the distance from the last call. Ids derive from the episode's feedback_id, so a retried
+        episode grade is the same records downstream."""
+        base_id = self.feedback_id or new_id()
+        out = []
+        for k, (turn, ids) in enumerate(calls):
+            for j, eid in enumerate(ids):
+                fb = self.model_copy(update={"session_id": None, "experience_id": eid}).to_record()
+                if mode == "discounted":
+                    fb = Feedback(experience_id=eid, kind=FeedbackKind.reward, reward=credit(
+                        self.value(scale), len(calls), k, mode, discount), annotator=self.annotator,
+                        metadata=dict(self.metadata))
+                fb.feedback_id = f"{base_id}:{turn}.{j}"
+                fb.metadata.update({"session_id": str(self.session_id), "session_turn": str(turn),
+                                    "episode_feedback_id": base_id, "episode_credit": mode})
+                out.append(fb)
+        return out
 
     def to_record(self) -> Feedback:
         fb = Feedback(experience_id=self.target, kind=self.kind, reward=self.reward, rating=self.rating,

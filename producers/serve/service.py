@@ -33,6 +33,7 @@ from rftbus.producers.serve.generator import Generated, Generator, GenRequest, T
 from rftbus.producers.serve.protocol import cut_at_stop, default_task_id
 from rftbus.producers.serve.recorder import BufferFull, DeliveryFailed, Recorder
 from rftbus.producers.serve.records import LivePrompt, RecentPrompts, RecordIds, live_group
+from rftbus.producers.serve.sessions import Sessions
 from rftbus.schemas import ExperienceGroup, Feedback, make_codec, topic_context
 from rftbus.status import StatusFile
 from rftbus.weights.follower import WeightFollower
@@ -82,6 +83,7 @@ class LiveService:
         self.feedback = Recorder(make_producer(cfg, **{"message.timeout.ms": ack_ms}), s.buffer_max_bytes,
                                  "feedback", report)
         self.recent = RecentPrompts(s.recent_experiences)
+        self.sessions = Sessions(s.max_sessions, s.max_calls_per_session)
         self.status = StatusFile(cfg.state_dir, "serve", self.id, s.status_interval_s)
         self.counts: Counter[str] = Counter()
 
@@ -142,7 +144,7 @@ class LiveService:
 
     async def complete(self, prompt: LivePrompt, n: int, sampling: SamplingConfig, max_new: int,
                        stops: list[str], metadata: dict[str, str], listener: TokenListener | None = None,
-                       ids: RecordIds | None = None) -> Answer:
+                       ids: RecordIds | None = None, session_id: str | None = None) -> Answer:
         """Generate, record (acknowledged per serve.record_ack), answer. A `listener` hears tokens as they are
         sampled (a stream, its record ids named in advance by `ids`); the record is written only once every
         choice is complete."""
@@ -167,12 +169,16 @@ class LiveService:
             comps.append(c)
             texts.append(text)
         meta = {**metadata, "served_model": self.model_name}
+        if session_id is not None:
+            meta.update(session_id=session_id, session_turn=str(self.sessions.next_turn(session_id)))
         if sampling.temperature != self.cfg.explorer.sampling.temperature:
             meta["temperature"] = repr(sampling.temperature)
         group = live_group(prompt, comps, gen.version, self.id, gen.generation_ms, meta, ids)
         await self._record(group)
         for s in group.samples:
             self.recent.add(s.experience_id, prompt)
+        if session_id is not None:
+            self.sessions.recorded(session_id, int(meta["session_turn"]), group.experience_ids())
         self.counts["completions"] += 1
         self.counts["experiences_recorded"] += len(group.samples)
         self.snapshot()
@@ -206,17 +212,23 @@ class LiveService:
                               f"it was not accepted", code="kafka_unavailable") from None
 
     # -- feedback -----------------------------------------------------------------------------
-    async def publish_feedback(self, req: FeedbackRequest) -> tuple[Feedback, ExperienceGroup | None]:
+    async def publish_feedback(self, req: FeedbackRequest) -> tuple[list[Feedback], ExperienceGroup | None]:
+        """The Feedback records of one request, acknowledged together: one, or one per experience of an episode."""
         problem = req.check_rating(self.cfg.streams.rating_scale)
         if problem:
             raise BadRequest(problem, param="rating", code="out_of_range")
-        fb = req.to_record()
+        s = self.cfg.serve
+        if req.session_id is not None:
+            fbs = req.episode(self.sessions.calls(req.session_id), self.cfg.streams.rating_scale, s.episode_credit,
+                              s.episode_discount)
+        else:
+            fbs = [req.to_record()]
         expert = None
         if req.correction is not None:
-            expert = self._correction(fb, req)
+            expert = self._correction(fbs[0], req)
         fb_topic, expert_topic = self.cfg.topics.feedback.name, self.cfg.topics.expert.name
         out: list[tuple[str, bytes | str | None, bytes]] = [
-            (fb_topic, fb.experience_id, _bytes(self.encode_fb(fb, topic_context(fb_topic))))]
+            (fb_topic, fb.experience_id, _bytes(self.encode_fb(fb, topic_context(fb_topic)))) for fb in fbs]
         if expert is not None:
             out.insert(0, (expert_topic, expert.group_id, _bytes(self.encode_group(expert, topic_context(expert_topic)))))
         try:
@@ -225,10 +237,12 @@ class LiveService:
             raise Unavailable(f"cannot publish the feedback: {e}", code="feedback_buffer_full") from None
         await self._acknowledged(futs, "the feedback")
         self.counts["feedback_published"] += 1
+        if req.session_id is not None:
+            self.counts["episodes_graded"] += 1
         if expert is not None:
             self.counts["corrections_published"] += 1
         self.snapshot()
-        return fb, expert
+        return fbs, expert
 
     def _correction(self, fb: Feedback, req: FeedbackRequest) -> ExperienceGroup:
         known = self.recent.get(fb.experience_id)

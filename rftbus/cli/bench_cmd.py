@@ -10,13 +10,14 @@ import typer
 
 app = typer.Typer(help="Benchmarks (figures in docs/BENCHMARKS.md); each has --json.", no_args_is_help=True)
 
-from rftbus.bench import async_speedup, explore, judge, sizes, streams, studio, sync, verifiers  # noqa: E402  (after `app` exists)
+from rftbus.bench import async_speedup, explore, judge, serve, sizes, streams, studio, sync, verifiers  # noqa: E402  (after `app` exists)
 
 app.command("async")(async_speedup.bench_async)
 app.command("explore")(explore.explore)
 app.command("streams")(streams.streams)
 app.command("sizes")(sizes.sizes)
 app.command("sync")(sync.sync)
+app.command("serve")(serve.bench_serve)
 app.command("studio")(studio.bench_studio)
 app.command("verifiers")(verifiers.verifiers)
 app.command("judge")(judge.judge)

@@ -45,6 +45,13 @@ class ServeConfig(BaseModel):
     ack_timeout_s: float = Field(15.0, gt=0, description="how long a request waits for Kafka's ack before 503")
     recent_experiences: int = Field(10_000, ge=0, description="recorded prompts remembered, so a correction "
                                     "can become an expert experience without resending the prompt")
+    episode_credit: Literal["same", "discounted"] = Field(
+        "same", description="a session's grade on each of its calls: the same, or discounted by "
+        "episode_discount per call before the last")
+    episode_discount: float = Field(0.9, gt=0, le=1, description="discounted credit: call t of T gets "
+                                    "grade * episode_discount^(T-1-t)")
+    max_sessions: int = Field(10_000, ge=1, description="sessions whose calls are remembered for episode feedback")
+    max_calls_per_session: int = Field(256, ge=1, description="calls one session may record")
     weights_wait_s: float = Field(15.0, ge=0, description="at start, how long to wait for the weights topic "
                                   "to be read (so the first answers use the newest version)")
     status_interval_s: float = Field(1.0, gt=0)

@@ -35,7 +35,8 @@ def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int]
     total = lambda key: sum(int(s.get(key) or 0) for s in streams)  # noqa: E731
     out["feedback"] = {
         "joined": total("joined"), "joined_groups": total("joined_groups"),
-        "no_feedback_experiences": int(rejected_by_reason.get("no_feedback", 0)),
+        "no_feedback_experiences": int(rejected_by_reason.get("no_feedback", 0)
+                                       + rejected_by_reason.get("episode_no_feedback", 0)),
         "late": total("feedback_expired"), "duplicate": total("feedback_duplicate"),
         "retries": total("feedback_retries"), "received": total("feedback_in"),
         "waiting_experiences": total("waiting_for_feedback"),

@@ -177,3 +177,33 @@ def test_one_rating_rule_over_http_and_kafka():
         with pytest.raises(BadFeedback, match="streams.rating_scale"):  # over Kafka: refused, no longer clamped
             grades(Feedback(experience_id="e1", kind=FeedbackKind.rating, rating=rating), scale)
     assert grades(Feedback(experience_id="e1", kind=FeedbackKind.rating, rating=5.0), scale)[0].reward == 1.0
+
+
+def test_an_episode_grade_is_credited_to_each_call_and_an_ungraded_episode_is_named():
+    from rftbus.producers.serve.sessions import Sessions
+    from rftbus.streams.verify import check_limits
+    from rftbus.streams.view import GroupView, SampleView
+    from rftbus.config.streams import StreamsConfig
+
+    s = Sessions(max_sessions=2, max_calls=3)
+    for turn in range(3):
+        assert s.next_turn("a") == turn
+        s.recorded("a", turn, [f"e{turn}"])
+    with pytest.raises(BadRequest, match="max_calls_per_session"):
+        s.next_turn("a")
+    req = FeedbackRequest(session_id="a", rating=5, feedback_id="ep1")
+    same = req.episode(s.calls("a"), (1, 5), "same", 0.9)
+    assert [(f.experience_id, f.kind, f.rating) for f in same] == [(f"e{i}", FeedbackKind.rating, 5) for i in range(3)]
+    assert [f.feedback_id for f in same] == ["ep1:0.0", "ep1:1.0", "ep1:2.0"]  # a retried grade: the same records
+    disc = FeedbackRequest(session_id="a", thumbs="up").episode(s.calls("a"), (1, 5), "discounted", 0.5)
+    assert [f.reward for f in disc] == [0.25, 0.5, 1.0] and {f.metadata["session_id"] for f in disc} == {"a"}
+    s.next_turn("b"), s.next_turn("c")  # only the last two sessions are remembered
+    with pytest.raises(Exception, match="no calls recorded"):
+        s.calls("a")
+    for bad in ({"session_id": "a", "experience_id": "e1", "reward": 1.0}, {"session_id": "a", "correction": "x"}):
+        with pytest.raises(ValidationError, match="session_id grades an episode"):
+            FeedbackRequest(**bad)
+    g = GroupView("g", "t", Source.live, "serve", 3, [SampleView("e", None, 0, {}, 2, 2, 2, True)], {"session_id": "a"}, b"")
+    assert check_limits(g, 0, StreamsConfig()).reason == "episode_no_feedback"
+    g.metadata = {}
+    assert check_limits(g, 0, StreamsConfig()).reason == "no_feedback"
