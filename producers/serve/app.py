@@ -16,6 +16,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from rftbus.config import Config
+from rftbus.models.tool_calls import CALL_OPEN
 from rftbus.producers.serve import responses
 from rftbus.producers.serve.auth import Scope
 from rftbus.producers.serve.errors import ApiError, BadRequest, BodyLimit, NotFound, parse
@@ -83,7 +84,8 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         if first is None:  # done before its batch started: the ApiError (4xx/5xx) before anything was sent
             first = ("version", task.result().version)
         usage = bool((req.stream_options or {}).get("include_usage"))
-        body = responses.stream(events, task, ids, svc.model_name, svc.tokenizer, chat, usage, args["stops"])
+        shown = args["stops"] + ([CALL_OPEN] if args.get("tools") else [])  # a tool call leaves as tool_calls
+        body = responses.stream(events, task, ids, svc.model_name, svc.tokenizer, chat, usage, shown)
         return StreamingResponse(body, media_type="text/event-stream", headers=responses.stream_headers(ids, first[1]))
 
     for plugin in mounted(cfg):  # the browser console (its grades through this service's feedback path)
@@ -110,7 +112,8 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         req = await parse(request, ChatRequest)
         ids, text = chat_prompt(svc.prompt, req)
-        args = {**prepared(req, ids, text, "chat.completions"), "session_id": session_of(request)}
+        tools = bool(req.tools_in_play())
+        args = {**prepared(req, ids, text, "chat.completions"), "session_id": session_of(request), "tools": tools}
         if req.stream:
             return await streamed(args, True, req)
         a = await svc.complete(**args)

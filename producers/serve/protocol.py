@@ -1,8 +1,9 @@
 """The OpenAI request bodies the proxy accepts, and turning them into prompt token ids.
 
-Fields a client may send that rftbus does not act on (`seed`, `user`, `stream_options`, ...) are
-accepted; fields that would change the answer in a way rftbus cannot honour (penalties, tools,
-logit_bias, echo, best_of) are refused by name rather than silently ignored. `task_id` (an rftbus
+Fields a client may send that rftbus does not act on (`seed`, `user`, ...) are accepted; fields that
+would change the answer in a way rftbus cannot honour (penalties, logit_bias, echo, best_of, a forced
+tool_choice) are refused by name rather than silently ignored. `tools` are rendered by the model's chat
+template and tool calls parsed from the answer (rftbus/models/tool_calls.py). `task_id` (an rftbus
 extension, e.g. `extra_body={"task_id": ...}` in the OpenAI SDK) groups live prompts for the
 baseline; by default it is a hash of the prompt's token ids.
 """
@@ -15,11 +16,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from rftbus.models.prompt import PromptFormat
+from rftbus.models.tool_calls import ToolCallError
 from rftbus.producers.serve.errors import BadRequest
 
 # field -> the value meaning "off"; anything else is refused.
-UNSUPPORTED = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": None, "tools": None,
-               "functions": None, "tool_choice": None, "function_call": None, "echo": False, "suffix": None,
+UNSUPPORTED = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": None,
+               "functions": None, "function_call": None, "echo": False, "suffix": None,
                "best_of": None, "top_logprobs": None, "audio": None, "prediction": None}
 MAX_METADATA = 16
 
@@ -63,20 +65,58 @@ class ContentPart(BaseModel):
     text: str | None = None
 
 
+class FunctionCall(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    arguments: str | dict[str, Any] = "{}"
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionSpec(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1, max_length=200)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+
+
+class ToolSpec(BaseModel):
+    type: Literal["function"]
+    function: FunctionSpec
+
+
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
 
 
 class ChatRequest(_Request):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(None, ge=1)
     logprobs: bool = False
+    tools: list[ToolSpec] | None = Field(None, max_length=128)
+    tool_choice: str | dict[str, Any] | None = None
 
     def limit(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
+
+    def tools_in_play(self) -> list[dict] | None:
+        """The tools to render and parse calls for: none with tool_choice "none"; a forced call ("required", a
+        named function) is refused: nothing constrains the model's sampling to produce one."""
+        if not self.tools or self.tool_choice == "none":
+            return None
+        if self.tool_choice not in (None, "auto"):
+            raise BadRequest(f"tool_choice {self.tool_choice!r} is not supported (only auto and none: the sampler is "
+                             "not constrained to call a tool)", param="tool_choice", code="unsupported")
+        return [t.model_dump(exclude_none=True) for t in self.tools]
 
 
 class CompletionRequest(_Request):
@@ -102,8 +142,24 @@ def message_text(i: int, m: ChatMessage) -> str:
 
 def chat_prompt(fmt: PromptFormat, req: ChatRequest) -> tuple[list[int], str]:
     """(prompt ids, prompt text), rendered by the model's one prompt format (models/prompt.py): a lone user
-    message gives exactly the ids an explorer sends for the same task."""
-    return fmt.messages([{"role": m.role, "content": message_text(i, m)} for i, m in enumerate(req.messages)])
+    message gives exactly the ids an explorer sends for the same task; tools, tool calls and `role: tool`
+    results are rendered by the chat template."""
+    msgs: list[dict[str, Any]] = []
+    for i, m in enumerate(req.messages):
+        msg: dict[str, Any] = {"role": m.role, "content": message_text(i, m)}
+        if m.tool_calls:
+            if m.role != "assistant":
+                raise BadRequest("only an assistant message has tool_calls", param=f"messages.{i}.tool_calls")
+            msg["tool_calls"] = [c.model_dump(exclude_none=True) for c in m.tool_calls]
+        if m.role == "tool":
+            if not m.tool_call_id:
+                raise BadRequest("a tool message needs tool_call_id", param=f"messages.{i}.tool_call_id")
+            msg["tool_call_id"] = m.tool_call_id
+        msgs.append(msg)
+    try:
+        return fmt.messages(msgs, req.tools_in_play())
+    except ToolCallError as e:
+        raise BadRequest(str(e), param="messages") from None
 
 
 def completion_prompt(fmt: PromptFormat, req: CompletionRequest) -> tuple[list[int], str]:

@@ -52,8 +52,11 @@ def chat_body(a: Answer, model: str, tokenizer, logprobs: bool) -> dict:
         if logprobs:
             lp = {"content": [{"token": tokenizer.decode([t]), "logprob": v, "top_logprobs": []}
                               for t, v in zip(e.response_ids, e.logprobs)]}
-        choices.append({"index": i, "message": {"role": "assistant", "content": text}, "logprobs": lp,
-                        "finish_reason": e.finish_reason, "experience_id": e.experience_id})
+        message: dict = {"role": "assistant", "content": text}
+        if a.tool_calls and a.tool_calls[i]:
+            message.update(content=text or None, tool_calls=a.tool_calls[i])
+        choices.append({"index": i, "message": message, "logprobs": lp, "finish_reason": a.finish_reason(i),
+                        "experience_id": e.experience_id})
     return {**_head(a, "chat.completion", model), "choices": choices, "usage": _usage(a), "rftbus": _meta(a)}
 
 
@@ -181,7 +184,11 @@ async def stream(events: Events, done: asyncio.Future, ids: RecordIds, model: st
         rest = texts[i].finish(text)
         if rest or (chat and not started[i]):
             yield _sse(chunk(i, rest))
-        yield _sse({**chunk(i, None, e.finish_reason, experience_id=e.experience_id), "rftbus": meta})
+        if a.tool_calls and a.tool_calls[i]:
+            calls = [{"index": k, **c} for k, c in enumerate(a.tool_calls[i])]
+            yield _sse({**head, "choices": [{"index": i, "delta": {"tool_calls": calls}, "logprobs": None,
+                                             "finish_reason": None}]})
+        yield _sse({**chunk(i, None, a.finish_reason(i), experience_id=e.experience_id), "rftbus": meta})
     if include_usage:
         yield _sse({**head, "choices": [], "usage": _usage(a), "rftbus": meta})
     yield b"data: [DONE]\n\n"

@@ -17,12 +17,13 @@ import os
 import socket
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_producer
 from rftbus.models.loading import load_tokenizer
 from rftbus.models.prompt import prompt_format
+from rftbus.models.tool_calls import parse as parse_tool_calls
 from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines import RolloutEngine, make_engine
 from rftbus.producers.engines.base import Completion
@@ -45,9 +46,13 @@ MIN_TEMPERATURE = 1e-3  # temperature 0 (greedy) is sampled at this; the value u
 @dataclass
 class Answer:
     group: ExperienceGroup
-    texts: list[str]  # what the client sees (stop strings removed)
+    texts: list[str]  # what the client sees (stop strings and parsed tool calls removed)
     completions: list[Completion]
     version: int
+    tool_calls: list[list[dict]] = field(default_factory=list)  # per choice, OpenAI's shape (tools in play)
+
+    def finish_reason(self, i: int) -> str | None:
+        return "tool_calls" if self.tool_calls and self.tool_calls[i] else self.group.samples[i].finish_reason
 
 
 def engine_config(cfg: Config) -> Config:
@@ -144,7 +149,7 @@ class LiveService:
 
     async def complete(self, prompt: LivePrompt, n: int, sampling: SamplingConfig, max_new: int,
                        stops: list[str], metadata: dict[str, str], listener: TokenListener | None = None,
-                       ids: RecordIds | None = None, session_id: str | None = None) -> Answer:
+                       ids: RecordIds | None = None, session_id: str | None = None, tools: bool = False) -> Answer:
         """Generate, record (acknowledged per serve.record_ack), answer. A `listener` hears tokens as they are
         sampled (a stream, its record ids named in advance by `ids`); the record is written only once every
         choice is complete."""
@@ -156,7 +161,7 @@ class LiveService:
             self.counts["engine_errors"] += 1
             raise EngineFailed(f"the {self.engine.name} engine failed: {type(e).__name__}: {e}",
                                code="engine_error") from None
-        comps, texts = [], []
+        comps, texts, calls = [], [], []
         for c in gen.completions:
             hit = cut_at_stop(self.tokenizer, c.response_ids, stops)
             if hit:
@@ -167,6 +172,10 @@ class LiveService:
             else:
                 text = c.text
             comps.append(c)
+            if tools:
+                content, found = parse_tool_calls(text)
+                text = content or ""
+                calls.append(found)
             texts.append(text)
         meta = {**metadata, "served_model": self.model_name}
         if session_id is not None:
@@ -182,7 +191,7 @@ class LiveService:
         self.counts["completions"] += 1
         self.counts["experiences_recorded"] += len(group.samples)
         self.snapshot()
-        return Answer(group, texts, comps, gen.version)
+        return Answer(group, texts, comps, gen.version, calls)
 
     async def _record(self, group: ExperienceGroup) -> None:
         topic = self.cfg.topics.raw.name

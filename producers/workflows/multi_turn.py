@@ -1,8 +1,9 @@
 """Multi-turn agent-environment episodes: the model acts, the environment observes and rewards.
 
 The n episodes of a group run in lockstep (one batched generate per turn). The response holds every
-token after the prompt, model turns and observations alike; loss_mask is True only on model
-tokens, and observation tokens carry logprob 0.0 (they were not sampled). reward = the sum of the
+token after the prompt, model turns and observations alike, the observations framed as the chat template
+frames a user turn (PromptFormat.observation), so what trains is the conversation the template renders;
+loss_mask is True only on model tokens, and observation tokens carry logprob 0.0 (they were not sampled). reward = the sum of the
 environment's step rewards (components: env, turns).
 """
 
@@ -35,7 +36,7 @@ class _Episode:
 
 class MultiTurn(Workflow):
     def run(self, task: Task, n: int, ctx: RolloutContext) -> list[Sample]:
-        wf, tok = ctx.workflow, ctx.tokenizer
+        wf = ctx.workflow
         episodes = []
         for _ in range(n):
             env = make_env(wf.env, wf.env_params)
@@ -63,7 +64,7 @@ class MultiTurn(Workflow):
                 if step.done:
                     e.done, e.finish = True, "stop"
                     continue
-                obs = tok(step.observation, add_special_tokens=False)["input_ids"]
+                obs = ctx.fmt.observation(step.observation, ended=c.finish_reason == "stop")
                 e.ids += obs
                 e.logprobs += [0.0] * len(obs)
                 e.mask += [False] * len(obs)

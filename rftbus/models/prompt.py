@@ -16,6 +16,7 @@ from typing import Any
 
 from rftbus.models.config import ModelConfig
 from rftbus.models.source import ModelError
+from rftbus.models.tool_calls import ToolCallError, for_template, template_renders_tools
 
 _PROBE = "\x00rftbus-probe\x00"
 
@@ -66,18 +67,39 @@ class PromptFormat:
         return self.tokenizer.eos_token_id
 
     # -- prompts ----------------------------------------------------------------------------------
-    def messages(self, msgs: list[dict[str, Any]]) -> tuple[list[int], str]:
-        """(prompt ids, prompt text) of a conversation, ready for the assistant's next turn."""
+    def messages(self, msgs: list[dict[str, Any]], tools: list[dict] | None = None) -> tuple[list[int], str]:
+        """(prompt ids, prompt text) of a conversation, ready for the assistant's next turn. Tool calls and
+        results are rendered by the template, or in the Hermes convention where it has none (tool_calls.py)."""
         if self.template:
             if self.system_prompt is not None and not (msgs and msgs[0].get("role") == "system"):
                 msgs = [{"role": "system", "content": self.system_prompt}, *msgs]
-            text = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+            native = template_renders_tools(self.tokenizer)
+            msgs = for_template(msgs, tools, native)
+            text = self.tokenizer.apply_chat_template(msgs, tools=tools if native and tools else None,
+                                                      add_generation_prompt=True, tokenize=False)
             return _ids(self.tokenizer(text, add_special_tokens=False)["input_ids"]), text
+        if tools or any(m.get("tool_calls") or m.get("role") == "tool" for m in msgs):
+            raise ToolCallError("tools need a chat template (the tokenizer has none, or model.chat_template is false)")
         if len(msgs) == 1 and msgs[0].get("role") == "user":
             text = str(msgs[0].get("content") or "")
         else:  # no template: `role: text` lines, the assistant's turn open
             text = "\n".join(f"{m['role']}: {m.get('content') or ''}" for m in msgs) + "\nassistant: "
         return self.text(text), text
+
+    def observation(self, content: str, role: str = "user", ended: bool = True) -> list[int]:
+        """The tokens that follow an assistant's turn to hand the model `content` (an environment's observation,
+        a tool's result) and open its next turn, as the template frames them; `ended`: the turn's ids already
+        end with its end-of-turn token. Without a template: the content's tokens as they are."""
+        if not self.template:
+            return _ids(self.tokenizer(content, add_special_tokens=False)["input_ids"])
+        msgs = for_template([{"role": "user", "content": "x"}, {"role": "assistant", "content": _PROBE},
+                             {"role": role, "content": content}], None, template_renders_tools(self.tokenizer))
+        text = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        after = text.split(_PROBE, 1)[1]
+        ids = _ids(self.tokenizer(after, add_special_tokens=False)["input_ids"])
+        if ended and ids and ids[0] == self.end_of_turn:
+            ids = ids[1:]
+        return ids
 
     def task(self, prompt: str) -> list[int]:
         """A task's prompt (one user message) as prompt ids."""

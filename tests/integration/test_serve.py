@@ -391,13 +391,14 @@ def test_a_stream_sends_tokens_as_they_are_sampled_and_a_client_that_leaves_stil
         with client(server).stream("POST", "/v1/completions", json=body) as r:
             t0 = time.perf_counter()
             exp_id = r.headers["X-Rftbus-Experience-Id"]
-            assert r.headers["X-Rftbus-Model-Version"] == "0"
+            version = int(r.headers["X-Rftbus-Model-Version"])
             for line in r.iter_lines():
                 if line.startswith("data: {"):
                     arrivals.append(time.perf_counter() - t0)
                     last = json.loads(line[6:])
         e = recorded(cfg, [exp_id])[exp_id]
         assert last["choices"][0]["experience_id"] == exp_id and last["rftbus"]["experience_ids"] == [exp_id]
+        assert last["rftbus"]["model_version"] == version == e.model_version
         if len(e.response_ids) >= 30:
             break
     assert len(e.response_ids) >= 30, "no sample ran 30 tokens in 8 tries"
