@@ -155,3 +155,33 @@ def test_vllm_engine_asks_one_request_per_group_and_names_its_versions():
     reason = vllm_unavailable_reason()  # None only where it can run (tests/gpu/ then runs it)
     if reason is not None:
         assert any(why in reason for why in ("not installed", "CUDA GPU", "written for")), reason
+
+
+def test_multi_turn_on_a_chat_template_trains_the_conversation_it_renders(tmp_path, smollm2_two_layers):
+    """#34: with SmolLM2's chat template an observation is a user turn framed as the template frames it, so
+    prompt + response decode to exactly the conversation the template renders; the mask is the model's turns."""
+    from rftbus.models.prompt import prompt_format
+
+    cfg = make_config(tmp_path, 9092, **{"model.name": "smollm2-2l", "model.path": str(smollm2_two_layers),
+                                         "explorer.sampling.seed": 0})
+    tok = load_tokenizer(cfg.model)
+    fmt = prompt_format(tok, cfg.model)
+    engine = TransformersEngine(cfg, tok, prompt=fmt)
+    ctx = RolloutContext(engine, tok, SamplingConfig(max_new_tokens=6, min_new_tokens=6),
+                         make_rewards([RewardSpec(name="taskset")]),
+                         cfg.explorer.workflow.model_copy(update={"env": "explorer_plugins:TwoTurnEnv", "max_turns": 4}),
+                         fmt)
+    [s] = load_workflow("multi_turn").run(Task(taskset="addition", prompt="1+2=", answer="3"), 1, ctx)
+    k = s.loss_mask.index(False)
+    first = s.response_ids[:k]
+    obs_end = k + s.loss_mask[k:].index(True)
+    second = s.response_ids[obs_end:]
+    turn = lambda ids: tok.decode(ids, skip_special_tokens=True)  # noqa: E731
+    conv = [{"role": "user", "content": "1+2="}, {"role": "assistant", "content": turn(first)},
+            {"role": "user", "content": " ok "}, {"role": "assistant", "content": turn(second)}]
+    want = tok.apply_chat_template(conv, tokenize=False)
+    got = tok.decode(s.prompt_ids + s.response_ids)
+    # each turn ran 6 tokens (min_new_tokens), not to its end: the observation's framing closes the first turn, and
+    # the last one is open (the template would close it)
+    assert got == want.removesuffix("<|im_end|>\n"), (got, want)
+    assert s.logprobs[k:obs_end] == [0.0] * (obs_end - k) and all(s.loss_mask[obs_end:])
