@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from rftbus.errors import RftbusError
+from rftbus.errors import RftbusError, SwapDeferred
 from rftbus.weights.follower import WeightFollower
 
 __all__ = ["WeightFollower", "swap_in_ready"]
@@ -25,6 +25,10 @@ def swap_in_ready(follower: WeightFollower, engine, report: Callable[[str], None
             rec, state = ready
             try:
                 engine.load_weights(state, rec.version)
+            except SwapDeferred as e:
+                follower.defer(rec, state)
+                report(f"weights: v{rec.version} not swapped in yet: {e}")
+                return False
             except (RuntimeError, ValueError, KeyError, RftbusError) as e:  # RftbusError: an adapter of another base
                 follower.refuse(rec, f"does not fit the model: {e}")
                 return False

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from rftbus.config.explorer import SamplingConfig
+from rftbus.models.lora import Adapter
 
 
 @dataclass
@@ -63,7 +64,7 @@ class RolloutEngine(ABC):
         `streams_tokens` calls `on_step` with every decoding step's tokens; others ignore it."""
 
     @abstractmethod
-    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+    def load_weights(self, state_dict: dict[str, torch.Tensor] | Adapter, version: int) -> None:
         """Swap in new weights; called only between generations."""
 
     def close(self) -> None:  # noqa: B027 - optional hook: most engines hold nothing to release

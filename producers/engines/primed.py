@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from rftbus.config.explorer import SamplingConfig
+from rftbus.models.lora import Adapter
 from rftbus.producers.engines.base import Completion, StepCallback, RolloutEngine
 
 Request = tuple[tuple[int, ...], int]  # (prompt ids, how many samples)
@@ -75,7 +76,7 @@ class PrimedEngine(RolloutEngine):
         self._ready.clear()
         return left
 
-    def load_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+    def load_weights(self, state_dict: dict[str, torch.Tensor] | Adapter, version: int) -> None:
         self.clear()
         self.engine.load_weights(state_dict, version)
 

@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from rftbus.config import Config
 from rftbus.models.tool_calls import CALL_OPEN
@@ -22,7 +22,8 @@ from rftbus.producers.serve.auth import Scope
 from rftbus.producers.serve.errors import ApiError, BadRequest, BodyLimit, NotFound, parse
 from rftbus.producers.serve.feedback import FeedbackRequest, valid_id
 from rftbus.producers.serve.mounts import mounted, mounted_scopes
-from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, _Request, chat_prompt,
+from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, LoadAdapter, UnloadAdapter, _Request,
+                                             chat_prompt,
                                              completion_prompt, default_task_id)
 from rftbus.producers.serve.records import LivePrompt, RecordIds
 from rftbus.producers.serve.sessions import SESSION_HEADER
@@ -35,7 +36,8 @@ def _error_response(err: ApiError) -> JSONResponse:
 
 def served_scopes(cfg: Config) -> set[Scope]:
     """The scopes this server answers: the read scope only where a mount (the studio) answers it."""
-    return {Scope.inference, Scope.feedback} | mounted_scopes(cfg)
+    pushes = {Scope.weights} if cfg.serve.accept_lora_pushes else set()
+    return {Scope.inference, Scope.feedback} | pushes | mounted_scopes(cfg)
 
 
 def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
@@ -56,9 +58,10 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
     app.add_exception_handler(ApiError, lambda _req, exc: _error_response(exc))
 
     def check_model(req: _Request) -> None:
-        if req.model is not None and req.model != svc.model_name:
-            raise NotFound(f"model {req.model!r} is not served here (this server serves {svc.model_name!r})",
-                           param="model", code="model_not_found")
+        names = svc.served_names()
+        if req.model is not None and req.model not in names:
+            raise NotFound(f"model {req.model!r} is not served here (this server serves "
+                           f"{', '.join(map(repr, names))})", param="model", code="model_not_found")
 
     def prepared(req: ChatRequest | CompletionRequest, prompt_ids: list[int], text: str, endpoint: str) -> dict:
         """The arguments of LiveService.complete, every check done (a bad request is a 400 before any stream)."""
@@ -68,7 +71,8 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         svc.check_shape(prompt_ids, req.n)
         return {"prompt": LivePrompt(prompt_ids, text, req.task_id or default_task_id(prompt_ids)), "n": req.n,
                 "sampling": svc.sampling(req.temperature, req.top_p, req.top_k), "stops": req.stops(),
-                "max_new": svc.max_new(req.limit(), len(prompt_ids), "max_tokens"), "metadata": meta}
+                "max_new": svc.max_new(req.limit(), len(prompt_ids), "max_tokens"), "metadata": meta,
+                "adapter": svc.adapter_for(req.model)}
 
     running: set[asyncio.Task] = set()  # streamed answers finish and are recorded even if the client left
 
@@ -97,8 +101,10 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
 
     async def models(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
-        return {"object": "list", "data": [{"id": svc.model_name, "object": "model", "created": 0,
-                                            "owned_by": "rftbus", "model_version": svc.generator.version}]}
+        versions = {n: v for n, (_, v) in svc.generator.adapters.items()}
+        return {"object": "list", "data": [
+            {"id": n, "object": "model", "created": 0, "owned_by": "rftbus",
+             "model_version": versions.get(n, svc.generator.version)} for n in svc.served_names()]}
 
     def session_of(request: Request) -> str | None:
         """The episode a call belongs to: the `/sessions/{id}/v1` base URL, else the session header."""
@@ -136,6 +142,22 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         app.post(prefix + "/v1/chat/completions")(chat_completions)
         app.post(prefix + "/v1/completions")(completions)
         app.get(prefix + "/v1/models")(models)
+
+    if cfg.serve.accept_lora_pushes:  # vLLM's runtime LoRA API: this serve as another's upstream
+        @app.post("/v1/load_lora_adapter")
+        async def load_lora_adapter(request: Request):
+            svc.auth.check(request.headers.get("authorization"), Scope.weights)
+            req = await parse(request, LoadAdapter)
+            await anyio.to_thread.run_sync(svc.load_adapter, req.lora_name, req.lora_path)
+            return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' added successfully.")
+
+        @app.post("/v1/unload_lora_adapter")
+        async def unload_lora_adapter(request: Request):
+            svc.auth.check(request.headers.get("authorization"), Scope.weights)
+            req = await parse(request, UnloadAdapter)
+            if req.lora_name == svc.model_name or not svc.generator.remove_adapter(req.lora_name):
+                raise NotFound(f"no adapter {req.lora_name!r} is loaded", param="lora_name")
+            return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' removed successfully.")
 
     @app.post("/v1/feedback", status_code=202)
     async def feedback(request: Request):

@@ -1,5 +1,5 @@
-"""Bearer tokens with three scopes: inference (call the model), feedback (grade it) and read (the studio's
-dashboard, experience browser and SQL).
+"""Bearer tokens with four scopes: inference (call the model), feedback (grade it), read (the studio's
+dashboard, experience browser and SQL) and weights (load LoRA adapters, when this serve is another's upstream).
 
 Separate scopes so an agent holding an inference token cannot reward itself, and a grader cannot read
 what the run is doing beyond the answers it grades. Tokens are kept only
@@ -23,6 +23,7 @@ class Scope(str, enum.Enum):
     inference = "inference"
     feedback = "feedback"
     read = "read"
+    weights = "weights"  # load LoRA adapters (serve.accept_lora_pushes)
 
 
 class OpenScopeRefused(RftbusError):
@@ -43,15 +44,16 @@ def is_loopback(host: str) -> bool:
 
 
 class TokenAuth:
-    def __init__(self, inference: list[SecretStr], feedback: list[SecretStr], read: list[SecretStr] | None = None):
-        given = {Scope.inference: inference, Scope.feedback: feedback, Scope.read: read or []}
+    def __init__(self, inference: list[SecretStr], feedback: list[SecretStr], read: list[SecretStr] | None = None,
+                 weights: list[SecretStr] | None = None):
+        given = {Scope.inference: inference, Scope.feedback: feedback, Scope.read: read or [], Scope.weights: weights or []}
         self._digests = {s: [_digest(t.get_secret_value()) for t in ts if t.get_secret_value()]
                          for s, ts in given.items()}
 
     @classmethod
     def from_config(cls, serve) -> TokenAuth:
         """From the `serve:` section (ServeConfig), which holds every scope's tokens."""
-        return cls(serve.inference_tokens, serve.feedback_tokens, serve.read_tokens)
+        return cls(serve.inference_tokens, serve.feedback_tokens, serve.read_tokens, serve.weights_tokens)
 
     def open_scopes(self) -> list[Scope]:
         return [s for s, d in self._digests.items() if not d]

@@ -21,6 +21,8 @@ from typing import Protocol
 
 from rftbus.consumers.weight_sync import WeightFollower, swap_in_ready
 from rftbus.config.explorer import SamplingConfig
+from rftbus.errors import RftbusError
+from rftbus.models.lora import Adapter
 from rftbus.producers.engines.base import Completion, RolloutEngine
 
 log = logging.getLogger("rftbus.serve")
@@ -49,12 +51,13 @@ class GenRequest:
     sampling: SamplingConfig
     max_new_tokens: int
     listener: TokenListener | None = None
+    adapter: str | None = None  # a pushed LoRA adapter by name (serve.accept_lora_pushes); None: what is loaded
     future: Future = field(default_factory=Future)
 
     @property
     def key(self) -> tuple:
         s = self.sampling
-        return s.temperature, s.top_p, s.top_k, s.logprobs
+        return s.temperature, s.top_p, s.top_k, s.logprobs, self.adapter
 
 
 def cut(c: Completion, limit: int, tokenizer) -> Completion:
@@ -77,6 +80,19 @@ class Generator:
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="serve-engine", daemon=True)
         self.batches = 0
+        self.adapters: dict[str, tuple[Adapter, int]] = {}  # pushed adapters by name: (adapter, version)
+        self._adapter: str | None = None  # the one the engine holds
+
+    def add_adapter(self, name: str, adapter: Adapter, version: int) -> None:
+        """Serve `adapter` to requests that name it (swapped in between batches, on the engine thread)."""
+        with self._cv:
+            self.adapters[name] = (adapter, version)
+            if self._adapter == name:
+                self._adapter = None  # reloaded under the same name: swap it in again
+
+    def remove_adapter(self, name: str) -> bool:
+        with self._cv:
+            return self.adapters.pop(name, None) is not None
 
     @property
     def version(self) -> int:
@@ -146,6 +162,16 @@ class Generator:
     def _generate(self, batch: list[GenRequest]) -> None:
         prompts = [r.prompt_ids for r in batch for _ in range(r.n)]
         most = max(r.max_new_tokens for r in batch)
+        if batch[0].adapter is not None and batch[0].adapter != self._adapter:
+            try:
+                with self._cv:
+                    adapter, v = self.adapters[batch[0].adapter]
+                self.engine.load_weights(adapter, v)
+                self._adapter = batch[0].adapter
+            except (KeyError, RftbusError, RuntimeError, ValueError) as e:  # unloaded meanwhile, or does not fit
+                for r in batch:
+                    r.future.set_exception(RftbusError(f"adapter {batch[0].adapter!r} cannot be served: {e}"))
+                return
         version = self.engine.version
         t0 = time.perf_counter()
         for r in batch:

@@ -128,6 +128,19 @@ class CompletionRequest(_Request):
         return self.max_tokens
 
 
+class LoadAdapter(BaseModel):
+    """vLLM's `/v1/load_lora_adapter` body."""
+
+    model_config = ConfigDict(extra="forbid")
+    lora_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,127}$")
+    lora_path: str = Field(min_length=1, max_length=4096)
+
+
+class UnloadAdapter(BaseModel):
+    model_config = ConfigDict(extra="allow")  # vLLM's also takes lora_int_id
+    lora_name: str = Field(min_length=1, max_length=128)
+
+
 def message_text(i: int, m: ChatMessage) -> str:
     if m.content is None or isinstance(m.content, str):
         return m.content or ""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import socket
 from collections import Counter
 from collections.abc import Callable
@@ -72,7 +73,7 @@ class LiveService:
         self.tokenizer = load_tokenizer(cfg.model)
         self.prompt = prompt_format(self.tokenizer, cfg.model)
         self.engine = engine or make_engine(engine_config(cfg), self.tokenizer)
-        syncs = getattr(self.engine, "supports_weight_sync", True)
+        syncs = getattr(self.engine, "supports_weight_sync", True) and not s.accept_lora_pushes
         follower = WeightFollower(cfg, report=report) if syncs else None
         self.generator = Generator(self.engine, self.tokenizer, follower, max_batch=s.max_batch,
                                    batch_wait_s=s.batch_wait_ms / 1000, report=report,
@@ -149,12 +150,13 @@ class LiveService:
 
     async def complete(self, prompt: LivePrompt, n: int, sampling: SamplingConfig, max_new: int,
                        stops: list[str], metadata: dict[str, str], listener: TokenListener | None = None,
-                       ids: RecordIds | None = None, session_id: str | None = None, tools: bool = False) -> Answer:
+                       ids: RecordIds | None = None, session_id: str | None = None, tools: bool = False,
+                       adapter: str | None = None) -> Answer:
         """Generate, record (acknowledged per serve.record_ack), answer. A `listener` hears tokens as they are
         sampled (a stream, its record ids named in advance by `ids`); the record is written only once every
         choice is complete."""
         self.check_shape(prompt.ids, n)
-        fut = self.generator.submit(GenRequest(prompt.ids, n, sampling, max_new, listener))
+        fut = self.generator.submit(GenRequest(prompt.ids, n, sampling, max_new, listener, adapter))
         try:
             gen: Generated = await asyncio.wrap_future(fut)
         except Exception as e:  # noqa: BLE001 - the engine's error (reported by the engine thread) is this answer
@@ -177,7 +179,7 @@ class LiveService:
                 text = content or ""
                 calls.append(found)
             texts.append(text)
-        meta = {**metadata, "served_model": self.model_name}
+        meta = {**metadata, "served_model": adapter or self.model_name}
         if session_id is not None:
             meta.update(session_id=session_id, session_turn=str(self.sessions.next_turn(session_id)))
         if sampling.temperature != self.cfg.explorer.sampling.temperature:
@@ -219,6 +221,44 @@ class LiveService:
             why = str(e) or f"no acknowledgement within serve.ack_timeout_s={t:g}s"
             raise Unavailable(f"Kafka at {self.cfg.bootstrap_servers} did not acknowledge {what} ({why}); "
                               f"it was not accepted", code="kafka_unavailable") from None
+
+    # -- pushed adapters (serve.accept_lora_pushes) ----------------------------------------------
+    def served_names(self) -> list[str]:
+        return [self.model_name, *(n for n in self.generator.adapters if n != self.model_name)]
+
+    def adapter_for(self, model: str | None) -> str | None:
+        """The adapter a request is served with: the one it names; the base model (a zero adapter) once any was
+        pushed; None before (what the engine holds)."""
+        if not self.generator.adapters:
+            return None
+        return model if model in self.generator.adapters else self.model_name
+
+    def load_adapter(self, name: str, path: str) -> int:
+        """vLLM's runtime LoRA loading: the PEFT folder at `path` served as model `name`; its version is the
+        name's `-v<N>` suffix (what a pushing rftbus sends), else one past the newest."""
+        import torch
+
+        from rftbus.models.lora import Adapter, base_fingerprint, read_peft_folder
+        from rftbus.models.source import ModelError
+
+        model = getattr(self.engine, "model", None)
+        if model is None:
+            raise BadRequest(f"the {self.engine.name} engine cannot load LoRA adapters", param="lora_path")
+        if name == self.model_name:
+            raise BadRequest(f"{name!r} is the base model's name", param="lora_name")
+        try:
+            adapter = read_peft_folder(path, base_fingerprint(model))
+        except ModelError as e:
+            raise BadRequest(str(e), param="lora_path") from None
+        m = re.search(r"-v(\d+)$", name)
+        version = int(m.group(1)) if m else max((v for _, v in self.generator.adapters.values()), default=0) + 1
+        if not self.generator.adapters:  # the base model, as the adapter that changes nothing
+            zero = Adapter(adapter.spec, adapter.base, {k: torch.zeros_like(v) for k, v in adapter.state.items()})
+            self.generator.add_adapter(self.model_name, zero, 0)
+        self.generator.add_adapter(name, adapter, version)
+        self.counts["adapters_loaded"] += 1
+        self.report(f"adapter {name} (v{version}) loaded from {path}")
+        return version
 
     # -- feedback -----------------------------------------------------------------------------
     async def publish_feedback(self, req: FeedbackRequest) -> tuple[list[Feedback], ExperienceGroup | None]:

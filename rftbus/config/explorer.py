@@ -51,6 +51,13 @@ class EngineConfig(_Strict):
     model: str | None = Field(None, description="openai: model name at the endpoint (default: model.name)")
     request_timeout_s: float = Field(60.0, gt=0)
     served_version: int = Field(0, ge=0, description="openai: weight version the endpoint serves (stamped)")
+    push_lora: bool = Field(False, description="openai: push each published LoRA version to the endpoint "
+                            "(vLLM's /v1/load_lora_adapter; VLLM_ALLOW_RUNTIME_LORA_UPDATING=True there) and request "
+                            "it by name, <model>-v<version>")
+    lora_dir: str | None = Field(None, description="openai push_lora: where version folders are written, a path the "
+                                 "endpoint can read (shared disk); default <state_dir>/upstream-lora")
+    keep_adapters: int = Field(3, ge=1, description="openai push_lora: adapters kept loaded at the endpoint "
+                               "(older ones are unloaded; keep more than rl.max_staleness)")
     # vllm engine
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)
     tensor_parallel_size: int = Field(1, ge=1, description="vllm: GPUs one engine shards the model over")

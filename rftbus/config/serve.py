@@ -23,6 +23,12 @@ class ServeConfig(BaseModel):
     read_tokens: list[SecretStr] = Field(
         default_factory=list, description="bearer tokens for the studio's dashboard, experience browser and SQL "
         "(a grader's feedback token cannot read them); env: comma-separated. Empty = open, as above")
+    weights_tokens: list[SecretStr] = Field(
+        default_factory=list, description="bearer tokens for /v1/load_lora_adapter (serve.accept_lora_pushes); "
+        "env: comma-separated. Empty = open, as above")
+    accept_lora_pushes: bool = Field(False, description="be the upstream of another serve or explorer: LoRA adapters "
+                                     "loaded through /v1/load_lora_adapter (vLLM's API) are served by name, and the "
+                                     "weights topic is not followed")
     allow_open: bool = Field(False, description="serve a scope without tokens on a non-loopback address")
     id: str | None = Field(None, description="producer id stamped as Experience.explorer_id; default host-pid")
     served_model: str | None = Field(None, description="model name in /v1/models and accepted in requests; "
@@ -56,7 +62,7 @@ class ServeConfig(BaseModel):
                                   "to be read (so the first answers use the newest version)")
     status_interval_s: float = Field(1.0, gt=0)
 
-    @field_validator("inference_tokens", "feedback_tokens", "read_tokens", mode="before")
+    @field_validator("inference_tokens", "feedback_tokens", "read_tokens", "weights_tokens", mode="before")
     @classmethod
     def _split(cls, v):
         # RFTBUS_SERVE__INFERENCE_TOKENS=a,b arrives as one string.

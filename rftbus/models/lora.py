@@ -128,4 +128,24 @@ def write_peft_folder(adapter: Adapter, folder: Any) -> None:
     LoraConfig(r=s.r, lora_alpha=s.alpha, lora_dropout=s.dropout,  # type: ignore[arg-type]
                target_modules=list(s.target_modules), bias="none", task_type="CAUSAL_LM").save_pretrained(str(folder))
     save_file({k: v.detach().contiguous().cpu() for k, v in adapter.state.items()},
-              str(folder / "adapter_model.safetensors"))
+              str(folder / "adapter_model.safetensors"), metadata={"rftbus.base": adapter.base})
+
+
+def read_peft_folder(folder: Any, base: str) -> Adapter:
+    """A PEFT adapter folder (adapter_config.json + adapter_model.safetensors) as an Adapter; `base` is the
+    fingerprint assumed when the folder does not name one (a folder PEFT wrote, not rftbus)."""
+    from pathlib import Path
+
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    try:
+        conf = json.loads((folder / "adapter_config.json").read_text())
+        spec = LoraSpec(r=conf["r"], alpha=conf["lora_alpha"], dropout=conf.get("lora_dropout", 0.0),
+                        target_modules=sorted(conf["target_modules"]))
+        with safe_open(str(folder / "adapter_model.safetensors"), framework="pt") as f:
+            state = {k: f.get_tensor(k) for k in f.keys()}
+            named = (f.metadata() or {}).get("rftbus.base")
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        raise ModelError(f"{folder} is not a PEFT LoRA adapter folder: {type(e).__name__}: {e}") from None
+    return Adapter(spec, named or base, state)

@@ -81,6 +81,12 @@ class WeightFollower:
             return ready
         return None
 
+    def defer(self, record: WeightVersion, payload: Payload) -> None:
+        """Hand a version back (its swap was deferred): taken again unless a newer one arrived meanwhile."""
+        with self._lock:
+            if self._ready is None or self._ready[0].version < record.version:
+                self._ready = (record, payload)
+
     def refuse(self, record: WeightVersion, reason: str) -> None:
         with self._lock:
             self.refused[record.version] = reason
