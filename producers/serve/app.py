@@ -8,30 +8,32 @@ Nothing here logs headers or bodies; uvicorn's access log has method, path and s
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from rftbus.config import Config
-from rftbus.models.tool_calls import CALL_OPEN
+from rftbus.metrics import add_metrics_route
 from rftbus.producers.serve import responses
+from rftbus.producers.serve.answering import Answering, retry_after
 from rftbus.producers.serve.auth import Scope
 from rftbus.producers.serve.errors import ApiError, BadRequest, BodyLimit, NotFound, parse
 from rftbus.producers.serve.feedback import FeedbackRequest, valid_id
 from rftbus.producers.serve.mounts import mounted, mounted_scopes
-from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, LoadAdapter, UnloadAdapter, _Request,
-                                             chat_prompt,
-                                             completion_prompt, default_task_id)
-from rftbus.producers.serve.records import LivePrompt, RecordIds
+from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, LoadAdapter, UnloadAdapter, chat_prompt,
+                                             completion_prompt)
 from rftbus.producers.serve.sessions import SESSION_HEADER
+from rftbus.producers.serve.limits import RateLimited
+from rftbus.producers.serve.metrics import ServeMetrics
 from rftbus.producers.serve.service import LiveService
 
 def _error_response(err: ApiError) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else None
-    return JSONResponse(err.body(), status_code=err.status, headers=headers)
+    headers = {"WWW-Authenticate": "Bearer"} if err.status == 401 else {}
+    if isinstance(err, RateLimited):
+        headers.update(retry_after(err.retry_after_s))
+    return JSONResponse(err.body(), status_code=err.status, headers=headers or None)
 
 
 def served_scopes(cfg: Config) -> set[Scope]:
@@ -55,42 +57,16 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
     app = FastAPI(title="rftbus serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = svc
     app.add_middleware(BodyLimit, max_bytes=cfg.serve.max_body_bytes)
-    app.add_exception_handler(ApiError, lambda _req, exc: _error_response(exc))
+    metrics = ServeMetrics(lambda: svc.generator.version, lambda: svc.records.inflight) if cfg.serve.metrics else None
+    answering = Answering(cfg, svc, metrics)
 
-    def check_model(req: _Request) -> None:
-        names = svc.served_names()
-        if req.model is not None and req.model not in names:
-            raise NotFound(f"model {req.model!r} is not served here (this server serves "
-                           f"{', '.join(map(repr, names))})", param="model", code="model_not_found")
-
-    def prepared(req: ChatRequest | CompletionRequest, prompt_ids: list[int], text: str, endpoint: str) -> dict:
-        """The arguments of LiveService.complete, every check done (a bad request is a 400 before any stream)."""
-        req.refuse_unsupported()
-        check_model(req)
-        meta = {**(req.metadata or {}), "endpoint": endpoint, **({"user": req.user} if req.user else {})}
-        svc.check_shape(prompt_ids, req.n)
-        return {"prompt": LivePrompt(prompt_ids, text, req.task_id or default_task_id(prompt_ids)), "n": req.n,
-                "sampling": svc.sampling(req.temperature, req.top_p, req.top_k), "stops": req.stops(),
-                "max_new": svc.max_new(req.limit(), len(prompt_ids), "max_tokens"), "metadata": meta,
-                "adapter": svc.adapter_for(req.model)}
-
-    running: set[asyncio.Task] = set()  # streamed answers finish and are recorded even if the client left
-
-    async def streamed(args: dict, chat: bool, req: ChatRequest | CompletionRequest) -> StreamingResponse:
-        """Headers once the batch started (they name the version and the record ids), then tokens as sampled.
-        An error before the first token is a plain HTTP error."""
-        events, ids = responses.Events(), RecordIds.fresh(req.n)
-        task = asyncio.create_task(svc.complete(**args, listener=events, ids=ids))
-        running.add(task)
-        task.add_done_callback(running.discard)
-        task.add_done_callback(events.close)
-        first = await events.get()
-        if first is None:  # done before its batch started: the ApiError (4xx/5xx) before anything was sent
-            first = ("version", task.result().version)
-        usage = bool((req.stream_options or {}).get("include_usage"))
-        shown = args["stops"] + ([CALL_OPEN] if args.get("tools") else [])  # a tool call leaves as tool_calls
-        body = responses.stream(events, task, ids, svc.model_name, svc.tokenizer, chat, usage, shown)
-        return StreamingResponse(body, media_type="text/event-stream", headers=responses.stream_headers(ids, first[1]))
+    def on_error(_req: Request, exc: ApiError) -> JSONResponse:
+        if metrics is not None:
+            metrics.rejected(exc.status, exc.code)
+        return _error_response(exc)
+    app.add_exception_handler(ApiError, on_error)  # type: ignore[arg-type]  # (starlette types handlers loosely)
+    if metrics is not None:
+        add_metrics_route(app, metrics.registry)
 
     for plugin in mounted(cfg):  # the browser console (its grades through this service's feedback path)
         app.mount(plugin.path, plugin.app(cfg, svc))
@@ -118,25 +94,22 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         req = await parse(request, ChatRequest)
         ids, text = chat_prompt(svc.prompt, req)
-        tools = bool(req.tools_in_play())
-        args = {**prepared(req, ids, text, "chat.completions"), "session_id": session_of(request), "tools": tools}
+        call = answering.prepare(request, req, ids, text, "chat.completions", session_id=session_of(request),
+                                 tools=bool(req.tools_in_play()))
         if req.stream:
-            return await streamed(args, True, req)
-        a = await svc.complete(**args)
-        return JSONResponse(responses.chat_body(a, svc.model_name, svc.tokenizer, req.logprobs),
-                            headers=responses.headers(a))
+            return await answering.streamed(call, True, req)
+        return await answering.plain(call, lambda a: responses.chat_body(a, svc.model_name, svc.tokenizer,
+                                                                         req.logprobs))
 
     async def completions(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         req = await parse(request, CompletionRequest)
         ids, text = completion_prompt(svc.prompt, req)
-        args = {**prepared(req, ids, text, "completions"), "session_id": session_of(request)}
+        call = answering.prepare(request, req, ids, text, "completions", session_id=session_of(request))
         if req.stream:
-            return await streamed(args, False, req)
-        a = await svc.complete(**args)
-        body = responses.completion_body(a, svc.model_name, svc.tokenizer, req.logprobs,
-                                         req.return_tokens_as_token_ids)
-        return JSONResponse(body, headers=responses.headers(a))
+            return await answering.streamed(call, False, req)
+        return await answering.plain(call, lambda a: responses.completion_body(
+            a, svc.model_name, svc.tokenizer, req.logprobs, req.return_tokens_as_token_ids))
 
     for prefix in ("", "/sessions/{session_id}"):  # an agent's base URL names its episode
         app.post(prefix + "/v1/chat/completions")(chat_completions)
@@ -165,6 +138,8 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         req = await parse(request, FeedbackRequest)
         fbs, expert = await svc.publish_feedback(req)
         fb = fbs[0]
+        if metrics is not None:
+            metrics.feedback.labels(req.kind.value).inc()
         body: dict[str, object] = {"status": "accepted", "feedback_id": req.feedback_id or fb.feedback_id,
                 "experience_id": fb.experience_id, "kind": fb.kind.value, "topic": cfg.topics.feedback.name}
         if req.session_id is not None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from rftbus.producers.serve.errors import ApiError
 from rftbus.producers.serve.records import RecordIds
@@ -143,7 +143,8 @@ def stream_headers(ids: RecordIds, version: int) -> dict[str, str]:
 
 
 async def stream(events: Events, done: asyncio.Future, ids: RecordIds, model: str, tokenizer, chat: bool,
-                 include_usage: bool, stops: list[str]) -> AsyncIterator[bytes]:
+                 include_usage: bool, stops: list[str], on_first: Callable[[], None] | None = None
+                 ) -> AsyncIterator[bytes]:
     """SSE frames as tokens arrive (after the "version" event, which the caller consumed for the headers).
     The finish chunk of each choice carries its experience_id once the answer is recorded; an answer that could
     not be recorded ends the stream with an `error` frame naming why, never a half record. A client that goes
@@ -167,6 +168,9 @@ async def stream(events: Events, done: asyncio.Future, ids: RecordIds, model: st
     while (event := await events.get()) is not None:
         _, i, token = event
         piece = texts[i].add(token)
+        if piece and on_first is not None:
+            on_first()  # the first token the client sees
+            on_first = None
         if piece or (chat and not started[i]):
             yield _sse(chunk(i, piece))
     try:

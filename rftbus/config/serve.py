@@ -60,6 +60,14 @@ class ServeConfig(BaseModel):
     max_calls_per_session: int = Field(256, ge=1, description="calls one session may record")
     weights_wait_s: float = Field(15.0, ge=0, description="at start, how long to wait for the weights topic "
                                   "to be read (so the first answers use the newest version)")
+    rate_limit_requests_per_minute: int = Field(0, ge=0, description="completion requests per minute per client "
+                                                "(its bearer token, else its address); over it: 429 with "
+                                                "Retry-After. 0 = no limit")
+    rate_limit_tokens_per_minute: int = Field(0, ge=0, description="prompt + completion tokens per minute per "
+                                              "client (a request is charged prompt + max_tokens, the unused part "
+                                              "refunded); 0 = no limit")
+    metrics: bool = Field(True, description="Prometheus /metrics (latency, time to first token, tokens, "
+                          "rejections, version; no request content)")
     status_interval_s: float = Field(1.0, gt=0)
 
     @field_validator("inference_tokens", "feedback_tokens", "read_tokens", "weights_tokens", mode="before")

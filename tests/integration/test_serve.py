@@ -372,7 +372,7 @@ def test_open_scope_on_a_public_address_is_refused():
     auth = TokenAuth([], [SecretStr(FB)])
     with pytest.raises(OpenScopeRefused, match="inference scope has no tokens"):
         auth.check_exposure("0.0.0.0", allow_open=False, used={Scope.inference, Scope.feedback})
-    with pytest.raises(OpenScopeRefused, match="inference and read scopes have no tokens"):
+    with pytest.raises(OpenScopeRefused, match="inference, read and weights scopes have no tokens"):
         auth.check_exposure("0.0.0.0", allow_open=False)  # the studio mounted: its read scope too
     auth.check_exposure("127.0.0.1", allow_open=False)
     auth.check_exposure("::1", allow_open=False)
