@@ -13,11 +13,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
+from prometheus_client import CollectorRegistry, Counter
 from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 
 from rftbus.config import Config
+from rftbus.metrics import add_metrics_route, time_requests
 from rftbus.consumers.analytics.backends import AnalyticsError
 from rftbus.producers.serve.auth import Scope, TokenAuth
 from rftbus.producers.serve.errors import (ApiError, BadRequest, BodyLimit, NotFound, Unauthorized, Unavailable,
@@ -93,6 +95,13 @@ def create_studio(cfg: Config, publisher: Publisher | None = None) -> FastAPI:
     app = FastAPI(title="rftbus studio", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.studio = st
     T = st.templates
+    grades = None
+    if cfg.studio.metrics:  # Prometheus: page and API latency by route, grades by kind
+        registry = CollectorRegistry()
+        time_requests(app, registry, "rftbus_studio")
+        add_metrics_route(app, registry)
+        grades = Counter("rftbus_studio_grades", "grades published from the studio, by kind", ["kind"],
+                         registry=registry)
 
     def page(request: Request, template: str, code: int = 200, **ctx) -> HTMLResponse:
         allowed = access.scopes(st.auth, request)
@@ -213,6 +222,8 @@ def create_studio(cfg: Config, publisher: Publisher | None = None) -> FastAPI:
         if req.correction is not None and not req.prompt:
             req = req.model_copy(update={"prompt": await anyio.to_thread.run_sync(_prompt_of, cfg, req.target)})
         fb = await st.publisher.publish(req)
+        if grades is not None:
+            grades.labels(fb.kind.value).inc()
         return JSONResponse({"status": "accepted", "feedback_id": fb.feedback_id, "experience_id": fb.experience_id,
                              "kind": fb.kind.value, "annotator": fb.annotator, "topic": cfg.topics.feedback.name},
                             status_code=202)

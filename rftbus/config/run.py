@@ -48,6 +48,9 @@ class RunConfig(BaseModel):
     on_give_up: Literal["stop", "continue"] = Field(
         "stop", description="a child given up on stops the run, loudly with its last crash's cause (exit 1); "
         "`continue` keeps the other stages running (the summary still reports the dead stage and fails)")
+    metrics_host: str = Field("127.0.0.1", description="where `rftbus run` serves Prometheus /metrics")
+    metrics_port: int | None = Field(9464, ge=0, le=65535, description="its port (0: any free one, None: off); "
+                                     "a port already taken is reported and the run goes on without it")
     analytics: bool = Field(True, description="run the analytics sink too, when it is installed")
     serve: bool = Field(False, description="also run `rftbus serve` (the live-traffic proxy, on serve.host:"
                         "serve.port) as a supervised child")

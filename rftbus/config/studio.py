@@ -18,3 +18,4 @@ class StudioConfig(BaseModel):
                            "open pages cost one set of queries)")
     lag_timeout_s: float = Field(0.8, gt=0, description="how long the dashboard waits for Kafka's consumer lags "
                                  "(asked beside the analytics queries; a broker that is down does not hold the page)")
+    metrics: bool = Field(True, description="Prometheus /metrics (latency by route, grades by kind; no content)")

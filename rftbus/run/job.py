@@ -54,6 +54,7 @@ class MainJob:
         self.started_broker = False
         self.events: list[str] = []
         self.committed = CommittedOffsets(cfg)  # the live view's lags (kept: read every 2 s)
+        self.lags: dict[str, int] = {}  # the last ones read (the live view and /metrics)
         self._stop_requested = False
         self.exit_codes: dict[str, int | None] = {}
         self.broker: BrokerWatch | None = None  # the embedded broker this job started
@@ -191,6 +192,7 @@ class MainJob:
         # the children at once instead of after the slowest load.
         self.check_taskset()
         sup = Supervisor(self.child_specs(self.write_child_config()))
+        stop_metrics = self.start_metrics(sup)
         reason = "stopped by the user"
         evaluator = None
         pool = ThreadPoolExecutor(2, thread_name_prefix="start")
@@ -220,10 +222,30 @@ class MainJob:
             self.console.print("children stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()))
         finally:
             sup.stop(timeout=10)  # no-op when already stopped; a safety net on errors
+            if stop_metrics is not None:
+                stop_metrics()
             pool.shutdown(wait=True)  # a broker still starting is up (and stopped by run()) or failed
         if self._stop_requested and evaluator is None:
             bus.result()  # an error of the start-up itself is still the run's error, not a silent stop
         return self.summarize(evaluator.points if evaluator is not None else [], reason, sup)
+
+    def start_metrics(self, sup: Supervisor):
+        """Prometheus /metrics of the run's children (rftbus/run/metrics.py); its stop, or None when off."""
+        r = self.cfg.run
+        if r.metrics_port is None:
+            return None
+        from rftbus.run.metrics import StatusCollector, serve_metrics
+
+        collector = StatusCollector(self.cfg.state_dir, lambda: dict(self.lags),
+                                    lambda: {n: c.restarts for n, c in sup.children.items()})
+        started = serve_metrics(r.metrics_host, r.metrics_port, collector)
+        if started is None:
+            self.events.append(f"metrics: port {r.metrics_port} is taken; no /metrics for this run")
+            return None
+        stop, port = started
+        self.metrics_url = f"http://{r.metrics_host}:{port}/metrics"
+        self.console.print(f"metrics: {self.metrics_url}")
+        return stop
 
     def check_taskset(self) -> None:
         """Data is read whole before anything starts: a bad row, an eval split that overlaps train or is empty
@@ -257,6 +279,7 @@ class MainJob:
                 self.pace.see(time.time(), statuses)
                 if time.monotonic() - last_lag > 2:
                     lags, last_lag = self._lags(admin, lags), time.monotonic()
+                    self.lags = lags
                 if time.monotonic() - last_feed > 1:
                     self.feed.tick(admin, statuses)
                     last_feed = time.monotonic()
