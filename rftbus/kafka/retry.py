@@ -23,14 +23,25 @@ def retriable(err: KafkaError | None) -> bool:
     return err is not None and hasattr(err, "retriable") and (err.retriable() or err.code() in TRANSIENT)
 
 
-def retry_kafka(fn: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
-    """Run `fn`, retrying retriable Kafka errors until `timeout_s`; then a clear error naming `what`."""
+def retrying(fn: Callable[[], T], timeout_s: float, also: tuple[int, ...] = (), pause_s: float = 0.5) -> T:
+    """Run `fn`, asking again on retriable Kafka errors (and the error codes in `also`) until `timeout_s`; the
+    last KafkaException is raised as it came. The one retry-until-deadline loop of the Kafka layer."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
             return fn()
         except KafkaException as e:
             err = e.args[0] if e.args else None
-            if not retriable(err) or time.monotonic() > deadline:
-                raise RftbusError(f"{what}: {err.str() if err is not None else e}") from None
-            time.sleep(0.5)
+            again = retriable(err) or (err is not None and hasattr(err, "code") and err.code() in also)
+            if not again or time.monotonic() > deadline:
+                raise
+            time.sleep(pause_s)
+
+
+def retry_kafka(fn: Callable[[], T], what: str, timeout_s: float = 60.0) -> T:
+    """`retrying`, then a clear error naming `what`."""
+    try:
+        return retrying(fn, timeout_s)
+    except KafkaException as e:
+        err = e.args[0] if e.args else None
+        raise RftbusError(f"{what}: {err.str() if err is not None else e}") from None

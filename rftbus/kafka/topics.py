@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, Resourc
 
 from rftbus.config import Config, TopicSpec
 from rftbus.errors import RftbusError
-from rftbus.kafka.retry import retriable
+from rftbus.kafka.retry import retriable, retrying
 
 
 @dataclass
@@ -27,24 +27,15 @@ def describe_topic_configs(admin: AdminClient, names: list[str], timeout: float 
     if not names:
         return {}
     resources = [ConfigResource(ResourceType.TOPIC, n) for n in names]
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            futures = admin.describe_configs(resources, request_timeout=timeout)
-            out: dict[str, dict[str, str]] = {}
-            for res, fut in futures.items():
-                entries = fut.result(timeout=timeout)
-                out[res.name] = {k: v.value for k, v in entries.items() if v.value is not None}
-            return out
-        except KafkaException as e:
-            # A cluster starting or failing over (rftbus/kafka/retry.py), or a node whose cache does not show a
-            # topic the caller saw in metadata yet (UNKNOWN_TOPIC_OR_PART; a streams worker crashed at start on
-            # it, #37): ask again until the deadline.
-            err = e.args[0] if e.args else None
-            unknown = err is not None and err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
-            if not (retriable(err) or unknown) or time.monotonic() > deadline:
-                raise
-        time.sleep(0.2)
+
+    def describe() -> dict[str, dict[str, str]]:
+        futures = admin.describe_configs(resources, request_timeout=timeout)
+        return {res.name: {k: v.value for k, v in fut.result(timeout=timeout).items() if v.value is not None}
+                for res, fut in futures.items()}
+
+    # A cluster starting or failing over, or a node whose cache does not show a topic the caller saw in metadata
+    # yet (UNKNOWN_TOPIC_OR_PART; a streams worker crashed at start on it, #37): asked again until the deadline.
+    return retrying(describe, timeout, also=(KafkaError.UNKNOWN_TOPIC_OR_PART,), pause_s=0.2)
 
 
 def max_message_bytes(admin: AdminClient, names: list[str], timeout: float = 15.0) -> dict[str, int]:
@@ -76,13 +67,7 @@ def wait_visible(admin: AdminClient | Consumer, names: list[str], timeout: float
     creator, or a sibling that raced it, waits here rather than reading a topic as missing."""
     deadline = time.monotonic() + timeout
     while True:
-        try:
-            md = admin.list_topics(timeout=timeout)
-        except KafkaException as e:
-            if not retriable(e.args[0] if e.args else None) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-            continue
+        md = retrying(lambda: admin.list_topics(timeout=timeout), max(deadline - time.monotonic(), 0.0), pause_s=0.2)
         missing = [n for n in names if n not in md.topics or md.topics[n].error is not None or not md.topics[n].partitions]
         if not missing:
             return md
@@ -100,17 +85,8 @@ def create_new(admin: AdminClient, topics: list[NewTopic], timeout: float = 30.0
 
 
 def _visible(admin: AdminClient, names: list[str], timeout: float) -> tuple[Any, dict[str, dict[str, str]]]:
-    """Metadata and configs of topics that exist; a config read can still see UNKNOWN_TOPIC_OR_PART for a
-    moment after the metadata shows the topic, and is retried until the deadline."""
-    deadline = time.monotonic() + timeout
-    while True:
-        md = wait_visible(admin, names, max(deadline - time.monotonic(), 1.0))
-        try:
-            return md, describe_topic_configs(admin, names, timeout)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
-                raise
-        time.sleep(0.2)
+    """Metadata and configs of topics that exist (a config read that lags the metadata is asked again)."""
+    return wait_visible(admin, names, timeout), describe_topic_configs(admin, names, timeout)
 
 
 def create_topics(cfg: Config, admin: AdminClient, timeout: float = 30.0) -> list[TopicResult]:
@@ -125,8 +101,10 @@ def create_topics(cfg: Config, admin: AdminClient, timeout: float = 30.0) -> lis
     deadline = time.monotonic() + timeout
     while new:
         again = []
-        for topic, fut in zip(new, admin.create_topics(new, request_timeout=timeout).values()):
-            key = next(k for k, s in specs.items() if s.name == topic.topic)
+        asked = {topic.topic: topic for topic in new}
+        for name, fut in admin.create_topics(new, request_timeout=timeout).items():  # keyed by topic name
+            topic = asked[name]
+            key = next(k for k, s in specs.items() if s.name == name)
             try:
                 fut.result(timeout=timeout)
                 results[key] = TopicResult(key, topic.topic, "created")
