@@ -173,8 +173,8 @@ def create_studio(cfg: Config, publisher: Publisher | None = None) -> FastAPI:
     async def login(request: Request):
         body = await _json(request)
         token, name = str(body.get("token") or "").strip(), access.clean_name(body.get("name"))
-        allowed = st.auth.allowed(f"Bearer {token}" if token else None)
-        if token and allowed == set(st.auth.open_scopes()):
+        allowed = st.auth.allowed(f"Bearer {token}" if token else None) - {Scope.weights}  # (not the studio's)
+        if token and allowed == set(st.auth.open_scopes()) - {Scope.weights}:
             raise Unauthorized("this token is not one of serve's tokens", code="invalid_token")
         if not allowed & {Scope.feedback, Scope.read}:
             raise Unauthorized("a token is needed: a grader's (serve.feedback_tokens) or a reader's "
