@@ -67,5 +67,7 @@ def select(bc: BatchConsumer, cfg: Config, loss, trainable: Trainable, partial: 
         return None  # the priority lane has records not read yet: they go first
     if loss.name == "mix":
         n_exp = cfg.trainer.mix_expert_per_batch if cfg.trainer.mix_expert_per_batch is not None else B
+        if n_exp and not partial and not bc.waiting("expert") and not bc.lane_drained("expert"):
+            return None  # demonstrations in the log, not fetched yet: mixed in, not skipped by a late fetch
         take += walk(bc, "expert", n_exp, trainable)
     return take if any(idx for _, idx in take) else None
