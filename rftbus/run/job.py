@@ -243,8 +243,7 @@ class MainJob:
             self.events.append(f"metrics: port {r.metrics_port} is taken; no /metrics for this run")
             return None
         stop, port = started
-        self.metrics_url = f"http://{r.metrics_host}:{port}/metrics"
-        self.console.print(f"metrics: {self.metrics_url}")
+        self.console.print(f"metrics: http://{r.metrics_host}:{port}/metrics")
         return stop
 
     def check_taskset(self) -> None:

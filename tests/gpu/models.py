@@ -13,3 +13,16 @@ MEDIUM = {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8,
 
 def config(tiny: dict, dtype: str = "float32", **extra) -> Config:
     return Config.model_validate({"model": {"tiny": tiny, "dtype": dtype}, **extra})
+
+
+def saved_small(folder):
+    """The SMALL model with random weights and its tokenizer, saved as a Hugging Face folder (what vLLM loads):
+    (its config, tokenizer, model)."""
+    from rftbus.models.loading import load_policy, load_tokenizer
+
+    cfg = config(SMALL)
+    tok = load_tokenizer(cfg.model)
+    lm = load_policy(cfg.model, tok)
+    lm.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return cfg, tok, lm

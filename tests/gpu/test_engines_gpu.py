@@ -13,7 +13,7 @@ from rftbus.producers.engines import make_engine
 from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.trainer.batch import Row, collate
 from rftbus.trainer.policy import PolicyWithValue, token_logp_entropy
-from tests.gpu.models import SMALL, config
+from tests.gpu.models import SMALL, config, saved_small
 
 
 def forward_logp(model, tok, prompt: list[int], comps, temperature: float) -> list[torch.Tensor]:
@@ -52,12 +52,8 @@ def test_vllm_engine_n_samples_processed_logprobs_and_hot_swap(tmp_path):
     if reason:
         pytest.skip(f"vllm engine not testable here: {reason}")
 
-    base = config(SMALL)
-    tok = load_tokenizer(base.model)
-    lm = load_policy(base.model, tok)
     folder = tmp_path / "hf"
-    lm.save_pretrained(folder)
-    tok.save_pretrained(folder)
+    _, tok, lm = saved_small(folder)
     cfg = config(SMALL, **{"model": {"path": str(folder), "tiny": SMALL},
                            "explorer": {"engine": {"kind": "vllm", "gpu_memory_utilization": 0.3,
                                                    "max_model_len": 512, "enforce_eager": True}}})

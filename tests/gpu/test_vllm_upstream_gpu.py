@@ -18,10 +18,9 @@ import torch
 
 from rftbus.config.explorer import SamplingConfig
 from rftbus.models.config import LoraSpec
-from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.models.lora import from_payload, version_payload, wrap
 from rftbus.producers.engines.openai import OpenAIEngine
-from tests.gpu.models import SMALL, config
+from tests.gpu.models import saved_small
 
 
 def test_vllm_serve_receives_each_lora_version_and_serves_it(tmp_path):
@@ -30,12 +29,8 @@ def test_vllm_serve_receives_each_lora_version_and_serves_it(tmp_path):
     reason = vllm_unavailable_reason()
     if reason:
         pytest.skip(f"the vLLM upstream is not testable here: {reason}")
-    cfg = config(SMALL)
-    tok = load_tokenizer(cfg.model)
-    lm = load_policy(cfg.model, tok)
     folder = tmp_path / "model"
-    lm.save_pretrained(folder)
-    tok.save_pretrained(folder)
+    cfg, tok, lm = saved_small(folder)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
