@@ -28,11 +28,12 @@ def parse_params(items: list[str]) -> dict[str, str]:
 
 
 def run_query(cfg: Config, sql: str, params: dict[str, str] | None = None) -> Result:
-    """A user's SQL (the CLI, the studio): one read-only statement (statement.py), within read_limits."""
+    """A user's SQL (the CLI, the studio): one SELECT over the analytics tables (statement.py), run by the
+    sandboxed reader (jail.py) within read_limits."""
     from .reader import open_reader
     from .statement import check
 
-    check(sql)
+    check(sql, cfg.analytics.database, cfg.analytics.query_max_chars)
     with open_reader(cfg) as b:
         return b.query(sql, params)
 

@@ -113,3 +113,9 @@ TOPIC_TABLES: dict[str, tuple[str, str]] = {
 
 def ddl_statements(database: str) -> list[str]:
     return [f"CREATE DATABASE IF NOT EXISTS {database}"] + [t.ddl(database) for t in TABLES.values()]
+
+
+def describe(database: str) -> list[dict]:
+    """What SHOW TABLES and DESCRIBE would say, from the definitions (the query path runs neither)."""
+    return [{"table": f"{database}.{t.name}", "columns": [{"name": n, "type": ty.split(" DEFAULT")[0]}
+                                                        for n, ty in t.all_columns]} for t in TABLES.values()]

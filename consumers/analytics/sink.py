@@ -21,7 +21,7 @@ from rftbus.kafka.topics import create_topics
 from rftbus.schemas import make_codec
 from rftbus.status import StatusFile
 
-from .backends import Backend, FolderLocked, is_embedded, open_backend, where
+from .backends import Backend, FolderLocked, open_backend, where
 from .backends.base import WriteError
 from .batch import Batch
 from .reader import ROLE
@@ -226,20 +226,15 @@ class Sink:
 
 
 def run(cfg: Config, ident: str = "0", *, until_end: bool = False, log=print) -> SinkSummary:
-    """The sink process: status file, query endpoint for embedded backends, the loop."""
-    from .server import QueryServer
-
+    """The sink process: status file, the loop. Readers open the data themselves (reader.py): the sink
+    answers no queries."""
     status = StatusFile(cfg.state_dir, ROLE, ident)
     status.update(backend=cfg.analytics.backend, where=where(cfg), messages=0, rows=0, undecodable=0, lag=0)
     status.start()
-    backend = server = None
+    backend = None
     try:
         backend = open_writer(cfg, status, log)
-        if is_embedded(cfg):
-            server = QueryServer(backend).start()
-            status.update(query_url=server.url)
-        log(f"analytics sink: {backend.describe}, database {cfg.analytics.database}"
-            + (f", queries at {server.url}" if server else ""))
+        log(f"analytics sink: {backend.describe}, database {cfg.analytics.database}")
         if cfg.kafka.wait_s:  # started beside the broker (rftbus run): subscribe once it and the topics are there
             create_topics(cfg, check_reachable(cfg))
         summary = Sink(cfg, backend, status, ident, until_end=until_end, log=log).run()
@@ -247,8 +242,6 @@ def run(cfg: Config, ident: str = "0", *, until_end: bool = False, log=print) ->
         status.stop(state="failed")
         raise
     finally:
-        if server is not None:
-            server.stop()
         if backend is not None:
             backend.close()
     status.stop(state="stopped", stopped_by=summary.stopped_by)

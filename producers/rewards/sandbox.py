@@ -24,21 +24,18 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rftbus.errors import RftbusError
+from rftbus.sandbox import NOBODY, SandboxUnavailable, bwrap_path, kill_all, make_pids_cgroup, remove_cgroup, ro_binds
+from rftbus.sandbox import SYSTEM_RO as BASE_RO
+
+__all__ = ["NOBODY", "SandboxLimits", "SandboxResult", "SandboxUnavailable", "bwrap_path", "check_sandbox",
+           "run_sandboxed"]
 
 LAUNCHER = Path(__file__).with_name("sandbox_launcher.py")
-PIDS_ROOTS = (Path("/sys/fs/cgroup/pids"),)
 OUTPUT_LIMIT = 64 * 1024
-SYSTEM_RO = ("/usr", "/bin", "/lib", "/lib64", "/sbin", "/etc")
-NOBODY = 65534
-
-
-class SandboxUnavailable(RftbusError):
-    """bubblewrap is missing or cannot make its namespaces here."""
+SYSTEM_RO = (*BASE_RO, "/etc")
 
 
 @dataclass(frozen=True)
@@ -67,14 +64,6 @@ class SandboxResult:
         return self.returncode == 0 and not self.timed_out
 
 
-def bwrap_path() -> str:
-    path = shutil.which("bwrap")
-    if path is None:
-        raise SandboxUnavailable("the code sandbox needs bubblewrap: `apt-get install bubblewrap` (Debian, Ubuntu; "
-                                 "`make install` does it when it may), or your distribution's bubblewrap package")
-    return path
-
-
 def _interpreter() -> tuple[str, list[str]]:
     """A Python inside the read-only system view (Debian's /usr/bin/python3), else this one's install
     bound read-only at its own path (never the venv: it may sit in a home folder)."""
@@ -83,39 +72,6 @@ def _interpreter() -> tuple[str, list[str]]:
         return str(system), []
     prefix = os.path.realpath(sys.base_prefix)
     return os.path.join(prefix, "bin", Path(os.path.realpath(sys.executable)).name), ["--ro-bind", prefix, prefix]
-
-
-def _make_pids_cgroup(max_procs: int) -> Path | None:
-    for root in PIDS_ROOTS:
-        if root.is_dir() and os.access(root, os.W_OK):
-            path = root / f"rftbus-sandbox-{uuid.uuid4().hex[:12]}"
-            try:
-                path.mkdir()
-                (path / "pids.max").write_text(str(max_procs))
-                return path
-            except OSError:
-                if path.exists():
-                    path.rmdir()
-    return None
-
-
-def _kill_all(proc: subprocess.Popen, cgroup: Path | None) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    if cgroup is None:
-        return
-    for _ in range(50):  # processes that left the process group are still in the cgroup
-        pids = [int(p) for p in (cgroup / "cgroup.procs").read_text().split()]
-        if not pids:
-            return
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.02)
 
 
 def _read(path: Path) -> tuple[str, bool]:
@@ -127,7 +83,7 @@ def _read(path: Path) -> tuple[str, bool]:
 
 def _argv(bwrap: str, work: str, limits: SandboxLimits) -> list[str]:
     python, extra = _interpreter()
-    ro = [a for d in SYSTEM_RO for a in ("--ro-bind-try", d, d)]
+    ro = ro_binds(SYSTEM_RO)
     return [bwrap, *ro, *extra, "--proc", "/proc", "--dev", "/dev",
             "--perms", "1777", "--size", str(limits.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
             "--bind", work, "/sandbox", "--chdir", "/sandbox",
@@ -173,7 +129,7 @@ def run_sandboxed(code: str, limits: SandboxLimits = SandboxLimits()) -> Sandbox
     """Run `code` as a Python program under `limits`; never raises for anything the code does.
     Raises SandboxUnavailable when there is no bubblewrap."""
     bwrap = bwrap_path()
-    cgroup = _make_pids_cgroup(limits.max_procs)
+    cgroup = make_pids_cgroup(limits.max_procs)
     with tempfile.TemporaryDirectory(prefix="rftbus-sandbox-") as tmp, \
             tempfile.TemporaryDirectory(prefix="rftbus-sandbox-out-") as out_dir:
         work = Path(tmp)
@@ -202,7 +158,7 @@ def run_sandboxed(code: str, limits: SandboxLimits = SandboxLimits()) -> Sandbox
             except subprocess.TimeoutExpired:
                 timed_out = True
             finally:
-                _kill_all(proc, cgroup)
+                kill_all(proc, cgroup)
                 proc.wait()
         wall = time.monotonic() - t0
         held_file = work / ".sandbox.json"
@@ -214,11 +170,7 @@ def run_sandboxed(code: str, limits: SandboxLimits = SandboxLimits()) -> Sandbox
         stderr, _ = _read(err_path)
         code_ = None if timed_out else proc.returncode
         hit = limits_hit(code_, timed_out, stderr, _max_events(cgroup), cut)
-    if cgroup is not None:
-        try:
-            cgroup.rmdir()
-        except OSError:
-            pass
+    remove_cgroup(cgroup)
     return SandboxResult(code_, stdout, stderr, timed_out, wall, held, hit)
 
 

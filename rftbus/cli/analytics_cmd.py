@@ -60,6 +60,23 @@ def query(
         st.console.print(as_table(res, max_rows))
 
 
+@app.command("schema")
+def schema(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """The analytics tables and their columns (what SHOW TABLES / DESCRIBE would say; the query path runs
+    neither), and the functions a query may call."""
+    from rftbus.consumers.analytics.schema import describe
+    from rftbus.consumers.analytics.statement import CALLABLE
+
+    st = state(ctx)
+    tables = describe(st.config().analytics.database)
+    if as_json:
+        sys.stdout.write(json.dumps({"tables": tables, "functions": sorted(CALLABLE)}, indent=1) + "\n")
+        return
+    for t in tables:
+        st.console.print(f"[bold]{t['table']}[/]: " + ", ".join(f"{c['name']} {escape(c['type'])}" for c in t["columns"]))
+    st.console.print("[dim]functions: " + " ".join(sorted(CALLABLE)) + "[/]")
+
+
 @app.command("counts")
 def counts(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
     """Distinct records, messages and undecodable messages per topic, after dedup."""

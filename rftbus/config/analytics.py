@@ -35,7 +35,10 @@ class AnalyticsConfig(BaseModel):
                                    "stopped by ClickHouse after this long (max_execution_time): a query that would "
                                    "run forever holds no lock past it")
     query_max_rows: int = Field(10_000_000, ge=1, description="a read whose result has more rows fails (max_result_rows)")
-    query_max_bytes: int = Field(2**30, ge=1, description="... or more bytes (max_result_bytes)")
+    query_max_bytes: int = Field(32 * 2**20, ge=1, description="... or more bytes (max_result_bytes; the sandboxed "
+                                 "reader's answer is cut there too)")
+    query_max_chars: int = Field(64 * 1024, ge=1, description="a user's SQL longer than this is refused before it "
+                                 "is parsed")
     query_max_memory_bytes: int = Field(2 * 2**30, ge=1, description="memory one read may use (max_memory_usage)")
     pass_threshold: float = Field(1.0, description="a sample passes when its reward is at least this "
                                   "(report: per-task pass rate, feedback agreement)")
