@@ -56,12 +56,15 @@ class Answering:
         meta = {**(req.metadata or {}), "endpoint": endpoint, **({"user": req.user} if req.user else {})}
         svc.check_shape(prompt_ids, req.n)
         max_new = svc.max_new(req.limit(), len(prompt_ids), "max_tokens")
-        client = RateLimiter.client(request.headers.get("authorization"), request.client.host if request.client else None)
+        client = svc.auth.identity(request.headers.get("authorization"), request.client.host if request.client else None)
+        session_id = more.get("session_id")
+        if session_id is not None:
+            svc.sessions.check(session_id, client)
         charged = len(prompt_ids) + max_new * req.n
         self.limits.admit(client, charged)
         args = {"prompt": LivePrompt(prompt_ids, text, req.task_id or default_task_id(prompt_ids)), "n": req.n,
                 "sampling": svc.sampling(req.temperature, req.top_p, req.top_k), "stops": req.stops(),
-                "max_new": max_new, "metadata": meta, "adapter": svc.adapter_for(req.model), **more}
+                "max_new": max_new, "metadata": meta, "adapter": svc.adapter_for(req.model), "client": client, **more}
         return Call(endpoint, args, client, charged)
 
     def _settle(self, call: Call, a: Answer | None, stream: bool) -> None:

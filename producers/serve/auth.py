@@ -83,6 +83,21 @@ class TokenAuth:
             out |= self._scopes_of(token.strip())
         return out
 
+    @staticmethod
+    def token_of(authorization: str | None) -> str | None:
+        """The token a `Bearer <token>` header presents (the scheme in any case, spaces around it ignored)."""
+        kind, _, token = (authorization or "").strip().partition(" ")
+        token = token.strip()
+        return token if kind.lower() == "bearer" and token else None
+
+    def identity(self, authorization: str | None, address: str | None) -> str:
+        """Who a request is, for rate limits and session ownership: a digest of a known token (however the header
+        is spelt: one token is one client), else the peer's address (an open scope, or no known token)."""
+        token = self.token_of(authorization)
+        if token is not None and self._scopes_of(token):
+            return "t:" + hashlib.sha256(token.encode()).hexdigest()[:24]
+        return f"a:{address or '?'}"
+
     def check(self, authorization: str | None, scope: Scope) -> None:
         """Raise Unauthorized (no or unknown token) or Forbidden (a token of the other scope)."""
         if not self._digests[scope]:

@@ -1,6 +1,7 @@
 """Per-client rate limits: requests and tokens per minute, answered 429 with `Retry-After` (as OpenAI's).
 
-A client is its bearer token (or its address where the scope is open). Each limit is a token bucket that
+A client is the authenticated identity (TokenAuth.identity: a digest of its token however the header is spelt,
+or its address where the scope is open). Each limit is a token bucket that
 refills continuously at limit/60 per second up to the limit. A request is charged one request and its prompt
 tokens plus max_tokens when admitted (what it may cost); the tokens it did not generate are refunded when it
 finishes, so the tokens budget tracks what was really used. 0 turns a limit off.
@@ -8,7 +9,6 @@ finishes, so the tokens budget tracks what was really used. 0 turns a limit off.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import threading
 import time
@@ -44,13 +44,6 @@ class RateLimiter:
     @property
     def on(self) -> bool:
         return bool(self.rpm or self.tpm)
-
-    @staticmethod
-    def client(authorization: str | None, address: str | None) -> str:
-        """The key a request is counted under: a digest of its token (never the token), else its address."""
-        if authorization:
-            return "t:" + hashlib.sha256(authorization.encode()).hexdigest()[:24]
-        return f"a:{address or '?'}"
 
     def _level(self, buckets: dict[str, _Bucket], key: str, limit: int, now: float) -> _Bucket:
         b = buckets.get(key)

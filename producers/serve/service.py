@@ -151,7 +151,7 @@ class LiveService:
     async def complete(self, prompt: LivePrompt, n: int, sampling: SamplingConfig, max_new: int,
                        stops: list[str], metadata: dict[str, str], listener: TokenListener | None = None,
                        ids: RecordIds | None = None, session_id: str | None = None, tools: bool = False,
-                       adapter: str | None = None) -> Answer:
+                       adapter: str | None = None, client: str = "") -> Answer:
         """Generate, record (acknowledged per serve.record_ack), answer. A `listener` hears tokens as they are
         sampled (a stream, its record ids named in advance by `ids`); the record is written only once every
         choice is complete."""
@@ -181,7 +181,7 @@ class LiveService:
             texts.append(text)
         meta = {**metadata, "served_model": adapter or self.model_name}
         if session_id is not None:
-            meta.update(session_id=session_id, session_turn=str(self.sessions.next_turn(session_id)))
+            meta.update(session_id=session_id, session_turn=str(self.sessions.next_turn(session_id, client)))
         if sampling.temperature != self.cfg.explorer.sampling.temperature:
             meta["temperature"] = repr(sampling.temperature)
         group = live_group(prompt, comps, gen.version, self.id, gen.generation_ms, meta, ids)

@@ -48,5 +48,15 @@ def test_off_by_default_and_clients_are_keyed_without_their_token():
     lim = RateLimiter(0, 0)
     for _ in range(1000):
         lim.admit("a", 10_000)
-    key = RateLimiter.client("Bearer secret-token", "1.2.3.4")
-    assert "secret" not in key and key.startswith("t:") and RateLimiter.client(None, "1.2.3.4") == "a:1.2.3.4"
+    from pydantic import SecretStr
+
+    from rftbus.producers.serve.auth import TokenAuth
+
+    auth = TokenAuth([SecretStr("secret-token")], [])
+    key = auth.identity("Bearer secret-token", "1.2.3.4")
+    assert "secret" not in key and key.startswith("t:") and auth.identity(None, "1.2.3.4") == "a:1.2.3.4"
+    # One token is one client however the header is spelt (the scheme's case, spaces): one bucket, not eight.
+    spellings = ["Bearer secret-token", "bearer secret-token", "BEARER secret-token", "Bearer  secret-token",
+                 " Bearer secret-token", "Bearer secret-token ", "bEaReR secret-token", "Bearer\tsecret-token"]
+    assert {auth.identity(h, "1.2.3.4") for h in spellings[:-1]} == {key}
+    assert auth.identity("Bearer not-a-token", "1.2.3.4") == "a:1.2.3.4"  # an unknown token is its address

@@ -187,17 +187,19 @@ def test_an_episode_grade_is_credited_to_each_call_and_an_ungraded_episode_is_na
 
     s = Sessions(max_sessions=2, max_calls=3)
     for turn in range(3):
-        assert s.next_turn("a") == turn
+        assert s.next_turn("a", "me") == turn
         s.recorded("a", turn, [f"e{turn}"])
     with pytest.raises(BadRequest, match="max_calls_per_session"):
-        s.next_turn("a")
+        s.next_turn("a", "me")
     req = FeedbackRequest(session_id="a", rating=5, feedback_id="ep1")
     same = req.episode(s.calls("a"), (1, 5), "same", 0.9)
     assert [(f.experience_id, f.kind, f.rating) for f in same] == [(f"e{i}", FeedbackKind.rating, 5) for i in range(3)]
     assert [f.feedback_id for f in same] == ["ep1:0.0", "ep1:1.0", "ep1:2.0"]  # a retried grade: the same records
     disc = FeedbackRequest(session_id="a", thumbs="up").episode(s.calls("a"), (1, 5), "discounted", 0.5)
     assert [f.reward for f in disc] == [0.25, 0.5, 1.0] and {f.metadata["session_id"] for f in disc} == {"a"}
-    s.next_turn("b"), s.next_turn("c")  # only the last two sessions are remembered
+    s.next_turn("x", "other"), s.next_turn("y", "other"), s.next_turn("z", "other")  # another client's budget ...
+    assert s.calls("a")  # ... never evicts mine
+    s.next_turn("b", "me"), s.next_turn("c", "me")  # only my last two sessions are remembered
     with pytest.raises(Exception, match="no calls recorded"):
         s.calls("a")
     for bad in ({"session_id": "a", "experience_id": "e1", "reward": 1.0}, {"session_id": "a", "correction": "x"}):
@@ -207,3 +209,17 @@ def test_an_episode_grade_is_credited_to_each_call_and_an_ungraded_episode_is_na
     assert check_limits(g, 0, StreamsConfig()).reason == "episode_no_feedback"
     g.metadata = {}
     assert check_limits(g, 0, StreamsConfig()).reason == "no_feedback"
+
+
+def test_a_session_belongs_to_the_client_that_opened_it():
+    from rftbus.producers.serve.errors import Forbidden
+    from rftbus.producers.serve.sessions import Sessions
+
+    s = Sessions(max_sessions=4, max_calls=2)
+    assert s.next_turn("a", "alice") == 0
+    for call in (lambda: s.check("a", "mallory"), lambda: s.next_turn("a", "mallory")):
+        with pytest.raises(Forbidden, match="opened by another client"):
+            call()
+    assert s.next_turn("a", "alice") == 1  # mallory's tries neither joined nor used up alice's calls
+    with pytest.raises(BadRequest, match="max_calls_per_session"):
+        s.check("a", "alice")
