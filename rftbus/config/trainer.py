@@ -77,6 +77,9 @@ class TrainerConfig(BaseModel):
     keep_checkpoints: int = Field(2, ge=1)
     store_url: str | None = Field(None, description="weight store, any fsspec URL; default <state_dir>/weights")
     keep_versions: int = Field(4, ge=1, description="weight versions kept in the store (see weights_gc.py)")
+    max_version_jump: int = Field(1000, ge=1, description="a weight record more than this many versions ahead of the "
+                                  "newest one a process believes is refused (a forged record must not become every "
+                                  "follower's latest: rftbus/weights/admit.py)")
     gc_grace_s: float = Field(60.0, ge=0, description="a superseded version survives at least this long")
 
     max_abs_advantage: float = Field(100.0, gt=0, description="a sample with |advantage| above this is rejected "

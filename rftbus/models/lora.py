@@ -103,6 +103,12 @@ def load_version(model: Any, payload: dict[str, torch.Tensor] | Adapter) -> Any:
     if is_peft(model):
         raise ModelError("full weights cannot load into a model that serves LoRA adapters (the trainer's "
                          "trainer.lora changed mid-run?)")
+    own = model.state_dict()
+    wrong = [k for k in payload if k not in own or tuple(own[k].shape) != tuple(payload[k].shape)]
+    missing = [k for k in own if k not in payload]
+    if wrong or missing:  # checked first: load_state_dict copies what fits before it raises for what does not
+        raise ModelError(f"weights do not fit the model: {len(wrong)} tensors of another name or shape "
+                         f"({wrong[:3]}), {len(missing)} missing ({missing[:3]})")
     model.load_state_dict(payload, strict=True)
     return model
 

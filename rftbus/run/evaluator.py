@@ -19,6 +19,7 @@ import torch
 from confluent_kafka import KafkaException
 
 from rftbus.config import Config
+from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_producer
 from rftbus.consumers.weight_sync import WeightFollower
 from rftbus.models.loading import load_policy, load_tokenizer
@@ -108,7 +109,11 @@ class Evaluator:
             return False
         record, state = ready
         with self._lock, torch.no_grad():
-            self.model = load_version(self.model, state)
+            try:
+                self.model = load_version(self.model, state)
+            except (RuntimeError, ValueError, KeyError, RftbusError) as e:  # wrong shapes, an adapter of another base
+                self.follower.refuse(record, f"does not fit the model: {e}")
+                return False
             self.version, self.step = record.version, record.step
         return True
 

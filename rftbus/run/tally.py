@@ -105,6 +105,8 @@ def _trainer_outcome(led: Ledger, ix: _Index, rec: LaneRecord, eid: str | None, 
     `rec` (None: the record is no group, and only a rejection of it counts)."""
     rejections = [r for r in ix.trainer_rej.get(rec.pos, {}).values() if eid is None or eid in r.experience_ids]
     n_trained = ix.trained_ids[eid] if eid is not None else 0
+    if n_trained <= 1 and len(rejections) == 1 and rejections[0].reason == "duplicate":
+        return "rejected:duplicate"  # a copy of an experience trained from another record: rightly refused (#42)
     n = n_trained + len(rejections)
     done = led.checkpoint is not None and led.checkpoint.done(rec.pos)
     where = f"{rec.lane} {src_of(rec.pos)} (experience {eid or 'poison'})"
@@ -158,6 +160,12 @@ def _raw(led: Ledger, ix: _Index, lane_outcome: dict[tuple[Pos, str | None], str
         for eid in raw.experience_ids:
             tally.produced += 1
             cur = [o for o in outs if o.experience_ids and eid in o.experience_ids]
+            kept = [o for o in cur if lane_outcome.get((o.pos, eid)) != "rejected:duplicate"]
+            if kept and len(kept) < len(cur):  # copies the trainer refused as duplicates: its dedupe held (#42)
+                if len(tally.notes) < MAX_EXAMPLES:
+                    tally.notes.append(f"raw {src} experience {eid}: {len(cur) - len(kept)} copies on the trainer's "
+                                       "lanes, refused by the trainer as duplicates")
+                cur = kept
             rj = [r for r in rejs if eid in r.experience_ids]
             n = len(cur) + len(rj)
             if n == 0 and not outs and not rejs and (not read or src in led.held):
@@ -187,19 +195,38 @@ def _raw(led: Ledger, ix: _Index, lane_outcome: dict[tuple[Pos, str | None], str
 
 
 def _versions(led: Ledger, tally: Tally) -> None:
+    """Versions 0..V each once, V the final checkpoint's (the trainer publishes after it checkpoints). Records above
+    it are not the trainer's (a forged or foreign record, refused by every follower): counted, never listed as
+    the gap they would open. Bounded whatever the topic holds: gaps are counted, the first few named."""
     seen = Counter(led.versions)
-    top = max(seen, default=-1)
-    skipped = [v for v in range(0, top + 1) if v not in seen]
-    twice = sorted(v for v, n in seen.items() if n > 1)
+    ck = led.checkpoint.version if led.checkpoint else None
+    top = ck if ck is not None else max(seen, default=-1)
+    ours = {v: n for v, n in seen.items() if 0 <= v <= top}
+    foreign = sorted(v for v in seen if v < 0 or v > top)
+    n_skipped = (top + 1) - len(ours)
+    skipped: list[int] = []
+    for v in range(0, top + 1):  # only the first MAX_EXAMPLES gaps are named
+        if len(skipped) >= MAX_EXAMPLES or len(skipped) >= n_skipped:
+            break
+        if v not in ours:
+            skipped.append(v)
     for v in skipped:
         tally._lose("versions", f"weight version {v} was never published")
-    for v in twice:
+    if n_skipped > len(skipped):
+        tally._lose("versions", f"{n_skipped - len(skipped)} more versions never published", n_skipped - len(skipped))
+    twice = sorted(v for v, n in ours.items() if n > 1)
+    for v in twice[:MAX_EXAMPLES]:
         tally._dup("versions", f"weight version {v} published {seen[v]} times")
-    tally.versions = {"published": len(led.versions), "newest": top, "skipped": skipped, "twice": twice,
-                      "undecodable_records": led.weights_undecodable,
-                      "checkpoint_version": led.checkpoint.version if led.checkpoint else None}
-    if led.checkpoint and led.checkpoint.version != top:
-        tally.notes.append(f"the final checkpoint holds version {led.checkpoint.version}, rft.weights' newest is {top}")
+    if len(twice) > MAX_EXAMPLES:
+        tally._dup("versions", f"{len(twice) - MAX_EXAMPLES} more versions published twice", len(twice) - MAX_EXAMPLES)
+    tally.versions = {"published": len(led.versions), "newest": top, "skipped": skipped, "skipped_count": n_skipped,
+                      "twice": twice[:MAX_EXAMPLES], "foreign": foreign[:MAX_EXAMPLES], "foreign_count": len(foreign),
+                      "undecodable_records": led.weights_undecodable, "checkpoint_version": ck}
+    if foreign:
+        tally.notes.append(f"{len(foreign)} weight records name versions the trainer never published "
+                           f"(e.g. v{foreign[0]}): refused by every follower, not counted as the trainer's")
+    if ck is not None and ck != max(ours, default=-1):
+        tally.notes.append(f"the final checkpoint holds version {ck}, rft.weights' newest is {max(ours, default=-1)}")
 
 
 def _lineage(led: Ledger, tally: Tally) -> None:

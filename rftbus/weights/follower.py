@@ -4,8 +4,10 @@ The one follower of `topics.weights` (explorers, serve, the streams, the run's e
 A background thread reads the topic from the beginning (no consumer group: every reader needs every
 version record, and nothing is committed), keeps the newest WeightVersion for `model.name`, and with
 `prefetch` loads it with `load_weights` (sha256 verified) so an engine only has to swap tensors
-between generations. A missing or corrupt checkpoint is reported and remembered as refused; the
-reader keeps the version it has. `published` reads the topic once to its end, for one-off questions.
+between generations. A record is believed only if rftbus/weights/admit.py admits it (the uri is the store's
+for that version, the file is there, the version is not far ahead); a refused record, or a checkpoint that is
+missing, corrupt, non-finite or does not fit, is reported, counted and remembered as refused, and the reader
+keeps the version it had: `latest` is never a refused record. `published` reads the topic once to its end.
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
 from rftbus.kafka.read import consume_ready, read_to_end
 from rftbus.schemas import DecodeError, WeightVersion, make_codec
+from rftbus.weights.admit import refusal
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the store (torch) loads only where weights are prefetched: not in a streams worker
     from rftbus.weights.store import Payload
 
 log = logging.getLogger("rftbus.weights")
+MAX_REFUSED = 1000
+MAX_ADMITTED = 16
 
 
 class WeightFollower:
@@ -38,8 +43,11 @@ class WeightFollower:
         self.report = report or log.warning
         self.prefetch = prefetch
         self.decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(WeightVersion)
-        self.latest: WeightVersion | None = None  # newest published record seen (even if refused)
-        self.refused: dict[int, str] = {}
+        self.latest: WeightVersion | None = None  # newest record admitted and not refused since
+        self._admitted: list[WeightVersion] = []  # the last few admitted, newest last: what a refusal falls back to
+        self.refused: dict[int, str] = {}  # the last MAX_REFUSED refused versions, with why
+        self.refused_count = 0
+        self._backlog: list[WeightVersion] = []  # records read before the end of the topic's history
         self._ready: tuple[WeightVersion, Payload] | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -89,8 +97,17 @@ class WeightFollower:
 
     def refuse(self, record: WeightVersion, reason: str) -> None:
         with self._lock:
-            self.refused[record.version] = reason
+            self._refuse(record, reason)
         self.report(f"weights v{record.version} refused: {reason}; keeping the current version")
+
+    def _refuse(self, record: WeightVersion, reason: str) -> None:
+        self.refused[record.version] = reason
+        self.refused_count += 1
+        while len(self.refused) > MAX_REFUSED:
+            self.refused.pop(next(iter(self.refused)))
+        self._admitted = [r for r in self._admitted if r.version != record.version]
+        if self.latest is not None and self.latest.version == record.version:
+            self.latest = self._admitted[-1] if self._admitted else None
 
     def _run(self) -> None:
         consumer = make_consumer(self.cfg, f"rftbus-weight-follower-{uuid.uuid4().hex[:8]}",
@@ -123,9 +140,9 @@ class WeightFollower:
         if msg.error():
             if msg.error().code() == KafkaError._PARTITION_EOF:
                 at_end.add(msg.partition())
-                if len(at_end) >= n_parts:
+                if len(at_end) >= n_parts and not self.caught_up.is_set():
+                    self._caught_up()
                     self._maybe_fetch()
-                    self.caught_up.set()
                 return
             self.report(f"reading {self.topic}: {msg.error().str()}")
             return
@@ -137,9 +154,37 @@ class WeightFollower:
             return
         if rec is None or rec.model != self.model:  # None: a tombstone (compaction's delete marker)
             return
+        if not self.caught_up.is_set():  # reading history: only the newest few records matter, judged at its end
+            if rec.version not in {r.version for r in self._backlog}:  # the newest few versions, whatever their order
+                self._backlog = sorted([*self._backlog, rec], key=lambda r: r.version)[-MAX_ADMITTED:]
+            return
+        self._consider(rec)
+
+    def _consider(self, rec: WeightVersion) -> bool:
+        """Admit `rec` as the latest, or refuse it (reported); True if admitted."""
         with self._lock:
-            if self.latest is None or rec.version > self.latest.version:
+            newest = self.latest.version if self.latest else None
+        if (newest is not None and rec.version <= newest) or rec.version in self.refused:
+            return False
+        why = refusal(rec, self.cfg, newest)
+        with self._lock:
+            if why is not None:
+                self._refuse(rec, why)
+            else:
                 self.latest = rec
+                self._admitted = [*self._admitted[-(MAX_ADMITTED - 1):], rec]
+        if why is not None:
+            self.report(f"weights v{rec.version} refused: {why}; keeping the current version")
+        return why is None
+
+    def _caught_up(self) -> None:
+        """The end of the history: the newest record of it that is admitted becomes the latest (older ones were
+        superseded; their files may be gone from the store already)."""
+        backlog, self._backlog = self._backlog, []
+        for rec in reversed(backlog):
+            if self._consider(rec):
+                break
+        self.caught_up.set()
 
     def _maybe_fetch(self) -> None:
         with self._lock:
@@ -179,6 +224,10 @@ def published(cfg: Config, model: str | None = None, timeout_s: float = 60.0) ->
 
 
 def latest_published(cfg: Config, model: str | None = None) -> WeightVersion | None:
-    """The newest WeightVersion of `model` on the weights topic, or None before the first."""
+    """The newest WeightVersion of `model` on the weights topic that admit.py believes (its uri is the store's,
+    its file is there), or None before the first."""
     versions = published(cfg, model)
-    return versions[max(versions)] if versions else None
+    for v in sorted(versions, reverse=True):
+        if refusal(versions[v], cfg, None) is None:
+            return versions[v]
+    return None

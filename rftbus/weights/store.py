@@ -22,6 +22,7 @@ from safetensors.torch import save as st_save
 from rftbus.errors import RftbusError
 from rftbus.models import lora
 from rftbus.models.lora import Adapter
+from rftbus.weights.admit import version_uri
 
 Payload = dict[str, torch.Tensor] | Adapter  # one version as read: full weights or a LoRA adapter
 _NAME = re.compile(r"^v(\d+)\.safetensors$")
@@ -66,8 +67,7 @@ class WeightStore:
         self.local = self.fs.protocol in ("file", ("file", "local")) or "file" in self.fs.protocol
 
     def uri(self, model: str, version: int) -> str:
-        path = f"{self.root}/{model}/v{version}.safetensors"
-        return f"file://{path}" if self.local else self.fs.unstrip_protocol(path)
+        return version_uri(self.base, model, version)
 
     def save(self, model: str, version: int, state_dict: dict[str, torch.Tensor],
              metadata: dict[str, str] | None = None) -> SavedWeights:
@@ -119,7 +119,12 @@ def load_weights(uri: str, sha256: str) -> Payload:
     got = sha256_hex(data)
     if got != sha256:
         raise WeightsError(f"checkpoint {uri} has sha256 {got[:12]}…, but {sha256[:12]}… was published")
-    return decode_payload(data, uri)
+    payload = decode_payload(data, uri)
+    tensors = payload.state if isinstance(payload, Adapter) else payload
+    bad = next((k for k, t in tensors.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())), None)
+    if bad is not None:  # NaN weights made every answer fail and no later version could replace them (#42)
+        raise WeightsError(f"checkpoint {uri} holds non-finite values ({bad})")
+    return payload
 
 
 def decode_payload(data: bytes, uri: str) -> Payload:

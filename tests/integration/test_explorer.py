@@ -11,6 +11,7 @@ from confluent_kafka import TopicPartition
 from conftest import make_config
 from explorer_kafka import committed, end_offsets, fresh_config, read_topic
 
+from rftbus.weights.admit import store_url
 from rftbus.kafka.clients import make_consumer, make_producer
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.producers.explorer import Explorer
@@ -93,7 +94,7 @@ def test_groups_rejections_and_commits(broker, tmp_path, batch_tasks):
 
 def test_weight_hot_reload_refuses_corrupt_version(broker, tmp_path):
     cfg = fresh_config(make_config, tmp_path, broker, **{"explorer.admission": False})
-    store = WeightStore(tmp_path / "weights")
+    store = WeightStore(store_url(cfg))
     tok = load_tokenizer(cfg.model)
     p = make_producer(cfg)
 
@@ -237,7 +238,7 @@ def test_eta_zero_loads_newest_version_before_admitting(broker, tmp_path, eta):
     cfg = fresh_config(make_config, tmp_path, broker, **{"rl.max_staleness": eta, "rl.batch_groups": 100,
                                                           "explorer.max_tasks": 2})
     tok = load_tokenizer(cfg.model)
-    saved = WeightStore(tmp_path / "w").save(cfg.model.name, 3, load_policy(cfg.model, tok).state_dict())
+    saved = WeightStore(store_url(cfg)).save(cfg.model.name, 3, load_policy(cfg.model, tok).state_dict())
     p = make_producer(cfg)
     rec = WeightVersion(model=cfg.model.name, version=3, step=3, uri=saved.uri, sha256=saved.sha256, bytes=saved.bytes)
     p.produce(cfg.topics.weights.name, key=rec.model, value=ENC.encode(rec))

@@ -13,6 +13,7 @@ import pytest
 from pydantic import SecretStr
 from conftest import make_config
 
+from rftbus.weights.admit import store_url
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.read import read_to_end
 from rftbus.kafka.topics import create_topics
@@ -270,7 +271,7 @@ def test_new_weight_version_is_picked_up(env, tmp_path):
     cfg, server = env
     tok = load_tokenizer(cfg.model)
     state = {k: v + 0.01 for k, v in load_policy(cfg.model, tok).state_dict().items()}
-    saved = WeightStore(tmp_path / "w").save(cfg.model.name, 1, state)
+    saved = WeightStore(store_url(cfg)).save(cfg.model.name, 1, state)
     rec = WeightVersion(model=cfg.model.name, version=1, step=1, uri=saved.uri, sha256=saved.sha256, bytes=saved.bytes)
     p = make_producer(cfg)
     p.produce(cfg.topics.weights.name, key=rec.model, value=CODEC.encode(rec))

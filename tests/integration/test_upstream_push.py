@@ -14,6 +14,7 @@ import torch
 from pydantic import SecretStr
 from conftest import make_config
 
+from rftbus.weights.admit import store_url
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import create_topics
 from rftbus.models.config import LoraSpec
@@ -47,7 +48,7 @@ def test_each_published_lora_version_is_pushed_to_the_upstream_and_served(broker
         create_topics(c, make_admin(c))
     tok = load_tokenizer(fr_cfg.model)
     model = wrap(load_policy(fr_cfg.model, tok), LoraSpec(r=4, alpha=8))
-    store, producer = WeightStore(tmp_path / "store"), make_producer(fr_cfg)
+    store, producer = WeightStore(store_url(fr_cfg)), make_producer(fr_cfg)
     published: dict[int, dict[str, torch.Tensor]] = {}
     with BackgroundServer(up_cfg) as up, BackgroundServer(fr_cfg) as front:
         c = httpx.Client(base_url=front.url, timeout=60)

@@ -140,3 +140,34 @@ def test_clickhouse_counts_must_match_kafka():
     t = reconcile(led, [], {"raw": 8, "curated": 7})
     assert t.lost == {"clickhouse": 1}
     assert reconcile(led, [], {"raw": 9, "curated": 8}).duplicated == {"clickhouse": 1}
+
+
+def test_a_forged_version_far_ahead_is_counted_not_listed():
+    """A record at version 2·10**12 on the weights topic (#42): the summary grew to 23 GB listing the gap."""
+    import time
+
+    led = ledger()
+    led.versions = [0, 1, 2, 10**6, 2 * 10**12]
+    led.checkpoint = Checkpoint(2, 2, {(CUR, 0): 4})
+    t0 = time.monotonic()
+    t = reconcile(led, [])
+    assert time.monotonic() - t0 < 1.0
+    assert t.versions["foreign_count"] == 2 and t.versions["skipped_count"] == 0 and t.lost.get("versions", 0) == 0
+    assert any("never published" in n for n in t.notes)
+    led.checkpoint = None  # no checkpoint: the newest record is taken as the trainer's, and the gap is only counted
+    t = reconcile(led, [])
+    assert t.versions["skipped_count"] == 2 * 10**12 + 1 - 5 and len(t.versions["skipped"]) <= 25
+    assert t.lost["versions"] == t.versions["skipped_count"]
+
+
+def test_a_replayed_record_the_trainer_rejected_as_a_duplicate_is_no_duplicate():
+    """One replayed curated record (#42): the trainer trains the first, refuses the copy `duplicate`; the books are
+    exact, not `duplicated` (that made an otherwise exact run exit 1). A copy that was *also* trained still is."""
+    led = ledger()
+    led.lanes.append(LaneRecord((CUR, 0, 4), "curated", f"{RAW}/0/1", ids(1)))  # the copy, at a later offset
+    led.checkpoint = Checkpoint(1, 1, {(CUR, 0): 5})
+    led.rejections.append(RejRecord("rd", ids(1), "duplicate", "trainer", (CUR, 0, 4)))
+    t = reconcile(led, [])
+    assert t.duplicated_total == 0 and t.lost_total == 0, (t.duplicated, t.examples)
+    led.lineage[0]["experience_ids"] += ids(1)  # ... but trained a second time: that is a duplicate
+    assert reconcile(led, []).duplicated_total > 0
