@@ -222,7 +222,8 @@ class Explorer:
             return
         ex, requests = self.cfg.explorer, []
         for msg, task in batch:
-            if isinstance(task, DecodeError) or (msg.partition() or 0, task.task_id) in self.seen:
+            if isinstance(task, DecodeError) or (msg.partition() or 0, task.task_id) in self.seen \
+                    or task_problem(task, ex) is not None:  # refused in _handle, never tokenized
                 continue
             if (task.workflow or ex.workflow.kind) == "single_turn":
                 prompt = self.prompt.of_task(task)

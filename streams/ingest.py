@@ -108,7 +108,7 @@ class Ingest:
         if src in landed.done:
             self.counters.inc("replays_skipped")
             return
-        v = read_group(data, self.read, self.sc.max_message_bytes)
+        v = read_group(data, self.read, self.sc.max_message_bytes, self.sc.max_n_samples)
         if not v.ok:
             await self._reject_whole(v, src, data, key, p, landed)
             return

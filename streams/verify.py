@@ -41,7 +41,7 @@ class Drop:
     stage: str = "verify"
 
 
-def read_group(data: bytes | None, read: GroupReader, max_bytes: int) -> Verdict:
+def read_group(data: bytes | None, read: GroupReader, max_bytes: int, max_samples: int = 1024) -> Verdict:
     """Read and check the shape of the whole record."""
     if data is None:
         return Verdict(None, "malformed", "null value (tombstone) on the raw topic")
@@ -58,6 +58,9 @@ def read_group(data: bytes | None, read: GroupReader, max_bytes: int) -> Verdict
                                        "ExperienceGroup record per group")
     if len(data) > max_bytes:  # named with its ids, so every experience in it is accounted for
         return Verdict(rec, "too_large", f"{len(data)} bytes > streams.max_message_bytes={max_bytes}")
+    if len(rec.samples) > max_samples:  # a 10,000-sample group was curated and trained in one step (+1.5 GB, #42)
+        return Verdict(rec, "group_too_large", f"group {rec.group_id} has {len(rec.samples)} samples > "
+                                               f"streams.max_n_samples={max_samples}")
     return check_group(rec)
 
 

@@ -98,11 +98,21 @@ class JailedChdb(Backend):
         return [bwrap_path(), *ro_binds(("/usr", "/bin", "/lib", "/lib64")), *binds,
                 "--perms", "0755", "--dir", "/etc", "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
                 "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/tmp",
-                "--ro-bind", str(self.path), "/data", "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/data/tmp", "--bind", str(tmp / "status"), "/data/status",
+                *self._data_binds(tmp),
                 "--ro-bind", str(tmp / "jail"), "/jail",
                 "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-pid", "--unshare-cgroup-try",
                 "--die-with-parent", "--new-session", "--hostname", "sql", "--clearenv", "--setenv", "LANG", "C.UTF-8",
                 "--chdir", "/tmp", "/python" + exe[len(prefix):], "-I", "-S", "/jail/launcher.py"]
+
+    def _data_binds(self, tmp: Path) -> list[str]:
+        """/data: the folder's entries read-only (its lock file and tmp are the sandbox's own, and need not exist
+        in the folder: chDB removes its lock file when the sink stops)."""
+        out = ["--perms", "0755", "--tmpfs", "/data"]
+        for child in sorted(self.path.iterdir()):
+            if child.name not in ("status", "tmp"):
+                out += ["--ro-bind", str(child), f"/data/{child.name}"]
+        return out + ["--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/data/tmp",
+                      "--bind", str(tmp / "status"), "/data/status"]
 
     def _start(self) -> subprocess.Popen:
         tmp = Path(tempfile.mkdtemp(prefix="rftbus-sql-"))

@@ -24,8 +24,10 @@ from rftbus.status import StatusFile
 from .backends import Backend, FolderLocked, open_backend, where
 from .backends.base import WriteError
 from .batch import Batch
-from .reader import ROLE
+
 from .rows import Position, to_rows
+
+ROLE = "analytics"  # its status files: <state_dir>/status/analytics-<id>.json
 
 
 @dataclass

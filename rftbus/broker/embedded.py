@@ -92,6 +92,8 @@ def _server_properties(cfg: Config, paths: BrokerPaths, node: int) -> str:
         "message.max.bytes": 16 * 1024 * 1024 + 1024,
         "log.cleaner.enable": "true",
     }
+    if b.sasl_users:  # SASL/PLAIN for clients and between nodes, ACLs enforced (StandardAuthorizer, KRaft)
+        props.update(_sasl_properties(b))
     if b.nodes > 1:
         # Failover time is how soon the controllers fence a silent node (its partitions then get new leaders)
         # and drop it from the ISR (acks=all writes then go on with the two left): 9 s and 30 s by default,
@@ -100,6 +102,23 @@ def _server_properties(cfg: Config, paths: BrokerPaths, node: int) -> str:
                       "broker.session.timeout.ms": 4000, "broker.heartbeat.interval.ms": 1000,
                       "replica.lag.time.max.ms": 5000})
     return "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def _sasl_properties(b) -> dict[str, str]:
+    if "admin" not in b.sasl_users:
+        raise RftbusError("broker.sasl_users must hold `admin` (the super user the nodes and `rftbus topics acls "
+                          "--apply` use)")
+    users = " ".join(f'user_{u}="{p.get_secret_value()}"' for u, p in b.sasl_users.items())
+    admin = b.sasl_users["admin"].get_secret_value()
+    jaas = (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            f'password="{admin}" {users};')
+    return {"listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+            "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.plaintext.plain.sasl.jaas.config": jaas,
+            "listener.name.controller.plain.sasl.jaas.config": jaas,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin", "allow.everyone.if.no.acl.found": "false"}
 
 
 def _new_cluster_id() -> str:

@@ -111,6 +111,9 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
                frozenset({"n_samples_out_of_bounds"})),
         Poison("tasks", "a workflow naming a module to import",
                enc(replace(task, task_id=new_id(), workflow="os:system")), k(), frozenset({"unknown_workflow"})),
+        # (#42) bounded before it is tokenized; a group past streams.max_n_samples and past the ids a rejection lists
+        Poison("tasks", "a prompt of 600 KB (explorer.max_prompt_chars)",
+               enc(replace(task, task_id=new_id(), prompt="7" * 600_000)), k(), frozenset({"prompt_too_long"})),
         # raw -> streams (stage verify)
         Poison("raw", "garbage bytes", b"hello, not avro", k(), frozenset({"malformed"})),
         Poison("raw", "wrong schema id (Confluent framing, id 99999)", b"\x00" + (99999).to_bytes(4, "big") + b"body",
@@ -127,6 +130,8 @@ def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
         Poison("raw", "a valid group of 680 samples at the broker's size limit (~16 MiB)", *own(at_limit),
                frozenset({"too_large"})),
         Poison("raw", "a Task on the raw topic", enc(task), k(), frozenset({"schema"})),
+        Poison("raw", "a group of 5,000 samples (streams.max_n_samples; a rejection lists 4,096 ids)",
+               *own(_group(rng, latest_version, rewards=(1.0, 0.0) * 2500)), frozenset({"group_too_large"})),
         Poison("raw", "length mismatch (logprobs shorter than response)", *own(mismatch),
                frozenset({"length_mismatch"})),
         # a copy away from its group id's partition would slip past the per-partition dedupe

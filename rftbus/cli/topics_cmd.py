@@ -29,3 +29,23 @@ def create(ctx: typer.Context) -> None:
             st.console.print(f"         {escape(r.error)}")
     if any(r.status == "error" for r in results):
         raise typer.Exit(1)
+
+
+@app.command("acls")
+def acls(
+    ctx: typer.Context,
+    apply: bool = typer.Option(False, "--apply", help="Create them through the admin API (as a super user: "
+                               "kafka.client holds its SASL settings) instead of printing kafka-acls.sh lines."),
+) -> None:
+    """The topic ACLs: each topic written only by the role that produces it (rftbus/kafka/acls.py, docs/DEPLOY.md)."""
+    from rftbus.kafka import acls as A
+
+    st = state(ctx)
+    cfg = st.config()
+    rules = A.acls(cfg)
+    if apply:
+        check_reachable(cfg)
+        st.console.print(f"created {A.apply(cfg, rules)} ACLs for {len(A.ROLES)} roles")
+        return
+    for line in A.commands(rules, cfg.bootstrap_servers):
+        print(line)

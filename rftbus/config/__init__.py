@@ -129,6 +129,9 @@ class BrokerConfig(_Strict):
     start_timeout_s: float = Field(120.0, gt=0)
     node_id: int = 1
     libs_dir: Path | None = Field(None, description="broker jars folder; default <state_dir>/kafka/libs-<version>")
+    sasl_users: dict[str, SecretStr] = Field(default_factory=dict, description="when set, clients authenticate with "
+                                             "SASL/PLAIN as one of these users and the broker enforces ACLs "
+                                             "(`rftbus topics acls`); `admin` is the super user and must be one")
 
     @property
     def bootstrap(self) -> str:

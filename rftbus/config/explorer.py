@@ -84,6 +84,8 @@ class ExplorerConfig(_Strict):
                                   "set its own in metadata timeout_s); past it -> task_timeout, not retried")
     max_n_samples: int = Field(64, ge=1, description="the most samples a task may ask for (Task.n_samples); a task "
                                "over it is rejected n_samples_out_of_bounds, not rolled out")
+    max_prompt_chars: int = Field(256 * 1024, ge=1, description="a task whose prompt (or messages) is longer is "
+                                  "rejected prompt_too_long before it is tokenized")
     task_workflows: list[str] = Field(default_factory=list, description="dotted paths of workflows a task may "
                                       "name (Task.workflow) besides the built-ins, installed rftbus.workflows entry "
                                       "points and workflow.kind: the operator's list, never what a task says")

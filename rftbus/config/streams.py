@@ -41,6 +41,9 @@ class StreamsConfig(BaseModel):
 
     # verify
     max_message_bytes: int = Field(8 * 1024 * 1024, ge=1, description="larger raw or feedback records: too_large")
+    max_n_samples: int = Field(1024, ge=1, le=4096, description="a raw group with more samples is rejected whole, "
+                               "group_too_large (explorers cap theirs at explorer.max_n_samples; at most 4096, the ids "
+                               "one rejection lists)")
     write_retries: int = Field(5, ge=0, description="an output Kafka refused (after its own retries) is written "
                                "again this many times, backoff doubling, then quarantined by input offset "
                                "(<state_dir>/streams/quarantine.jsonl)")

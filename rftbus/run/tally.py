@@ -27,6 +27,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from rftbus.run.ledger import Ledger, LaneRecord, Pos, RejRecord
+from rftbus.schemas.bounds import MAX_IDS, bound_id
 
 MAX_EXAMPLES = 25
 
@@ -157,6 +158,11 @@ def _raw(led: Ledger, ix: _Index, lane_outcome: dict[tuple[Pos, str | None], str
                 else:
                     tally.in_flight += 1
             continue
+        # A rejection lists at most MAX_IDS ids, the record's first ones (schemas/bounds.py): one that lists exactly
+        # those rejected the whole record, the ids past them included (a 10,000-sample group, #42).
+        whole = [r for r in rejs if len(r.experience_ids) >= MAX_IDS
+                 and list(r.experience_ids[:MAX_IDS]) == [bound_id(i) for i in raw.experience_ids[:MAX_IDS]]]
+        named = [(r, set(r.experience_ids)) for r in rejs]
         for eid in raw.experience_ids:
             tally.produced += 1
             cur = [o for o in outs if o.experience_ids and eid in o.experience_ids]
@@ -166,7 +172,7 @@ def _raw(led: Ledger, ix: _Index, lane_outcome: dict[tuple[Pos, str | None], str
                     tally.notes.append(f"raw {src} experience {eid}: {len(cur) - len(kept)} copies on the trainer's "
                                        "lanes, refused by the trainer as duplicates")
                 cur = kept
-            rj = [r for r in rejs if eid in r.experience_ids]
+            rj = [r for r, ids in named if eid in ids or r in whole]
             n = len(cur) + len(rj)
             if n == 0 and not outs and not rejs and (not read or src in led.held):
                 tally.in_flight += 1  # not read yet, or held by streams for its feedback

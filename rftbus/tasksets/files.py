@@ -75,7 +75,7 @@ def _messages(value: Any, column: str) -> list[dict[str, str]]:
 
 def row_to_task(row: Any, m: Mapping) -> Task:
     """Map one record to a Task; ValueError names the column (or template field) that is wrong."""
-    from jinja2 import UndefinedError
+    from jinja2 import TemplateError, UndefinedError
 
     if not isinstance(row, dict):
         raise ValueError(f"expected an object with fields, got {type(row).__name__}")
@@ -85,9 +85,13 @@ def row_to_task(row: Any, m: Mapping) -> Task:
         prompt = messages[-1]["content"]
     elif m.template is not None:
         try:
-            prompt = m.template.render(**row)
+            # a dict, not **row: a column may be named `self` (#42); `row` also names the whole row, for a column
+            # whose name Jinja keeps for itself ({{ row['self'] }})
+            prompt = m.template.render({**row, "row": row} if "row" not in row else row)
         except UndefinedError as e:
-            raise ValueError(f"taskset.template: {e.message} in this row (columns: {', '.join(map(str, row))})") from None
+            raise ValueError(f"taskset.template: {e.message} in this row (columns: {', '.join(map(str, row))[:500]})") from None
+        except (TemplateError, TypeError, ValueError, ArithmeticError) as e:
+            raise ValueError(f"taskset.template failed on this row: {type(e).__name__}: {str(e)[:300]}") from None
     else:
         value = row.get(f.prompt)
         if not isinstance(value, str):
@@ -142,18 +146,45 @@ def mapped(records: Iterator[tuple[str, Any]], m: Mapping) -> Iterator[Row]:
             yield Row(where, task=row_to_task(rec, m))
         except ValueError as e:
             yield Row(where, error=str(e))
+        except RecursionError:
+            yield Row(where, error="a value is nested too deeply to read")
+
+
+MAX_LINE_CHARS = 8 * 1024 * 1024  # a longer JSONL line is named and skipped, never read whole
+
+
+def _lines(f, limit: int) -> Iterator[tuple[int, str | None]]:
+    """(line number, text) of a text file, or (line number, None) for a line over `limit` characters, which is
+    read past in pieces (a 100 MB line never sits in memory)."""
+    i = 0
+    while True:
+        line = f.readline(limit + 1)
+        if not line:
+            return
+        i += 1
+        if len(line) > limit and not line.endswith("\n"):
+            while (more := f.readline(1 << 20)) and not more.endswith("\n"):
+                pass
+            yield i, None
+            continue
+        yield i, line
 
 
 def _jsonl(path: Path) -> Iterator[tuple[str, Any]]:
     with open(path, encoding="utf-8", errors="strict") as f:
         try:
-            for i, line in enumerate(f, 1):
+            for i, line in _lines(f, MAX_LINE_CHARS):
+                if line is None:
+                    yield f"{path}:{i}", ValueError(f"a line of over {MAX_LINE_CHARS} characters (skipped)")
+                    continue
                 if not line.strip():
                     continue
                 try:
                     yield f"{path}:{i}", json.loads(line)
                 except json.JSONDecodeError as e:
                     yield f"{path}:{i}", ValueError(f"not valid JSON ({e.msg} at column {e.colno})")
+                except RecursionError:
+                    yield f"{path}:{i}", ValueError("JSON nested too deeply to read")
         except UnicodeDecodeError as e:
             raise SourceError(f"{path}: not UTF-8 text (byte {e.start}): is it really JSONL?") from None
 

@@ -99,3 +99,23 @@ def test_unknown_source_is_one_clear_error(broker, tmp_path):
     out = rftbus_cli(cfg, "tasks", "publish", "no-such-thing", env=_env(cfg))
     assert out.returncode == 1 and "neither a file/folder nor a built-in taskset" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_hostile_rows_are_named_by_line_not_a_traceback(broker, tmp_path):
+    """#42: a 9 MB line and JSON nested 100,000 deep each cost their own row, named by line; the good rows are
+    published (through the real CLI and broker)."""
+    cfg = fresh_config(make_config, tmp_path, broker)
+    src = tmp_path / "hostile.jsonl"
+    with open(src, "w") as f:
+        f.write(json.dumps({"q": "1+1=", "a": "2", "self": "me"}) + "\n")
+        f.write('{"q": "' + "9" * (9 * 1024 * 1024) + '", "a": "1"}\n')
+        f.write("[" * 100_000 + "]" * 100_000 + "\n")
+        f.write(json.dumps({"q": "2+2=", "a": "4", "self": "you"}) + "\n")
+    yaml = tmp_path / "cfg.yaml"
+    yaml.write_text("taskset:\n  fields: {prompt: q, answer: a}\n")
+    out = rftbus_cli(cfg, "--config", str(yaml), "tasks", "publish", str(src), env=_env(cfg))
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert "hostile.jsonl:2" in out.stderr and "characters (skipped)" in out.stderr
+    assert "hostile.jsonl:3" in out.stderr and "nested too deeply" in out.stderr
+    assert "2 bad rows skipped" in out.stderr
+    assert sorted(t.prompt for _, t in read_topic(cfg, "tasks")) == ["1+1=", "2+2="]

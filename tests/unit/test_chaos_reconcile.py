@@ -171,3 +171,17 @@ def test_a_replayed_record_the_trainer_rejected_as_a_duplicate_is_no_duplicate()
     assert t.duplicated_total == 0 and t.lost_total == 0, (t.duplicated, t.examples)
     led.lineage[0]["experience_ids"] += ids(1)  # ... but trained a second time: that is a duplicate
     assert reconcile(led, []).duplicated_total > 0
+
+
+def test_a_rejection_that_lists_the_first_4096_ids_accounts_for_the_whole_group():
+    from rftbus.schemas.bounds import MAX_IDS, fitted_rejection
+
+    led = ledger(n_raw=0)
+    big = [f"x{i}" for i in range(10_000)]
+    led.raw[(RAW, 0, 0)] = RawRecord(big, "huge", "e0")
+    led.committed = {(RAW, 0): 1}
+    rej = fitted_rejection(max_bytes=900 * 1024, reason="group_too_large", stage="verify", experience_ids=big)
+    assert len(rej.experience_ids) == MAX_IDS
+    led.rejections.append(RejRecord(rej.rejection_id, rej.experience_ids, rej.reason, "verify", (RAW, 0, 0)))
+    t = reconcile(led, [])
+    assert t.lost_total == 0 and t.rejected == 10_000 and t.rejected_by_reason == {"group_too_large": 10_000}

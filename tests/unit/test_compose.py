@@ -386,3 +386,19 @@ def test_cluster_overlay_matches_the_embedded_cluster():
     for svc in ("topics", "explorer", "streams", "trainer", "serve", "analytics-sink"):
         env = over[svc]["environment"]
         assert env["RFTBUS_KAFKA__BOOTSTRAP_SERVERS"].count(":9092") == 3 and env["RFTBUS_KAFKA__REPLICATION_FACTOR"] == "3"
+
+
+def test_shipped_topic_acls_are_what_the_table_says():
+    """docs/kafka-acls.sh (the compose file's topics) is `rftbus topics acls` for the default config, and every
+    topic has its writers listed (a topic added without them would be writable by nobody)."""
+    from rftbus.config import Config
+    from rftbus.kafka.acls import WRITERS, acls, commands
+
+    cfg = Config()
+    assert set(WRITERS) == set(cfg.topics.all())
+    shipped = (REPO / "docs" / "kafka-acls.sh").read_text()
+    body = shipped[shipped.index("kafka-acls.sh --bootstrap"):]
+    assert body == "".join(line + "\n" for line in commands(acls(cfg), '"$BOOTSTRAP"')), \
+        "regenerate docs/kafka-acls.sh (see its header)"
+    weights = [line for line in body.splitlines() if f"--topic {cfg.topics.weights.name}" in line and "Write" in line]
+    assert len(weights) == 1 and "User:rftbus-trainer" in weights[0]

@@ -146,3 +146,17 @@ def test_a_hub_dataset_id_loads_where_the_hub_is_reachable():
     ts = open_taskset(TasksetConfig(name="gsm8k", path="openai/gsm8k", format="hub", subset="main", split="train",
                                     fields={"prompt": "question"}, eval={"split": "test"}))
     assert next(ts.tasks("eval", 1)).answer
+
+
+def test_hostile_rows_are_named_by_line(tmp_path):
+    """#42: JSON nested 100,000 deep (RecursionError) and a column named `self` under a template (TypeError) were
+    tracebacks; now each is a line of the check's report, and the good rows stay."""
+    src = tmp_path / "h.jsonl"
+    src.write_text(json.dumps({"q": "1+1=", "a": "2", "self": "me"}) + "\n" + "[" * 100_000 + "]" * 100_000 + "\n"
+                   + json.dumps({"q": "2+2=", "a": "4", "self": "you", "level": 0}) + "\n")
+    ts = open_taskset(TasksetConfig(name="h", path=str(src), fields={"answer": "a"}, template="{{ q }} {{ row['self'] }}"))
+    with pytest.raises(SourceError) as e:
+        ts.check()
+    assert "h.jsonl:2: JSON nested too deeply to read" in str(e.value) and "1 bad rows" in str(e.value)
+    got = [r.task.prompt for split in ("train", "eval") for r in ts.rows(split) if r.task is not None]
+    assert sorted(got) == ["1+1= me", "2+2= you"], got
