@@ -115,6 +115,10 @@ class JailedChdb(Backend):
                       "--bind", str(tmp / "status"), "/data/status"]
 
     def _start(self) -> subprocess.Popen:
+        try:
+            bwrap_path()
+        except SandboxUnavailable as e:  # no engine runs unsandboxed: the read is refused, saying why
+            raise AnalyticsError(f"the analytics reader runs only in its sandbox: {e}") from None
         tmp = Path(tempfile.mkdtemp(prefix="rftbus-sql-"))
         self._tmp = str(tmp)
         (tmp / "jail").mkdir()
@@ -240,10 +244,4 @@ class JailedChdb(Backend):
             self._tmp = None
 
 
-def check_jail() -> None:
-    """SandboxUnavailable, naming why, when the SQL reader's sandbox cannot start here."""
-    bwrap_path()
-    _chdb_dirs()
-
-
-__all__ = ["JailError", "JailLimits", "JailedChdb", "SandboxUnavailable", "check_jail"]
+__all__ = ["JailError", "JailLimits", "JailedChdb"]

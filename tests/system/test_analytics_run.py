@@ -78,6 +78,40 @@ def _feedback(cfg, n: int) -> int:
     return len(exps)
 
 
+READER, SECRET = "read-" + uuid.uuid4().hex, "feedback-" + uuid.uuid4().hex
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _hostile_sql_on_the_live_studio(cfg, state: Path) -> None:
+    """#42 through a live `rftbus run`: the studio it supervises, a read token, the sweep's forms aimed at the run's
+    own 0600 config (which holds the feedback token): refused, no secret, while a real read answers."""
+    import httpx
+
+    from hostile_sql import hostile
+
+    url = f"http://127.0.0.1:{cfg.studio.port}/studio/api/sql"
+    auth = {"Authorization": f"Bearer {READER}"}
+    secret_file = str(state / "run" / "config.yaml")
+    assert SECRET in Path(secret_file).read_text()
+    for sql, words in hostile(str(state / "pwned")) + [(s.replace("/etc/passwd", secret_file), w)
+                                                       for s, w in hostile("x") if "/etc/passwd" in s]:
+        r = httpx.post(url, headers=auth, json={"sql": sql}, timeout=60, trust_env=False)
+        assert r.status_code == 400 and words in r.json()["error"]["message"], (sql, r.text[:300])
+        assert SECRET not in r.text and "root:x:0:0" not in r.text
+    assert not (state / "pwned").exists()
+    r = httpx.post(url, headers=auth, json={"sql": "SELECT count() AS n FROM experiences"}, timeout=60,
+                   trust_env=False)
+    assert r.status_code == 200 and r.json()["rows"][0][0] > 0, r.text[:300]
+    assert httpx.post(url, json={"sql": "SELECT 1"}, timeout=60, trust_env=False).status_code == 401
+
+
 def test_run_with_sink_counts_match_kafka_and_report_plots(broker, tmp_path):
     tag = uuid.uuid4().hex[:6]
     env = {f"RFTBUS_TOPICS__{k.upper()}__NAME": f"an{tag}.{spec.name}" for k, spec in broker.topics.all().items()}
@@ -88,6 +122,8 @@ def test_run_with_sink_counts_match_kafka_and_report_plots(broker, tmp_path):
         "RFTBUS_ANALYTICS__BATCH_SECONDS": "0.5",
         "RFTBUS_RUN__TASKS": "120", "RFTBUS_RUN__EVAL_N": "8", "RFTBUS_RUN__TASK_PASSES": "1",
         "RFTBUS_RUN__EXPERT_EPOCHS": "1", "RFTBUS_RL__GROUP_SIZE": "4", "RFTBUS_RL__BATCH_GROUPS": "4",
+        "RFTBUS_STUDIO__PORT": str(_free_port()), "RFTBUS_SERVE__READ_TOKENS": READER,
+        "RFTBUS_SERVE__FEEDBACK_TOKENS": SECRET,
     })
     state = tmp_path / "state"
     cfg = load_config(REPO / "configs" / "toy.yaml", {"state_dir": str(state)}, environ={**os.environ, **env})
@@ -102,6 +138,7 @@ def test_run_with_sink_counts_match_kafka_and_report_plots(broker, tmp_path):
         _wait(lambda: sum(1 for _ in read_to_end(cfg, cfg.topics.raw.name, strict=False, timeout_s=5)) >= 12,
               300, "raw experiences", proc)
         assert _feedback(cfg, 12) >= 6
+        _hostile_sql_on_the_live_studio(cfg, state)
         os.kill(first["pid"], signal.SIGKILL)  # mid-run; the supervisor restarts the sink
         _wait(lambda: _status(state).get("pid") not in (None, first["pid"]) and _status(state).get("messages", 0) > 0,
               120, "the restarted sink's first batch", proc)
