@@ -171,7 +171,7 @@ def check(sql: str, database: str = "rftbus", max_chars: int = MAX_CHARS) -> str
     return kind
 
 
-def _tables(root: exp.Expression, database: str) -> None:
+def _tables(root: exp.Query, database: str) -> None:
     ctes = {c.alias_or_name.lower() for c in root.find_all(exp.CTE)}
     for node in root.walk():
         if isinstance(node, exp.Query):

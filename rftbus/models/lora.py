@@ -54,8 +54,9 @@ def wrap(model: Any, spec: LoraSpec) -> Any:
     if missing:
         raise ModelError(f"trainer.lora.target_modules: {', '.join(missing)} not in the model "
                          f"({type(model).__name__} has Linear modules {', '.join(linear)})")
-    conf = LoraConfig(r=spec.r, lora_alpha=spec.alpha,  # type: ignore[arg-type]  # peft scales by a float lora_dropout=spec.dropout,
-                      target_modules=list(spec.target_modules), bias="none", task_type="CAUSAL_LM")
+    conf = LoraConfig(r=spec.r, lora_alpha=spec.alpha,  # type: ignore[arg-type]  # peft scales by a float
+                      lora_dropout=spec.dropout, target_modules=list(spec.target_modules), bias="none",
+                      task_type="CAUSAL_LM")
     return get_peft_model(model, conf)
 
 

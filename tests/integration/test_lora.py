@@ -4,6 +4,8 @@ model computes; bad adapters and targets fail in one line naming what is wrong."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
@@ -95,3 +97,12 @@ def test_export_writes_the_merged_model_and_the_adapter_folder(smollm2_two_layer
         want = trained(ids).logits
         assert torch.allclose(merged(ids).logits, want, atol=1e-4)
         assert torch.allclose(again(ids).logits, want, atol=1e-5)
+
+
+def test_lora_dropout_reaches_the_adapter(smollm2_two_layers):
+    """trainer.lora.dropout sat after a comment and was never passed (#45): peft then built no dropout at all."""
+    m = wrap(AutoModelForCausalLM.from_pretrained(smollm2_two_layers), LoraSpec(r=4, alpha=8, dropout=0.25))
+    assert m.peft_config["default"].lora_dropout == 0.25
+    drops = [mod for n, mod in m.named_modules() if n.endswith("lora_dropout.default")]
+    assert drops and all(isinstance(d, torch.nn.Dropout) and d.p == 0.25 for d in drops)
+    assert json.loads(version_payload(m)[1]["rftbus.lora"])["dropout"] == 0.25
