@@ -39,7 +39,8 @@ START_S = 30.0  # opening the folder: chDB loads every table's parts list
 @dataclass(frozen=True)
 class JailLimits:
     cpu_s: int = 60
-    memory_mb: int = 0  # RLIMIT_AS; 0 leaves it to max_memory_usage (chDB's allocator reserves far more address space than it uses)
+    memory_mb: int = 0  # RLIMIT_AS; 0: analytics.query_max_memory_bytes + 2 GiB, at least 4 GiB (chDB's thread
+    # stacks and allocator reserve address space: it does not start under 4 GiB)
     max_procs: int = 512  # threads count: chDB sizes its pools by the cores it sees
     max_file_mb: int = 1  # it writes only its lock file
     max_open_files: int = 4096
@@ -127,7 +128,9 @@ class JailedChdb(Backend):
         settings = {**READ_SETTINGS, **read_limits(a)}
         (tmp / "jail" / "config.json").write_text(json.dumps({
             "database": self.database, "settings": settings, "max_bytes": a.query_max_bytes,
-            "limits": asdict(self.limits) | {"cpu_s": int(max(self.limits.cpu_s, a.query_timeout_s * 4))}}))
+            "limits": asdict(self.limits) | {"cpu_s": int(max(self.limits.cpu_s, a.query_timeout_s * 4)),
+                                             "memory_mb": self.limits.memory_mb or max(
+                                                 4096, (a.query_max_memory_bytes >> 20) + 2048)}}))
         (tmp / "status").touch()
         if os.geteuid() == 0:  # the launcher drops to nobody, who must write its lock file
             os.chown(tmp / "status", NOBODY, NOBODY)

@@ -8,6 +8,7 @@ librdkafka unchanged, so SASL_SSL, SCRAM and mTLS work without rftbus knowing ab
 from __future__ import annotations
 
 import os
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
@@ -28,6 +29,9 @@ from rftbus.config.trainer import TrainerConfig
 
 ENV_PREFIX = "RFTBUS_"
 CONFIG_ENV = "RFTBUS_CONFIG"
+# RFTBUS_* variables that are not config: the config file's path and the clients' own tokens (#45: an exported
+# RFTBUS_FEEDBACK_TOKEN, as docs/LIVE_TRAFFIC.md tells graders to, broke every command as an unknown key).
+OTHER_ENV = frozenset({CONFIG_ENV, "RFTBUS_FEEDBACK_TOKEN", "RFTBUS_JUDGE_TOKEN"})
 DEFAULT_CONFIG_NAME = "rftbus.yaml"
 # Passthrough maps whose keys are librdkafka names (dotted); env overrides spell dots as underscores.
 PASSTHROUGH_KEYS = {"client", "producer", "consumer", "admin"}
@@ -214,6 +218,9 @@ class Config(_Strict):
         return self.kafka.bootstrap_servers or self.broker.bootstrap
 
 
+_warned: set[str] = set()
+
+
 def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
     """RFTBUS_KAFKA__BOOTSTRAP_SERVERS=x -> {"kafka": {"bootstrap_servers": "x"}}.
 
@@ -222,10 +229,16 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
     """
     out: dict[str, Any] = {}
     for name, value in environ.items():
-        if not name.startswith(ENV_PREFIX) or name == CONFIG_ENV:
+        if not name.startswith(ENV_PREFIX) or name in OTHER_ENV:
             continue
         parts = [p.lower() for p in name[len(ENV_PREFIX):].split("__") if p]
         if not parts:
+            continue
+        if parts[0] not in Config.model_fields:  # not a config section or key: said once, never fatal
+            if name not in _warned:
+                _warned.add(name)
+                print(f"warning: environment variable {name} is not a config key (config variables are "
+                      "RFTBUS_<SECTION>__<KEY>, e.g. RFTBUS_KAFKA__BOOTSTRAP_SERVERS); ignored", file=sys.stderr)
             continue
         if len(parts) >= 2 and parts[-2] in PASSTHROUGH_KEYS:
             parts[-1] = parts[-1].replace("_", ".")

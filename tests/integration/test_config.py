@@ -113,3 +113,18 @@ def test_every_shipped_config_loads(name):
     """A `make demo-*` recipe with a misspelt or refused key fails here, not 20 minutes into a run."""
     cfg = load_config(Path(__file__).resolve().parents[2] / "configs" / name, environ={})
     assert cfg.taskset.name
+
+
+def test_an_exported_token_is_not_read_as_config(tmp_path, capfd):
+    """#45: `export RFTBUS_FEEDBACK_TOKEN=...` (what docs/LIVE_TRAFFIC.md tells graders) broke every command as an
+    unknown key. Documented non-config variables are left alone, other unknown names are a warning, a config
+    section with a bad key is still an error naming it."""
+    cfg = load_config(environ={"RFTBUS_FEEDBACK_TOKEN": "grader-1", "RFTBUS_JUDGE_TOKEN": "x",
+                               "RFTBUS_STATE_DIR": str(tmp_path), "RFTBUS_MY_OWN_THING": "1"})
+    assert cfg.state_dir == tmp_path
+    err = capfd.readouterr().err
+    assert "RFTBUS_MY_OWN_THING is not a config key" in err and "FEEDBACK_TOKEN" not in err
+    with pytest.raises(ConfigError, match="broker.prot: unknown key"):
+        load_config(environ={"RFTBUS_BROKER__PROT": "1"})
+    out = rftbus_cli(None, "config", env={"RFTBUS_FEEDBACK_TOKEN": "grader-1"})
+    assert out.returncode == 0, out.stderr
