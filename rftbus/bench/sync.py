@@ -89,13 +89,15 @@ def sync(
     create_topics(cfg, admin)
     work = cfg.state_dir / "bench-sync" / u
     work.mkdir(parents=True, exist_ok=True)
+    # the followers believe only records in the configured store (rftbus/weights/admit.py)
+    cfg = cfg.model_copy(update={"trainer": cfg.trainer.model_copy(update={"store_url": str(work / "weights")})})
     cfg_path = write_config(cfg, work / "config.yaml")
     tok = load_tokenizer(cfg.model)
     model = load_policy(cfg.model, tok)
     if lora:
         model = wrap(model, LoraSpec(r=lora, alpha=2 * lora))
     full_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    store = WeightStore(str(work / "weights"))
+    store = WeightStore(str(cfg.trainer.store_url))
     producer = make_producer(cfg, **{"linger.ms": 0})
     ser = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).serializer(WeightVersion)
     events: queue.Queue = queue.Queue()

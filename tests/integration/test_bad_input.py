@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 from aiokafka.partitioner import murmur2
 
+from weights_store import placeholder_version
+
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import create_topics
-from rftbus.schemas import ExperienceGroup, Rejection, Task, WeightVersion, make_codec
+from rftbus.schemas import ExperienceGroup, Rejection, Task, make_codec
 from rftbus.bench.processes import WorkerProcess, read_all
 from rftbus.bench.synthetic import make_group
 from tests.conftest import make_config
@@ -90,7 +92,7 @@ def env(broker, tmp_path_factory):
            "streams.version_wait_s": 0.5, "streams.commit_interval_s": 0.2, "streams.max_message_bytes": MAX_BYTES})
     create_topics(cfg, make_admin(cfg))
     producer = make_producer(cfg)
-    wv = WeightVersion(model=cfg.model.name, version=LATEST, step=LATEST, uri="file:///x", sha256="0" * 64, bytes=1)
+    wv = placeholder_version(cfg, LATEST)
     producer.produce(cfg.topics.weights.name, key=wv.model.encode(), value=CODEC.encode(wv))
     producer.flush(10)
     worker = WorkerProcess(cfg, f"bad{tag}", cfg.state_dir / "worker.log")

@@ -14,10 +14,12 @@ from dataclasses import replace
 
 import pytest
 
+from weights_store import placeholder_version
+
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, Source, Task, TrainerMetric,
-                            WeightVersion, make_codec)
+                            make_codec)
 from rftbus.bench.processes import WorkerProcess, read_all
 from rftbus.bench.synthetic import make_group
 from tests.conftest import make_config
@@ -42,7 +44,7 @@ def streams_worker(port: int, folder, **overrides):
            "streams.reward_max": 1.0, "streams.metrics_interval_s": 1.0, "rl.max_staleness": 1, **overrides})
     create_topics(cfg, make_admin(cfg))
     producer = make_producer(cfg)
-    wv = WeightVersion(model=cfg.model.name, version=LATEST, step=LATEST, uri="file:///x", sha256="0" * 64, bytes=1)
+    wv = placeholder_version(cfg, LATEST)
     producer.produce(cfg.topics.weights.name, key=wv.model.encode(), value=CODEC.encode(wv))
     producer.flush(10)
     worker = WorkerProcess(cfg, f"t{tag}", cfg.state_dir / "worker.log")
