@@ -1,13 +1,21 @@
 """The trained module: the causal LM plus, for PPO, a value head on its last hidden state.
 
 DeepSpeed wraps this module; only `.lm` is published as weights (explorers never load the critic).
+
+Logits are computed only from the first predicted position any row trains on (transformers' `logits_to_keep`,
+which slices the hidden states before the LM head): a chat prompt is most of a row, and the LM head, the
+log-softmax and the entropy over a 49k vocabulary at every prompt position were most of a step's compute on
+SmolLM2 (#43). Positions before it get logprob and entropy 0; every loss reads them through a mask that is false
+there.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from rftbus.trainer.losses.base import TrainBatch
@@ -23,26 +31,62 @@ class PolicyWithValue(nn.Module):
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
-        out = self.lm(input_ids=input_ids, attention_mask=attention_mask,
-                      output_hidden_states=self.value_head is not None, use_cache=False)
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, first: int = 0):
+        """(logits of predicted positions `first`.. (T - first of them), values [N, T] or None)."""
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                      output_hidden_states=self.value_head is not None, **keep_kwargs(self.lm, input_ids, first))
         values = None
         if self.value_head is not None:
             values = self.value_head(out.hidden_states[-1]).squeeze(-1)[:, :-1]
-        return out.logits[:, :-1], values
+        return _predicted(out.logits, input_ids, first), values
 
 
-def token_logp_entropy(logits: torch.Tensor, batch: TrainBatch) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-token logprob of the targets and entropy, at each row's behaviour temperature."""
+def takes_logits_to_keep(lm: Any) -> bool:
+    """Whether the model's forward slices its hidden states before the LM head (`logits_to_keep`, transformers'
+    causal LMs of the last versions); a PEFT wrapper passes it through to the model it wraps."""
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    cached = getattr(base, "_rftbus_keep", None)
+    if cached is None:
+        cached = "logits_to_keep" in inspect.signature(base.forward).parameters
+        base._rftbus_keep = cached
+    return bool(cached)
+
+
+def keep_kwargs(lm: Any, input_ids: torch.Tensor, first: int) -> dict[str, Any]:
+    """`logits_to_keep` for the input positions first .. L - 2 (the last input position predicts nothing)."""
+    if first <= 0 or not takes_logits_to_keep(lm):
+        return {}
+    return {"logits_to_keep": torch.arange(first, input_ids.shape[1] - 1, device=input_ids.device)}
+
+
+def _predicted(logits: torch.Tensor, input_ids: torch.Tensor, first: int) -> torch.Tensor:
+    """The logits of predicted positions first .. T - 1, whether the model kept only those or all."""
+    t = input_ids.shape[1] - 1
+    return logits[:, first:t] if logits.shape[1] == input_ids.shape[1] else logits[:, : t - first]
+
+
+def first_trained(batch: TrainBatch) -> int:
+    """The first predicted position any row of `batch` has a response token at (0 when none does)."""
+    cols = batch.response.any(0).nonzero()
+    return int(cols[0]) if cols.numel() else 0
+
+
+def token_logp_entropy(logits: torch.Tensor, batch: TrainBatch, first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token logprob of the targets and entropy, at each row's behaviour temperature; `logits` hold predicted
+    positions first.. (see PolicyWithValue), and the result is [N, T] with zeros before `first`."""
     logits = logits.float() / batch.temperature.view(-1, 1, 1).to(logits.dtype)
     logsm = torch.log_softmax(logits, dim=-1)
-    logp = logsm.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1)
+    logp = logsm.gather(-1, batch.targets[:, first:].unsqueeze(-1)).squeeze(-1)
     entropy = -(logsm.exp() * logsm).sum(-1)
+    if first:
+        logp, entropy = F.pad(logp, (first, 0)), F.pad(entropy, (first, 0))
     return logp, entropy
 
 
 @torch.no_grad()
 def reference_logp(ref: nn.Module, batch: TrainBatch) -> torch.Tensor:
-    out = ref(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False)
-    logp, _ = token_logp_entropy(out.logits[:, :-1], batch)
+    first = first_trained(batch)
+    out = ref(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
+              **keep_kwargs(ref, batch.input_ids, first))
+    logp, _ = token_logp_entropy(_predicted(out.logits, batch.input_ids, first), batch, first)
     return logp

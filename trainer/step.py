@@ -19,7 +19,7 @@ import torch
 from rftbus.trainer.losses.base import Loss, PolicyOut, TrainBatch
 from rftbus.trainer.losses.terms import masked_mean, num
 from rftbus.trainer.micro import split
-from rftbus.trainer.policy import reference_logp, token_logp_entropy
+from rftbus.trainer.policy import first_trained, reference_logp, token_logp_entropy
 
 
 class NonFiniteLoss(Exception):
@@ -55,8 +55,9 @@ def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epo
         done = 0
         bad = ""
         for k, (c, w) in enumerate(chunks):
-            logits, values = engine(c.input_ids, c.attention_mask)
-            logp, entropy = token_logp_entropy(logits, c)
+            first = first_trained(c)
+            logits, values = engine(c.input_ids, c.attention_mask, first)
+            logp, entropy = token_logp_entropy(logits, c, first)
             if epoch == 0:
                 prox[k] = (logp.detach(), values.detach() if values is not None else None)
                 rl_mask = c.mask & ~c.is_expert.unsqueeze(1)
@@ -76,8 +77,9 @@ def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epo
                     continue
                 # the last one is out: close the accumulation with a zero-weight pass over the first
                 c0 = chunks[0][0]
-                logits, values = engine(c0.input_ids, c0.attention_mask)
-                logp, entropy = token_logp_entropy(logits, c0)
+                first = first_trained(c0)
+                logits, values = engine(c0.input_ids, c0.attention_mask, first)
+                logp, entropy = token_logp_entropy(logits, c0, first)
                 p0 = prox[0]
                 assert p0 is not None
                 res = loss(PolicyOut(logp=logp, entropy=entropy, prox_logp=p0[0], values=values,
@@ -115,8 +117,9 @@ def loss_is_finite(engine, loss: Loss, batch: TrainBatch, ref_model=None, micro_
     device = getattr(engine, "device", None)
     for c, _ in split(batch, micro_tokens, _same):
         c = c.to(device) if device is not None else c
-        logits, values = engine(c.input_ids, c.attention_mask)
-        logp, entropy = token_logp_entropy(logits, c)
+        first = first_trained(c)
+        logits, values = engine(c.input_ids, c.attention_mask, first)
+        logp, entropy = token_logp_entropy(logits, c, first)
         ref = reference_logp(ref_model, c) if ref_model is not None else None
         res = loss(PolicyOut(logp=logp, entropy=entropy, prox_logp=logp, values=values, prox_values=values,
                              ref_logp=ref), c)

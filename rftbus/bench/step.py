@@ -1,0 +1,87 @@
+"""`rftbus bench step`: seconds per trainer step on a batch shaped like the config's (rl.batch_groups groups of
+rl.group_size answers of max_new_tokens to the taskset's prompts, rendered by the model's chat template), with
+logits from the first trained position (the trainer now) and at every position (before #43), alternated in one
+run on the same engine and batch. The engine is the trainer's (DeepSpeed, the config's loss, LoRA, precision)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+import typer
+
+from rftbus.cli.context import state
+
+
+def step(
+    ctx: typer.Context,
+    reps: int = typer.Option(3, "--reps", min=1, help="Steps timed per variant (alternated)."),
+    threads: int = typer.Option(0, "--threads", min=0, help="torch threads (0: torch's default)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Trainer seconds per step: logits from the first trained position vs at every position."""
+    import torch
+
+    from rftbus.trainer.dist import prepare_env
+
+    prepare_env()  # before deepspeed is imported, as the trainer does
+    import rftbus.trainer.step as S
+    from rftbus.models.loading import load_policy, load_tokenizer
+    from rftbus.models.prompt import prompt_format
+    from rftbus.schemas import Experience, ExperienceGroup
+    from rftbus.tasksets.data import open_taskset
+    from rftbus.trainer.batch import collate, rows_of
+    from rftbus.trainer.engine import build_engine
+    from rftbus.trainer.losses import make_loss
+    from rftbus.trainer.policy import PolicyWithValue
+
+    cfg = state(ctx).config()
+    if threads:
+        torch.set_num_threads(threads)
+    tc, n, g = cfg.trainer, cfg.rl.group_size, cfg.rl.batch_groups
+    new = cfg.explorer.sampling.max_new_tokens
+    tok = load_tokenizer(cfg.model)
+    fmt = prompt_format(tok, cfg.model)
+    lm = load_policy(cfg.model, tok)
+    lm.config.use_cache = False
+    if tc.lora is not None:
+        from rftbus.models.lora import wrap
+
+        lm = wrap(lm, tc.lora)
+    torch.manual_seed(0)
+    groups = []
+    for task in open_taskset(cfg.taskset).tasks("train", g):
+        samples = [Experience(response_ids=torch.randint(100, 5000, (new,)).tolist(), logprobs=[-2.0] * new,
+                              loss_mask=[True] * new, model_version=0, reward=float(k % 2),
+                              advantage=1.0 if k % 2 else -1.0) for k in range(n)]
+        groups.append(ExperienceGroup(task_id=task.task_id, explorer_id="bench", prompt_ids=fmt.of_task(task),
+                                      samples=samples, survivors=list(range(n))))
+    batch = collate([r for grp in groups for r in rows_of(grp)], tok.pad_token_id, 4096)
+    engine = build_engine(PolicyWithValue(lm, value_head=make_loss(tc, cfg.rl.max_staleness).needs_values), tc)
+    loss = make_loss(tc, cfg.rl.max_staleness)
+    first_trained = S.first_trained
+    variants = {"first_trained": first_trained, "every_position": lambda b: 0}
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    S.train_step(engine, loss, batch, update_epochs=tc.update_epochs)  # warm-up (allocations, DeepSpeed)
+    err = state(ctx).err
+    try:
+        for r in range(reps):
+            for name, fn in variants.items():
+                S.first_trained = fn  # the bench's switch between the two ways (never a runtime path)
+                t0 = time.perf_counter()
+                S.train_step(engine, loss, batch, update_epochs=tc.update_epochs)
+                times[name].append(time.perf_counter() - t0)
+                err.print(f"rep {r + 1}/{reps} {name}: {times[name][-1]:.2f} s")
+    finally:
+        S.first_trained = first_trained
+    out = {"model": cfg.model.name or cfg.model.path or "tiny", "rows": batch.n_rows,
+           "tokens_per_row": int(batch.input_ids.shape[1]), "first_trained_position": int(first_trained(batch)),
+           "threads": torch.get_num_threads(), "lora": tc.lora.r if tc.lora else None,
+           **{f"{k}_s": round(statistics.median(v), 3) for k, v in times.items()},
+           "runs": {k: [round(x, 3) for x in v] for k, v in times.items()}}
+    out["speedup"] = round(out["every_position_s"] / out["first_trained_s"], 3)
+    if as_json:
+        print(json.dumps(out))
+    else:
+        state(ctx).console.print(out)

@@ -1,0 +1,58 @@
+"""The trainer computes logits only from the first trained position (#43): on SmolLM2's shapes and chat template,
+with LoRA, the logprobs, entropy and gradients of the trained tokens equal those of the full computation, and
+positions before it cost no LM head."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForCausalLM
+
+from rftbus.models.config import LoraSpec, ModelConfig
+from rftbus.models.loading import load_tokenizer
+from rftbus.models.lora import wrap
+from rftbus.models.prompt import prompt_format
+from rftbus.schemas import Experience, ExperienceGroup
+from rftbus.trainer.batch import collate, rows_of
+from rftbus.trainer.policy import PolicyWithValue, first_trained, reference_logp, takes_logits_to_keep, token_logp_entropy
+
+
+def _batch(folder, tok):
+    fmt = prompt_format(tok, ModelConfig(path=str(folder)))
+    torch.manual_seed(0)
+    groups = []
+    for i, q in enumerate(["What is 7 times 8?", "What is 12 times 3? Answer with the number only."]):
+        ids = fmt.task(q)
+        samples = [Experience(response_ids=[int(x) for x in torch.randint(100, 2000, (3 + 2 * k,))],
+                              logprobs=[-1.0] * (3 + 2 * k), loss_mask=[True] * (3 + 2 * k), model_version=0,
+                              reward=float(k % 2), advantage=1.0 if k % 2 else -1.0) for k in range(3)]
+        groups.append(ExperienceGroup(task_id=f"t{i}", explorer_id="x", prompt_ids=ids, samples=samples,
+                                      survivors=[0, 1, 2]))
+    return collate([r for g in groups for r in rows_of(g)], tok.pad_token_id, 256)
+
+
+def test_logits_from_the_first_trained_position_only_change_nothing_that_trains(smollm2_two_layers):
+    tok = load_tokenizer(ModelConfig(path=str(smollm2_two_layers)))
+    lm = wrap(AutoModelForCausalLM.from_pretrained(smollm2_two_layers), LoraSpec(r=4, alpha=8)).train()
+    assert takes_logits_to_keep(lm)
+    policy = PolicyWithValue(lm, value_head=False)
+    batch = _batch(smollm2_two_layers, tok)
+    first = first_trained(batch)
+    assert 10 < first < batch.targets.shape[1] - 3  # the chat prompt is most of the row
+    got = {}
+    for k in (0, first):
+        policy.zero_grad()
+        logits, _ = policy(batch.input_ids, batch.attention_mask, k)
+        assert logits.shape[1] == batch.targets.shape[1] - k
+        logp, entropy = token_logp_entropy(logits, batch, k)
+        ((logp * batch.mask).sum() + 0.1 * (entropy * batch.mask).sum()).backward()
+        grads = [p.grad.clone() for p in lm.parameters() if p.requires_grad]
+        got[k] = (logp.detach(), entropy.detach(), grads)
+    (lp0, en0, g0), (lp1, en1, g1) = got[0], got[first]
+    m = batch.mask
+    assert torch.allclose(lp0[m], lp1[m], atol=1e-5) and torch.allclose(en0[m], en1[m], atol=1e-4)
+    assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-4) for a, b in zip(g0, g1))
+    assert (lp1[:, :first] == 0).all() and (en1[:, :first] == 0).all()
+    ref = AutoModelForCausalLM.from_pretrained(smollm2_two_layers).eval()
+    full = token_logp_entropy(ref(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1],
+                              batch)[0]
+    assert torch.allclose(reference_logp(ref, batch)[m], full[m], atol=1e-5)
