@@ -56,3 +56,20 @@ def test_logits_from_the_first_trained_position_only_change_nothing_that_trains(
     full = token_logp_entropy(ref(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1],
                               batch)[0]
     assert torch.allclose(reference_logp(ref, batch)[m], full[m], atol=1e-5)
+
+
+def test_bench_step_times_both_ways_on_the_trainers_engine(tmp_path):
+    """`rftbus bench step` runs (the tiny model, one rep): both ways timed on one engine, the figures sane."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([str(Path(sys.executable).parent / "rftbus"), "--config", str(repo / "configs" / "toy.yaml"),
+                          "--state-dir", str(tmp_path), "bench", "step", "--reps", "1", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["rows"] > 0 and 0 < r["first_trained_position"] < r["tokens_per_row"]
+    assert r["first_trained_s"] > 0 and r["every_position_s"] > 0 and len(r["runs"]["first_trained"]) == 1
