@@ -6,6 +6,7 @@ run on the same engine and batch. The engine is the trainer's (DeepSpeed, the co
 from __future__ import annotations
 
 import json
+import resource
 import statistics
 import time
 
@@ -18,6 +19,8 @@ def step(
     ctx: typer.Context,
     reps: int = typer.Option(3, "--reps", min=1, help="Steps timed per variant (alternated)."),
     threads: int = typer.Option(0, "--threads", min=0, help="torch threads (0: torch's default)."),
+    micro_tokens: int = typer.Option(0, "--micro-tokens", min=0, help="trainer.micro_batch_tokens for this run "
+                                     "(0: the config's)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Trainer seconds per step: logits from the first trained position vs at every position."""
@@ -64,14 +67,15 @@ def step(
     first_trained = S.first_trained
     variants = {"first_trained": first_trained, "every_position": lambda b: 0}
     times: dict[str, list[float]] = {k: [] for k in variants}
-    S.train_step(engine, loss, batch, update_epochs=tc.update_epochs)  # warm-up (allocations, DeepSpeed)
+    micro = micro_tokens or tc.micro_batch_tokens
+    S.train_step(engine, loss, batch, update_epochs=tc.update_epochs, micro_tokens=micro)  # warm-up (allocations)
     err = state(ctx).err
     try:
         for r in range(reps):
             for name, fn in variants.items():
                 S.first_trained = fn  # the bench's switch between the two ways (never a runtime path)
                 t0 = time.perf_counter()
-                S.train_step(engine, loss, batch, update_epochs=tc.update_epochs)
+                S.train_step(engine, loss, batch, update_epochs=tc.update_epochs, micro_tokens=micro)
                 times[name].append(time.perf_counter() - t0)
                 err.print(f"rep {r + 1}/{reps} {name}: {times[name][-1]:.2f} s")
     finally:
@@ -79,7 +83,8 @@ def step(
     med = {k: round(statistics.median(v), 3) for k, v in times.items()}
     out: dict[str, object] = {"model": cfg.model.name or cfg.model.path or "tiny", "rows": batch.n_rows,
            "tokens_per_row": int(batch.input_ids.shape[1]), "first_trained_position": int(first_trained(batch)),
-           "threads": torch.get_num_threads(), "lora": tc.lora.r if tc.lora else None,
+           "threads": torch.get_num_threads(), "lora": tc.lora.r if tc.lora else None, "micro_tokens": micro,
+           "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
            **{f"{k}_s": v for k, v in med.items()}, "runs": {k: [round(x, 3) for x in v] for k, v in times.items()},
            "speedup": round(med["every_position"] / med["first_trained"], 3)}
     if as_json:
