@@ -21,6 +21,7 @@ def step(
     threads: int = typer.Option(0, "--threads", min=0, help="torch threads (0: torch's default)."),
     micro_tokens: int = typer.Option(0, "--micro-tokens", min=0, help="trainer.micro_batch_tokens for this run "
                                      "(0: the config's)."),
+    only_new: bool = typer.Option(False, "--only-new", help="Time the trainer's way only (peak memory of it alone)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Trainer seconds per step: logits from the first trained position vs at every position."""
@@ -66,6 +67,8 @@ def step(
     loss = make_loss(tc, cfg.rl.max_staleness)
     first_trained = S.first_trained
     variants = {"first_trained": first_trained, "every_position": lambda b: 0}
+    if only_new:
+        del variants["every_position"]
     times: dict[str, list[float]] = {k: [] for k in variants}
     micro = micro_tokens or tc.micro_batch_tokens
     S.train_step(engine, loss, batch, update_epochs=tc.update_epochs, micro_tokens=micro)  # warm-up (allocations)
@@ -86,7 +89,7 @@ def step(
            "threads": torch.get_num_threads(), "lora": tc.lora.r if tc.lora else None, "micro_tokens": micro,
            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
            **{f"{k}_s": v for k, v in med.items()}, "runs": {k: [round(x, 3) for x in v] for k, v in times.items()},
-           "speedup": round(med["every_position"] / med["first_trained"], 3)}
+           "speedup": round(med["every_position"] / med["first_trained"], 3) if "every_position" in med else None}
     if as_json:
         print(json.dumps(out))
     else:
