@@ -9,7 +9,6 @@ sandbox holds on its own.
 
 from __future__ import annotations
 
-import http.server
 import os
 import threading
 import time
@@ -27,6 +26,7 @@ from rftbus.consumers.analytics.query import run_query
 from rftbus.consumers.studio.app import create_studio
 
 from hostile_sql import hostile
+from probe_server import probe_server
 
 READER = "reader-token-1"
 SECRET = "feedback-token-" + uuid.uuid4().hex
@@ -121,27 +121,11 @@ def test_a_read_token_reaches_nothing_but_the_tables(live_sink, tmp_path):
     assert run_query(cfg, "SELECT count() AS n FROM tasks").scalar() >= before
 
 
-class _Server(http.server.BaseHTTPRequestHandler):
-    hits: list[str] = []
-
-    def do_GET(self):  # noqa: N802
-        _Server.hits.append(self.path)
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"secret_header\n1\n")
-
-    def log_message(self, *a):
-        pass
-
-
 def test_the_reader_itself_reaches_no_file_secret_or_network(live_sink):
     """What the grammar refuses, asked of the sandboxed reader directly: the engine in the sandbox cannot do it."""
     cfg, _ = live_sink
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Server)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    port = srv.server_address[1]
     secret = str(cfg.state_dir / "run" / "config.yaml")
-    try:
+    with probe_server() as (port, hits):
         with JailedChdb(cfg.state_dir / "analytics" / "chdb", "rftbus", cfg.analytics) as r:
             for sql in (f"SELECT file('{secret}')", "SELECT file('/etc/passwd')", "SELECT file('/proc/1/environ')",
                         f"DESCRIBE file('{secret}', 'TSVWithNames')", f"SELECT * FROM file('{secret}', 'LineAsString')",
@@ -154,6 +138,4 @@ def test_the_reader_itself_reaches_no_file_secret_or_network(live_sink):
                 assert "'…'" in str(e.value) or e.value.category in ("refused", "engine", "unknown_name", "timeout"), str(e.value)
             # The reader's own process sees no environment and no other process.
             assert r.query("SELECT count() AS n FROM tasks").scalar() > 0
-    finally:
-        srv.shutdown()
-    assert _Server.hits == [], "the sandboxed reader made a request"
+    assert hits == [], "the sandboxed reader made a request"

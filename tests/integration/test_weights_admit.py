@@ -6,13 +6,14 @@ refused one never becomes anyone's latest, and what it points at is never fetche
 from __future__ import annotations
 
 import hashlib
-import http.server
 import os
-import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 import time
 
 from conftest import make_config
 from explorer_kafka import fresh_config
+from probe_server import probe_server
 
 from rftbus.kafka.clients import make_producer
 from rftbus.models.loading import load_policy, load_tokenizer
@@ -24,16 +25,13 @@ from rftbus.weights.follower import WeightFollower, latest_published
 ENC = make_codec(None)
 
 
-class _Server(http.server.BaseHTTPRequestHandler):
-    hits: list[str] = []
-
-    def do_GET(self):  # noqa: N802
-        _Server.hits.append(self.path)
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *a):
-        pass
+@contextmanager
+def _stopping(*followers: WeightFollower) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for f in followers:
+            f.stop()
 
 
 def _until(cond, timeout=30.0, what=""):
@@ -59,9 +57,7 @@ def test_forged_weight_records_are_refused_and_followers_keep_their_version(brok
     serving, streams = [], []
     served = WeightFollower(cfg, report=serving.append).start()
     staleness = WeightFollower(cfg, report=streams.append, prefetch=False).start()
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Server)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
+    with probe_server() as (port, hits), _stopping(served, staleness):
         _until(lambda: served.version == 1 and staleness.version == 1 and served.take_ready(0) is not None,
                60, "v1 admitted and fetched")
         data = open(v1.uri.removeprefix("file://"), "rb").read()
@@ -69,7 +65,7 @@ def test_forged_weight_records_are_refused_and_followers_keep_their_version(brok
         fifo = store.uri(model, 4).removeprefix("file://")
         os.mkfifo(fifo)
         forged = [
-            (2, f"http://127.0.0.1:{srv.server_address[1]}/w.safetensors", v1.sha256, v1.bytes),  # right sha, elsewhere
+            (2, f"http://127.0.0.1:{port}/w.safetensors", v1.sha256, v1.bytes),  # right sha, elsewhere
             (2, "file:///etc/passwd", hashlib.sha256(open("/etc/passwd", "rb").read()).hexdigest(), 0),
             (10**6, version_uri(store_url(cfg), model, 10**6), v1.sha256, v1.bytes),  # far ahead, no such file
             (2 * 10**12, version_uri(store_url(cfg), model, 2 * 10**12), v1.sha256, v1.bytes),
@@ -86,10 +82,6 @@ def test_forged_weight_records_are_refused_and_followers_keep_their_version(brok
         assert "non-finite" in served.refused[3] and "not the weight store's" in served.refused[2]
         assert "trainer.max_version_jump" in served.refused[2 * 10**12] or "no file" in served.refused[2 * 10**12]
         assert {2, 10**6, 2 * 10**12, 4} <= set(staleness.refused)  # the streams' version never went past 5
-        assert _Server.hits == [] and data == open(v1.uri.removeprefix("file://"), "rb").read()
+        assert hits == [] and data == open(v1.uri.removeprefix("file://"), "rb").read()
         assert any("refused" in m for m in serving) and any("refused" in m for m in streams)
         assert latest_published(cfg).version == 5  # the trainer's own question after a crash
-    finally:
-        srv.shutdown()
-        served.stop()
-        staleness.stop()
