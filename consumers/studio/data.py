@@ -1,7 +1,7 @@
-"""What the studio's pages show, read from analytics (chDB through the live sink, or a ClickHouse server).
+"""What the studio's pages show, read from analytics (chDB through the sandboxed reader, or a ClickHouse server).
 
-Each page opens one reader for its queries and closes it: an embedded chDB folder admits one process, so
-the studio never holds it between requests (a sink starting later would wait for it).
+Each page opens one reader for its queries and closes it (for chDB, one sandboxed process that sees the parts
+written when it opened: consumers/analytics/jail.py).
 """
 
 from __future__ import annotations
