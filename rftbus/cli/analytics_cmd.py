@@ -24,7 +24,7 @@ def sink(
     """Consume every rftbus topic into ClickHouse tables in batches (at-least-once + dedup = exact counts).
 
     Commits offsets only after a batch is written; SIGTERM or Ctrl-C drains, flushes and stops cleanly.
-    With chDB it also answers `analytics query/report/counts` for other processes while it holds the folder.
+    Readers (`analytics query/report/counts`, the studio) open the data themselves, in the sandboxed reader.
     """
     st = state(ctx)
     cfg = st.config()
