@@ -9,6 +9,7 @@ import json
 import resource
 import statistics
 import time
+from typing import Any
 
 import typer
 
@@ -54,7 +55,8 @@ def step(
 
         lm = wrap(lm, tc.lora)
     torch.manual_seed(0)
-    vocab = int(lm.get_input_embeddings().num_embeddings)
+    embeddings: Any = lm.get_input_embeddings()
+    vocab = int(embeddings.num_embeddings)
     groups = []
     for task in open_taskset(cfg.taskset).tasks("train", g):
         samples = [Experience(response_ids=torch.randint(min(100, vocab // 2), min(5000, vocab), (new,)).tolist(), logprobs=[-2.0] * new,
