@@ -13,6 +13,7 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 from rftbus.errors import RftbusError
@@ -53,6 +54,18 @@ def make_pids_cgroup(max_procs: int) -> Path | None:
                 if path.exists():
                     path.rmdir()
     return None
+
+
+def joiner(cgroup: Path | None) -> Callable[[], None] | None:
+    """A `preexec_fn` putting the child, before exec, in `cgroup`: bwrap and everything it starts are counted."""
+    if cgroup is None:
+        return None
+    procs = str(cgroup / "cgroup.procs")
+
+    def join() -> None:
+        with open(procs, "w") as f:
+            f.write(str(os.getpid()))
+    return join
 
 
 def remove_cgroup(cgroup: Path | None) -> None:

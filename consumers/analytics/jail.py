@@ -28,7 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from rftbus.config.analytics import AnalyticsConfig
-from rftbus.sandbox import NOBODY, SandboxUnavailable, bwrap_path, kill_all, make_pids_cgroup, remove_cgroup, ro_binds
+from rftbus.sandbox import (NOBODY, SYSTEM_RO, SandboxUnavailable, bwrap_path, joiner, kill_all, make_pids_cgroup,
+                            remove_cgroup, ro_binds)
 
 from .backends.base import READ_SETTINGS, AnalyticsError, Backend, QueryError, Result, check_params, read_limits
 
@@ -89,14 +90,14 @@ class JailedChdb(Backend):
         self._buf = bytearray()
 
     # -- the process ---------------------------------------------------------------------------------
-    def _argv(self, tmp: Path) -> list[str]:
+    def _argv(self, bwrap: str, tmp: Path) -> list[str]:
         exe, prefix = _python()
         # At a neutral path: the host's own (a home folder, /root) may be closed to `nobody`. Python finds its
         # standard library from where the interpreter is.
         binds = ["--ro-bind", prefix, "/python", "--perms", "0755", "--dir", "/py"]
         for i, d in enumerate(_chdb_dirs()):
             binds += ["--ro-bind", str(d), f"/py/{d.name}" if i else "/py/chdb"]
-        return [bwrap_path(), *ro_binds(("/usr", "/bin", "/lib", "/lib64")), *binds,
+        return [bwrap, *ro_binds(SYSTEM_RO), *binds,
                 "--perms", "0755", "--dir", "/etc", "--ro-bind-try", "/etc/ld.so.cache", "/etc/ld.so.cache",
                 "--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(64 << 20), "--tmpfs", "/tmp",
                 *self._data_binds(tmp),
@@ -117,7 +118,7 @@ class JailedChdb(Backend):
 
     def _start(self) -> subprocess.Popen:
         try:
-            bwrap_path()
+            bwrap = bwrap_path()
         except SandboxUnavailable as e:  # no engine runs unsandboxed: the read is refused, saying why
             raise AnalyticsError(f"the analytics reader runs only in its sandbox: {e}") from None
         tmp = Path(tempfile.mkdtemp(prefix="rftbus-sql-"))
@@ -135,16 +136,9 @@ class JailedChdb(Backend):
         if os.geteuid() == 0:  # the launcher drops to nobody, who must write its lock file
             os.chown(tmp / "status", NOBODY, NOBODY)
         self._cgroup = make_pids_cgroup(self.limits.max_procs)
-        procs = str(self._cgroup / "cgroup.procs") if self._cgroup is not None else None
-
-        def join() -> None:  # bwrap and everything it starts is in the cgroup
-            if procs is not None:
-                with open(procs, "w") as f:
-                    f.write(str(os.getpid()))
-
-        proc = subprocess.Popen(self._argv(tmp), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        proc = subprocess.Popen(self._argv(bwrap, tmp), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=subprocess.DEVNULL, env={"PATH": "/usr/bin:/bin"}, start_new_session=True,
-                                preexec_fn=join)
+                                preexec_fn=joiner(self._cgroup))
         self._proc, self._buf = proc, bytearray()
         header = self._header(time.monotonic() + START_S, starting=True)
         if not header.get("ok"):

@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rftbus.sandbox import NOBODY, SandboxUnavailable, bwrap_path, kill_all, make_pids_cgroup, remove_cgroup, ro_binds
+from rftbus.sandbox import (NOBODY, SandboxUnavailable, bwrap_path, joiner, kill_all, make_pids_cgroup, remove_cgroup,
+                            ro_binds)
 from rftbus.sandbox import SYSTEM_RO as BASE_RO
 
 __all__ = ["NOBODY", "SandboxLimits", "SandboxResult", "SandboxUnavailable", "bwrap_path", "check_sandbox",
@@ -139,19 +140,12 @@ def run_sandboxed(code: str, limits: SandboxLimits = SandboxLimits()) -> Sandbox
         if os.geteuid() == 0:  # the launcher drops to nobody, who must own its work dir
             for p in (work, *work.iterdir()):
                 os.chown(p, NOBODY, NOBODY)
-        join = None
-        if cgroup is not None:
-            procs = str(cgroup / "cgroup.procs")
-
-            def join() -> None:  # in the child before exec: bwrap and everything it starts is in the cgroup
-                with open(procs, "w") as f:
-                    f.write(str(os.getpid()))
         t0 = time.monotonic()
         out_path, err_path = Path(out_dir) / "stdout", Path(out_dir) / "stderr"
         with open(out_path, "wb") as out, open(err_path, "wb") as err:
             proc = subprocess.Popen(_argv(bwrap, tmp, limits), cwd=tmp, env={"PATH": "/usr/bin:/bin"},
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True,
-                                    preexec_fn=join)
+                                    preexec_fn=joiner(cgroup))
             timed_out = False
             try:
                 proc.wait(timeout=limits.wall_s)
