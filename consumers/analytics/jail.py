@@ -35,6 +35,7 @@ from .backends.base import READ_SETTINGS, AnalyticsError, Backend, QueryError, R
 
 LAUNCHER = Path(__file__).with_name("jail_launcher.py")
 START_S = 30.0  # opening the folder: chDB loads every table's parts list
+OPEN_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,18 @@ class JailedChdb(Backend):
                       "--bind", str(tmp / "status"), "/data/status"]
 
     def _start(self) -> subprocess.Popen:
+        """The reader, opened again (up to OPEN_TRIES) when opening failed: a folder the sink is writing can be
+        caught mid-insert (seen about once in three runs of tests/integration/test_sql_reader.py)."""
+        for attempt in range(1, OPEN_TRIES + 1):
+            try:
+                return self._start_once()
+            except JailError as e:
+                if e.category != "unavailable" or attempt == OPEN_TRIES:
+                    raise
+                time.sleep(0.2 * attempt)
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> subprocess.Popen:
         try:
             bwrap = bwrap_path()
         except SandboxUnavailable as e:  # no engine runs unsandboxed: the read is refused, saying why
