@@ -11,7 +11,9 @@ there.
 
 from __future__ import annotations
 
+import functools
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -45,11 +47,12 @@ def takes_logits_to_keep(lm: Any) -> bool:
     """Whether the model's forward slices its hidden states before the LM head (`logits_to_keep`, transformers'
     causal LMs of the last versions); a PEFT wrapper passes it through to the model it wraps."""
     base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    cached = getattr(base, "_rftbus_keep", None)
-    if cached is None:
-        cached = "logits_to_keep" in inspect.signature(base.forward).parameters
-        base._rftbus_keep = cached
-    return bool(cached)
+    return _forward_takes_keep(type(base).forward)
+
+
+@functools.cache
+def _forward_takes_keep(forward: Callable[..., Any]) -> bool:
+    return "logits_to_keep" in inspect.signature(forward).parameters
 
 
 def keep_kwargs(lm: Any, input_ids: torch.Tensor, first: int) -> dict[str, Any]:

@@ -49,11 +49,16 @@ class Sessions:
             if not mine:
                 del self._by_owner[owner]
 
-    def _claim(self, session_id: str, owner: str) -> Episode:
+    def _own(self, session_id: str, owner: str) -> Episode | None:
+        """The session if `owner` opened it, None if nobody has; Forbidden if another client did."""
         ep = self._d.get(session_id)
         if ep is not None and ep.owner != owner:
             raise Forbidden(f"session {session_id!r} was opened by another client: use a session id of your own",
                             param="session_id", code="session_not_yours")
+        return ep
+
+    def _claim(self, session_id: str, owner: str) -> Episode:
+        ep = self._own(session_id, owner)
         if ep is None:
             ep = self._d[session_id] = Episode(owner=owner)
         mine = self._by_owner.setdefault(owner, OrderedDict())
@@ -71,10 +76,7 @@ class Sessions:
     def check(self, session_id: str, owner: str) -> None:
         """Refuse a call on a session another client opened, or one past serve.max_calls_per_session, before any work."""
         with self._lock:
-            ep = self._d.get(session_id)
-            if ep is not None and ep.owner != owner:
-                raise Forbidden(f"session {session_id!r} was opened by another client: use a session id of your own",
-                                param="session_id", code="session_not_yours")
+            ep = self._own(session_id, owner)
             if ep is not None and ep.turns >= self.max_calls:
                 raise self._too_long(session_id, ep)
 
