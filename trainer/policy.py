@@ -11,15 +11,13 @@ there.
 
 from __future__ import annotations
 
-import functools
-import inspect
-from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from rftbus.models.loading import takes_logits_to_keep
 from rftbus.trainer.losses.base import TrainBatch
 
 
@@ -41,18 +39,6 @@ class PolicyWithValue(nn.Module):
         if self.value_head is not None:
             values = self.value_head(out.hidden_states[-1]).squeeze(-1)[:, :-1]
         return _predicted(out.logits, input_ids, first), values
-
-
-def takes_logits_to_keep(lm: Any) -> bool:
-    """Whether the model's forward slices its hidden states before the LM head (`logits_to_keep`, transformers'
-    causal LMs of the last versions); a PEFT wrapper passes it through to the model it wraps."""
-    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
-    return _forward_takes_keep(type(base).forward)
-
-
-@functools.cache
-def _forward_takes_keep(forward: Callable[..., Any]) -> bool:
-    return "logits_to_keep" in inspect.signature(forward).parameters
 
 
 def keep_kwargs(lm: Any, input_ids: torch.Tensor, first: int) -> dict[str, Any]:

@@ -7,6 +7,11 @@ behaviour distribution, which is what importance ratios need. The trainer must s
 temperature (it is stamped in metadata["logprob_temperature"]); with top-k/top-p on, the truncated
 distribution is not something the trainer can recompute, so keep them off for RL or use "raw"
 (plain softmax of the model's logits, temperature 1).
+
+Shared prompts are read once. A group is n samples of one prompt, and `generate` reads every row's prompt
+(the prefill): for 8 short answers to a 40-token prompt that is most of the call's compute on CPU. When rows
+repeat a prompt, the unique prompts (all but their last token) are read once and the cache is copied to every
+row that shares them; `generate` then reads only the last prompt token of each row (`shared_prefill`).
 """
 
 from __future__ import annotations
@@ -15,10 +20,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from transformers import DynamicCache
 from transformers.generation.streamers import BaseStreamer
 
 from rftbus.config import Config
-from rftbus.models.loading import load_policy
+from rftbus.models.loading import load_policy, takes_logits_to_keep
 from rftbus.models.lora import Adapter, load_version
 from rftbus.models.prompt import PromptFormat, prompt_format
 from rftbus.config.explorer import SamplingConfig
@@ -72,7 +78,7 @@ class TransformersEngine(RolloutEngine):
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         raw = sampling.logprobs == "raw"
         out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention,
+            input_ids=input_ids, attention_mask=attention, past_key_values=self.shared_prefill(input_ids, attention),
             do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
             max_new_tokens=limit, return_dict_in_generate=True,
             min_new_tokens=min(sampling.min_new_tokens, limit) or None,
@@ -90,6 +96,23 @@ class TransformersEngine(RolloutEngine):
             text = self.prompt.decode(ids)
             results.append(Completion(ids, lp[: len(ids)], finish, text, dict(meta)))
         return results
+
+    def shared_prefill(self, input_ids: torch.Tensor, attention: torch.Tensor) -> DynamicCache | None:
+        """The cache of every row's prompt but its last token, computed once per distinct prompt and copied to the
+        rows that repeat it; None when no prompt repeats (generate reads them all, as it would anyway)."""
+        rows = [tuple(r) for r in input_ids.tolist()]
+        first: dict[tuple[int, ...], int] = {}
+        index = [first.setdefault(r, len(first)) for r in rows]
+        if len(first) == len(rows) or input_ids.shape[1] < 2:
+            return None
+        pick = torch.tensor([rows.index(r) for r in first], device=input_ids.device)
+        ids, mask = input_ids[pick, :-1], attention[pick, :-1]
+        cache = DynamicCache(config=self.model.config)
+        keep = {"logits_to_keep": 1} if takes_logits_to_keep(self.model) else {}
+        self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp_min(0),
+                   past_key_values=cache, use_cache=True, **keep)
+        cache.reorder_cache(torch.tensor(index, device=input_ids.device))  # one copy per row
+        return cache
 
     def load_weights(self, state_dict: dict[str, torch.Tensor] | Adapter, version: int) -> None:
         """Full weights in place, or a LoRA adapter swapped in (models/lora.py)."""

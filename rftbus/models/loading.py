@@ -7,6 +7,11 @@ process (explorers, trainer) constructs the identical version-0 weights without 
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
 import torch
 from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM,
                           PreTrainedModel, PreTrainedTokenizerBase)
@@ -78,3 +83,15 @@ def load_policy(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase | None = No
     finally:
         torch.random.set_rng_state(state)
     return model.to(dtype)
+
+
+def takes_logits_to_keep(lm: Any) -> bool:
+    """Whether the model's forward slices its hidden states before the LM head (`logits_to_keep`, transformers'
+    causal LMs of the last versions); a PEFT wrapper passes it through to the model it wraps."""
+    base = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
+    return _forward_takes_keep(type(base).forward)
+
+
+@functools.cache
+def _forward_takes_keep(forward: Callable[..., Any]) -> bool:
+    return "logits_to_keep" in inspect.signature(forward).parameters

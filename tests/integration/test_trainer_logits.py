@@ -13,7 +13,8 @@ from rftbus.models.lora import wrap
 from rftbus.models.prompt import prompt_format
 from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.trainer.batch import collate, rows_of
-from rftbus.trainer.policy import PolicyWithValue, first_trained, reference_logp, takes_logits_to_keep, token_logp_entropy
+from rftbus.models.loading import takes_logits_to_keep
+from rftbus.trainer.policy import PolicyWithValue, first_trained, reference_logp, token_logp_entropy
 
 
 def _batch(folder, tok):
