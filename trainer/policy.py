@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rftbus.models.loading import takes_logits_to_keep
+from rftbus.trainer import shared_prompt
 from rftbus.trainer.losses.base import TrainBatch
 
 
@@ -31,8 +32,14 @@ class PolicyWithValue(nn.Module):
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, first: int = 0):
-        """(logits of predicted positions `first`.. (T - first of them), values [N, T] or None)."""
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, first: int = 0,
+                prompt_lengths: torch.Tensor | None = None):
+        """(logits of predicted positions `first`.. (T - first of them), values [N, T] or None). With
+        `prompt_lengths`, a prompt that several rows share is read once (shared_prompt.py)."""
+        if prompt_lengths is not None and self.value_head is None and not getattr(self.lm, "is_gradient_checkpointing", False):
+            plan = shared_prompt.plan(input_ids, prompt_lengths)
+            if plan is not None:
+                return shared_prompt.forward(self.lm, input_ids, attention_mask, prompt_lengths, first, plan), None
         out = self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
                       output_hidden_states=self.value_head is not None, **keep_kwargs(self.lm, input_ids, first))
         values = None

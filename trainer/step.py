@@ -20,6 +20,7 @@ from rftbus.trainer.losses.base import Loss, PolicyOut, TrainBatch
 from rftbus.trainer.losses.terms import masked_mean, num
 from rftbus.trainer.micro import split
 from rftbus.trainer.policy import first_trained, reference_logp, token_logp_entropy
+from rftbus.trainer.shared_prompt import prompt_lengths
 
 
 class NonFiniteLoss(Exception):
@@ -36,6 +37,15 @@ def _all_true(ok: bool) -> bool:
 
 def _same(n: int) -> int:
     return n
+
+
+def forward(engine, c: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """(logp, entropy, values) of a batch under the current policy: logits from the first trained position on,
+    each shared prompt read once (policy.PolicyWithValue.forward)."""
+    first = first_trained(c)
+    logits, values = engine(c.input_ids, c.attention_mask, first, prompt_lengths(c.response))
+    logp, entropy = token_logp_entropy(logits, c, first)
+    return logp, entropy, values
 
 
 def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epochs: int = 1,
@@ -55,9 +65,7 @@ def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epo
         done = 0
         bad = ""
         for k, (c, w) in enumerate(chunks):
-            first = first_trained(c)
-            logits, values = engine(c.input_ids, c.attention_mask, first)
-            logp, entropy = token_logp_entropy(logits, c, first)
+            logp, entropy, values = forward(engine, c)
             if epoch == 0:
                 prox[k] = (logp.detach(), values.detach() if values is not None else None)
                 rl_mask = c.mask & ~c.is_expert.unsqueeze(1)
@@ -77,9 +85,7 @@ def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epo
                     continue
                 # the last one is out: close the accumulation with a zero-weight pass over the first
                 c0 = chunks[0][0]
-                first = first_trained(c0)
-                logits, values = engine(c0.input_ids, c0.attention_mask, first)
-                logp, entropy = token_logp_entropy(logits, c0, first)
+                logp, entropy, values = forward(engine, c0)
                 p0 = prox[0]
                 assert p0 is not None
                 res = loss(PolicyOut(logp=logp, entropy=entropy, prox_logp=p0[0], values=values,
@@ -117,9 +123,7 @@ def loss_is_finite(engine, loss: Loss, batch: TrainBatch, ref_model=None, micro_
     device = getattr(engine, "device", None)
     for c, _ in split(batch, micro_tokens, _same):
         c = c.to(device) if device is not None else c
-        first = first_trained(c)
-        logits, values = engine(c.input_ids, c.attention_mask, first)
-        logp, entropy = token_logp_entropy(logits, c, first)
+        logp, entropy, values = forward(engine, c)
         ref = reference_logp(ref_model, c) if ref_model is not None else None
         res = loss(PolicyOut(logp=logp, entropy=entropy, prox_logp=logp, values=values, prox_values=values,
                              ref_logp=ref), c)

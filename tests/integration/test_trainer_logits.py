@@ -74,3 +74,34 @@ def test_bench_step_times_both_ways_on_the_trainers_engine(tmp_path):
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["rows"] > 0 and 0 < r["first_trained_position"] < r["tokens_per_row"]
     assert r["first_trained_s"] > 0 and r["every_position_s"] > 0 and len(r["runs"]["first_trained"]) == 1
+
+
+def test_a_shared_prompt_read_once_changes_nothing_that_trains(smollm2_two_layers):
+    """trainer/shared_prompt.py: two groups whose prompts differ in length, three answers each; the prompts read
+    once give the trained tokens' logprobs, entropy and LoRA gradients of the one-pass forward."""
+    from rftbus.trainer.shared_prompt import plan, prompt_lengths
+
+    tok = load_tokenizer(ModelConfig(path=str(smollm2_two_layers)))
+    lm = wrap(AutoModelForCausalLM.from_pretrained(smollm2_two_layers), LoraSpec(r=4, alpha=8)).train()
+    policy = PolicyWithValue(lm, value_head=False)
+    batch = _batch(smollm2_two_layers, tok)
+    lengths = prompt_lengths(batch.response)
+    assert len(set(lengths.tolist())) == 2
+    shared = plan(batch.input_ids, lengths)
+    assert shared is not None and len(shared[0]) == 2 and shared[1] == [0, 0, 0, 1, 1, 1]
+    first = first_trained(batch)
+    got = []
+    for how in (None, lengths):
+        policy.zero_grad()
+        logits, _ = policy(batch.input_ids, batch.attention_mask, first, how)
+        assert logits.shape[1] == batch.targets.shape[1] - first
+        logp, entropy = token_logp_entropy(logits, batch, first)
+        ((logp * batch.mask).sum() + 0.1 * (entropy * batch.mask).sum()).backward()
+        got.append((logp.detach(), entropy.detach(), [p.grad.clone() for p in lm.parameters() if p.requires_grad]))
+    (lp0, en0, g0), (lp1, en1, g1) = got
+    m = batch.mask
+    assert torch.allclose(lp0[m], lp1[m], atol=1e-4) and torch.allclose(en0[m], en1[m], atol=1e-4)
+    assert all(torch.allclose(a, b, atol=1e-5, rtol=1e-3) for a, b in zip(g0, g1))
+    assert any(float(g.abs().sum()) > 0 for g in g1)
+    # rows that share nothing (a prompt each) take the one-pass forward
+    assert plan(batch.input_ids[[0, 3]], lengths[[0, 3]]) is None
