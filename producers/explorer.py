@@ -23,6 +23,7 @@ from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.models.loading import load_tokenizer
 from rftbus.models.prompt import prompt_format
 from rftbus.producers.acks import AckTracker
+from rftbus.profile import phase
 from rftbus.producers.admission import Admission, AdmissionUnavailable
 from rftbus.producers.engines import RolloutEngine, make_engine
 from rftbus.producers.engines.primed import PrimedEngine
@@ -235,7 +236,8 @@ class Explorer:
             return
         t0 = time.perf_counter()
         try:
-            self.primed.prime(requests, ex.sampling)
+            with phase("rollout"):
+                self.primed.prime(requests, ex.sampling)
         except Exception as e:  # noqa: BLE001 - the batch falls back to one call per task, where errors are per task
             self.report(f"batched generation of {len(requests)} tasks failed ({type(e).__name__}: {e}); "
                         "generating them one by one")
@@ -306,7 +308,8 @@ class Explorer:
         ex, n = self.cfg.explorer, self._group_size(task)
         version = self.engine.version
         t0 = time.perf_counter()
-        outcome = run_task(task, n, self.ctx, ex.workflow.kind, ex.task_timeout_s, ex.task_retries)
+        with phase("rollout"):
+            outcome = run_task(task, n, self.ctx, ex.workflow.kind, ex.task_timeout_s, ex.task_retries)
         self.t.generate_s += time.perf_counter() - t0
         if outcome.samples is None:
             took = f"after {time.perf_counter() - t0:.3f}s, {outcome.attempts} attempt(s)"
@@ -335,7 +338,8 @@ class Explorer:
 
     def _produce(self, topic: str, key: str | bytes | None, record, encode, msg) -> None:
         t0 = time.perf_counter()
-        value = encode(record, topic_context(topic))
+        with phase("encode"):
+            value = encode(record, topic_context(topic))
         t1 = time.perf_counter()
         cb = self.acks.expect(msg.partition(), msg.offset())
         while True:
@@ -373,7 +377,9 @@ class Explorer:
     def _swap_weights(self, wait_s: float = 0.0) -> None:
         if not self.follower:
             return
-        if swap_in_ready(self.follower, self.engine, self.report, wait_s):
+        with phase("weights"):
+            swapped = swap_in_ready(self.follower, self.engine, self.report, wait_s)
+        if swapped:
             self.status.update(version=self.engine.version)
         self.status.update(refused_versions=sorted(self.follower.refused))
 

@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rftbus import profile
+
 
 def status_dir(state_dir: Path) -> Path:
     return Path(state_dir) / "status"
@@ -25,7 +27,8 @@ def write_status(state_dir: Path, role: str, ident: str, data: dict[str, Any]) -
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{role}-{ident}.json"
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    body = {"role": role, "id": ident, "pid": os.getpid(), "updated_at": time.time(), **data}
+    body = {"role": role, "id": ident, "pid": os.getpid(), "updated_at": time.time(), "profile": profile.snapshot(),
+            **data}
     tmp.write_text(json.dumps(body, default=str))
     os.replace(tmp, path)
     return path

@@ -27,6 +27,7 @@ from rftbus.trainer.dedupe import TrainedIds
 from rftbus.trainer.dist import all_gather, prepare_env
 from rftbus.trainer.selection import Take, select
 from rftbus.weights.staleness import staleness
+from rftbus.profile import phase
 
 
 REJECTIONS_CHECKPOINT_S = 2.0  # how soon, while waiting, rejections alone get a checkpoint (and a commit)
@@ -120,6 +121,10 @@ class Trainer:
                              max_pending=self.tc.max_pending_groups or 4 * self.cfg.rl.batch_groups)
 
     def _publish(self, version: int) -> None:
+        with phase("publish"):
+            self._publish_version(version)
+
+    def _publish_version(self, version: int) -> None:
         from rftbus.trainer.engine import policy_state_dict
 
         sd, meta = policy_state_dict(self.c.engine)  # collective under ZeRO-3
@@ -324,6 +329,10 @@ class Trainer:
                                                       and bc.positions() != self.ckpt_positions)
 
     def _checkpoint(self, bc: BatchConsumer, version: int) -> None:
+        with phase("checkpoint"):
+            self._save_checkpoint(bc, version)
+
+    def _save_checkpoint(self, bc: BatchConsumer, version: int) -> None:
         self.c.rejector.flush()
         positions = bc.positions()
         all_pos = all_gather(positions_to_json(positions), self.world)
@@ -357,7 +366,8 @@ class Trainer:
         idle_since = time.monotonic()
         try:
             while True:
-                bc.poll(self.tc.poll_timeout_s)
+                with phase("poll"):
+                    bc.poll(self.tc.poll_timeout_s)
                 records = self._select(bc, partial=False)
                 at_end = records is None and self.opts.until_end and bc.caught_up()
                 ran = self.step - self.summary.start_step

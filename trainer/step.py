@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 import torch
 
+from rftbus.profile import phase
 from rftbus.trainer.losses.base import Loss, PolicyOut, TrainBatch
 from rftbus.trainer.losses.terms import masked_mean, num
 from rftbus.trainer.micro import split
@@ -42,9 +43,10 @@ def _same(n: int) -> int:
 def forward(engine, c: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """(logp, entropy, values) of a batch under the current policy: logits from the first trained position on,
     each shared prompt read once (policy.PolicyWithValue.forward)."""
-    first = first_trained(c)
-    logits, values = engine(c.input_ids, c.attention_mask, first, prompt_lengths(c.response))
-    logp, entropy = token_logp_entropy(logits, c, first)
+    with phase("forward"):
+        first = first_trained(c)
+        logits, values = engine(c.input_ids, c.attention_mask, first, prompt_lengths(c.response))
+        logp, entropy = token_logp_entropy(logits, c, first)
     return logp, entropy, values
 
 
@@ -98,8 +100,9 @@ def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epo
                 sums["loss"] = sums.get("loss", 0.0) + w * num(res.loss)
             if last:
                 engine.set_gradient_accumulation_boundary(k == last)
-            engine.backward(res.loss * w if last else res.loss, scale_wrt_gas=False)
-            with torch.no_grad():  # ZeRO-1/2 all-gathers into views of flat params; gloo on CPU must not track them
+            with phase("backward"):
+                engine.backward(res.loss * w if last else res.loss, scale_wrt_gas=False)
+            with phase("optimizer"), torch.no_grad():  # ZeRO-1/2 all-gathers into views of flat params; gloo on CPU must not track them
                 engine.step()
         if done == 0:
             if epoch == 0:

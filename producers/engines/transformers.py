@@ -27,6 +27,7 @@ from rftbus.config import Config
 from rftbus.models.loading import load_policy, takes_logits_to_keep
 from rftbus.models.lora import Adapter, load_version
 from rftbus.models.prompt import PromptFormat, prompt_format
+from rftbus.profile import phase
 from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine, StepCallback
 
@@ -72,6 +73,11 @@ class TransformersEngine(RolloutEngine):
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
                  max_new_tokens: int | None = None, on_step: StepCallback | None = None) -> list[Completion]:
         limit = self.budget(prompts, max_new_tokens or sampling.max_new_tokens)  # before any work
+        with phase("generate"):
+            return self._generate(prompts, sampling, limit, on_step)
+
+    def _generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig, limit: int,
+                  on_step: StepCallback | None) -> list[Completion]:
         width = max(len(p) for p in prompts)
         pad = self.tok.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)

@@ -20,6 +20,7 @@ from typing import Any
 
 from rftbus.producers.rewards.aio import resolve
 from rftbus.schemas import Task
+from rftbus.profile import phase
 
 Components = dict[str, float]
 
@@ -94,14 +95,15 @@ class RewardSet:
         rs = [r if isinstance(r, Response) else Response(r) for r in responses]
         t0 = time.perf_counter()
         totals, comps = [0.0] * len(rs), [dict[str, float]() for _ in rs]
-        for name, weight, fn in self.terms:
-            for k, out in enumerate(_group_of(fn, task, rs)):
-                if "reward" not in out:
-                    raise ValueError(f"reward function {name!r} returned no 'reward' component")
-                value = float(out["reward"])
-                totals[k] += weight * value
-                comps[k][name] = value
-                comps[k].update({f"{name}.{c}": float(v) for c, v in out.items() if c != "reward"})
+        with phase("reward"):
+            for name, weight, fn in self.terms:
+                for k, out in enumerate(_group_of(fn, task, rs)):
+                    if "reward" not in out:
+                        raise ValueError(f"reward function {name!r} returned no 'reward' component")
+                    value = float(out["reward"])
+                    totals[k] += weight * value
+                    comps[k][name] = value
+                    comps[k].update({f"{name}.{c}": float(v) for c, v in out.items() if c != "reward"})
         ms = (time.perf_counter() - t0) * 1000 / max(1, len(rs))
         return [Scored(t, c, ms) for t, c in zip(totals, comps)]
 

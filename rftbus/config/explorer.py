@@ -107,6 +107,9 @@ class ExplorerConfig(_Strict):
     no_signal_min_group: int | None = Field(
         None, ge=2, description="with no_signal_floor: a prompt whose last k groups had zero reward variance "
         "gets a group of n·2^-k samples, at least this many (adaptive group size); None = always n")
+    threads: int | None = Field(None, ge=1, description="torch threads of each explorer `rftbus run` starts; None: "
+                                "half the cores the run may use, shared among the explorers (run/cores.py: a "
+                                "64-answer step's generation and training cost about the same on one core each)")
     batch_tasks: int = Field(1, ge=1, description="single-turn tasks generated together in one engine call "
                              "(those already fetched, within admission's headroom); each is still its own group, "
                              "produced and committed as before. On CPU 8 gives about 3x the samples/s of 1")

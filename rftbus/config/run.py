@@ -35,6 +35,9 @@ class RunConfig(BaseModel):
     max_steps: int | None = Field(None, ge=1, description="stop once the trainer reached this step")
     target_eval_reward: float | None = Field(None, description="stop early once eval reaches this")
     eval_n: int = Field(64, ge=1, description="held-out eval tasks scored per evaluation")
+    eval_nice: int = Field(10, ge=0, le=19, description="niceness of the held-out eval's thread (in the run's "
+                           "process): it scores on CPU the explorers and the trainer leave, so it never slows a step "
+                           "(0: an equal share; each point also records when its version was published)")
     eval_every_versions: int = Field(1, ge=1, description="evaluate the newest version each time it passes a "
                                      "multiple of k (the evaluator jumps to the newest: a mark passed between two "
                                      "looks is scored at the next version, not skipped)")

@@ -37,9 +37,9 @@ class TrainerConfig(BaseModel):
     grad_clip: float = Field(1.0, ge=0, description="0 = off")
     update_epochs: int = Field(1, ge=1, description="optimizer steps per batch (PPO-style reuse)")
     seed: int = 0
-    threads: int = Field(1, ge=1, description="torch intra-op threads of a trainer `rftbus run` starts (its "
-                         "OMP_NUM_THREADS); the other children keep 1. 2 on a 2-core machine where the explorer "
-                         "mostly waits on admission: the trainer is the bottleneck")
+    threads: int | None = Field(None, ge=1, description="torch intra-op threads of a trainer `rftbus run` starts (its "
+                                "OMP_NUM_THREADS); None: the cores the run may use less the explorers' threads "
+                                "(run/cores.py), so no two stages share a core")
 
     # Policy-gradient knobs.
     clip_low: float = Field(0.2, ge=0, description="ratio clip 1 - clip_low")

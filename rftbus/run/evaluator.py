@@ -11,6 +11,7 @@ the newest few versions, and a run's last eval is not always its best (`rftbus e
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -26,6 +27,7 @@ from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.models.lora import load_version, version_payload
 from rftbus.models.prompt import prompt_format
 from rftbus.producers.rewards import make_rewards
+from rftbus.profile import phase
 from rftbus.tasksets.data import open_taskset
 from rftbus.run.pace import BEST_META, BEST_WEIGHTS
 from rftbus.schemas import TrainerMetric, make_codec
@@ -56,6 +58,7 @@ class Evaluator:
         self.scorer = make_rewards(cfg.explorer.rewards)  # the explorers' rewards score eval too
         self.points: list[dict] = []
         self.version, self.step = 0, 0
+        self.published_at: float | None = None  # when the version being scored was published (the curve's x)
         self.best: dict | None = None  # the best point so far, with where its weights are kept
         self.follower = WeightFollower(cfg, report=report)
         self._stop = threading.Event()
@@ -65,10 +68,12 @@ class Evaluator:
         self.encode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).serializer(TrainerMetric)
 
     def _score(self, version: int) -> dict:
-        with self._lock:
+        with self._lock, phase("eval"):
             res = evaluate(self.model, self.prompt, self.taskset, self.cfg.run.eval_n,
                            max_new_tokens=self.cfg.explorer.sampling.max_new_tokens, scorer=self.scorer)
-            point = {"version": version, "seconds": round(time.time() - self.started, 2),
+            now = round(time.time() - self.started, 2)
+            point = {"version": version, "seconds": now,
+                     "published_s": round(self.published_at - self.started, 2) if self.published_at else 0.0,
                      "reward": res["mean_reward"], **{k: v for k, v in res.items() if k != "mean_reward"}}
             self.points.append(point)
             if self.log_path is not None and (self.best is None or point["reward"] > self.best["reward"]):
@@ -115,6 +120,7 @@ class Evaluator:
                 self.follower.refuse(record, f"does not fit the model: {e}")
                 return False
             self.version, self.step = record.version, record.step
+            self.published_at = record.created_at / 1000
         return True
 
     def start(self) -> Evaluator:
@@ -124,6 +130,11 @@ class Evaluator:
         return self
 
     def _run(self) -> None:
+        if self.cfg.run.eval_nice:
+            try:  # this thread only (Linux: a thread's niceness is its own)
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.cfg.run.eval_nice)
+            except OSError as e:
+                self.report(f"eval: niceness {self.cfg.run.eval_nice} not set ({e})")
         self._score(0)  # the seed's weights, which v0 is (the trainer publishes exactly them)
         while not self._stop.wait(0.5):
             if self._swap(self.version) and due(self.points[-1]["version"], self.version,

@@ -27,11 +27,13 @@ from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.inspect import groups_info
 from rftbus.kafka.topics import create_topics
 from rftbus.run.broker_watch import BrokerWatch
+from rftbus.run.cores import split as split_cores
 from rftbus.run.display import render
 from rftbus.run.feed import TaskFeed
 from rftbus.run.live import live_summary
 from rftbus.run.pace import Pace, pace_summary, read_best
 from rftbus.run.plots import plot_eval, plot_steps
+from rftbus.run.profile_table import collect as collect_profile, table as profile_table
 from rftbus.run.supervisor import ChildSpec, Supervisor
 from rftbus.status import mark_run, read_statuses, trainer_step
 
@@ -103,7 +105,8 @@ class MainJob:
         logs = c.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a native crash leaves a traceback
-        specs = [ChildSpec("trainer", base + ["train"], {**env, "OMP_NUM_THREADS": str(c.trainer.threads)},
+        threads = split_cores(c)
+        specs = [ChildSpec("trainer", base + ["train"], {**env, "OMP_NUM_THREADS": str(threads.trainer)},
                            c.run.max_restarts, logs / "trainer.log")]
         for i in range(c.run.streams_workers):
             specs.append(ChildSpec(f"streams-{i}", base + ["streams", "--worker-id", f"s{i}"], env,
@@ -111,7 +114,8 @@ class MainJob:
         for i in range(c.run.explorers):
             # Static members: a crashed explorer's restart (same id) gets its partitions back at once.
             specs.append(ChildSpec(f"explorer-{i}", base + ["explore", "--id", f"e{i}"],
-                                   {**env, "RFTBUS_EXPLORER__STATIC_MEMBERSHIP": "true"},
+                                   {**env, "OMP_NUM_THREADS": str(threads.explorer),
+                                    "RFTBUS_EXPLORER__STATIC_MEMBERSHIP": "true"},
                                    c.run.max_restarts, logs / f"explorer-{i}.log"))
         if c.run.analytics and importlib.util.find_spec("rftbus.consumers.analytics.sink") is not None:
             specs.append(ChildSpec("analytics", base + ["analytics", "sink"], env, c.run.max_restarts,
@@ -191,6 +195,9 @@ class MainJob:
         # another thread loads the evaluator's. This thread only watches, so a Ctrl-C during start-up stops
         # the children at once instead of after the slowest load.
         self.check_taskset()
+        t = split_cores(self.cfg)
+        self.console.print(f"threads on {t.cores} cores: trainer {t.trainer}, {self.cfg.run.explorers} explorer(s) "
+                           f"{t.explorer} each" + (" (auto: trainer.threads / explorer.threads)" if t.auto else ""))
         sup = Supervisor(self.child_specs(self.write_child_config()))
         stop_metrics = self.start_metrics(sup)
         reason = "stopped by the user"
@@ -326,6 +333,9 @@ class MainJob:
         live, live_plots = live_summary(self.cfg, self.started, rec.rejected_by_reason, self.run_dir)
         plots += live_plots
         best = read_best(self.run_dir)
+        prof = collect_profile(self.cfg.state_dir, self.started,
+                               {str(k): v for k, v in self.broker.pids.items()} if self.broker is not None else None)
+        self.console.print(profile_table(prof))
         summary = {
             "stop_reason": reason,
             "eval_reward_initial": evals[0]["reward"] if evals else None,
@@ -364,6 +374,7 @@ class MainJob:
             **live,
             "eval_best": best and {**best, "path": shown(best["path"])},
             "wall_seconds": round(time.time() - self.started, 1),
+            "profile": prof,
             "plots": [shown(p) for p in plots],
         }
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))

@@ -14,12 +14,20 @@ from tests.conftest import make_config
 
 def test_trainer_threads_reach_the_trainer_child_and_torch_uses_them(tmp_path):
     """`trainer.threads` is the trainer child's OMP_NUM_THREADS (torch's intra-op threads there); every other
-    child keeps one thread, since they share the cores."""
+    child keeps one thread, since they share the cores. Unset, the explorers get half the cores between them and
+    the trainer the rest (run/cores.py)."""
     cfg = make_config(tmp_path, 9, **{"trainer.threads": 2})
     quiet = Console(file=io.StringIO())
     specs = {s.name: s for s in MainJob(cfg, quiet, quiet).child_specs(tmp_path / "config.yaml")}
     assert specs["trainer"].env["OMP_NUM_THREADS"] == "2"
     assert {s.env["OMP_NUM_THREADS"] for n, s in specs.items() if n != "trainer"} == {"1"}
+    auto = make_config(tmp_path, 9, **{"run.explorers": 2})
+    from rftbus.run.cores import split
+
+    assert (split(auto, 2).trainer, split(auto, 2).explorer) == (1, 1)  # never fewer than one
+    assert (split(auto, 16).trainer, split(auto, 16).explorer) == (8, 4)  # half to the explorers, the rest to it
+    one = make_config(tmp_path, 9)
+    assert (split(one, 2).trainer, split(one, 2).explorer) == (1, 1)
     out = subprocess.run([specs["trainer"].argv[0], "-c", "import torch; print(torch.get_num_threads())"],
                          env={**os.environ, **specs["trainer"].env}, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "2"

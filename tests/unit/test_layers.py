@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 ROOTS = {"rftbus": "rftbus", "rftbus.producers": "producers", "rftbus.consumers": "consumers",
          "rftbus.streams": "streams", "rftbus.schemas": "schemas", "rftbus.trainer": "trainer"}
 GROUND = ("rftbus.config", "rftbus.kafka", "rftbus.schemas", "rftbus.weights", "rftbus.models", "rftbus.errors",
-          "rftbus.sandbox",
+          "rftbus.sandbox", "rftbus.profile",
           "rftbus.status", "rftbus.broker", "rftbus.tasksets")
 COMPONENTS = ("rftbus.producers", "rftbus.consumers", "rftbus.streams", "rftbus.trainer")
 APP = ("rftbus.cli", "rftbus.run", "rftbus.chaos", "rftbus.bench", "rftbus.bus_check", "rftbus.simulate")
