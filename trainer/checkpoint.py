@@ -64,6 +64,11 @@ class Manifest:
         return positions_from_json(self.positions[rank])
 
 
+def has_frozen(engine) -> bool:
+    """Whether some of the model's weights do not train (LoRA's base): checkpoints then hold only the others."""
+    return any(not p.requires_grad for p in engine.module.parameters())
+
+
 class Checkpoints:
     def __init__(self, root: Path, rank: int, world: int):
         self.root = Path(root)
@@ -98,7 +103,10 @@ class Checkpoints:
         if self.rank == 0 and tmp.exists():
             shutil.rmtree(tmp)
         barrier(self.world)
-        engine.save_checkpoint(str(tmp), tag=DS_TAG, client_state={"step": step}, save_latest=False)
+        # frozen weights (a LoRA run's base model: 538 MB for SmolLM2-135M, 2 s a step) are the model folder's,
+        # rebuilt the same at every start: only what trains is saved
+        engine.save_checkpoint(str(tmp), tag=DS_TAG, client_state={"step": step}, save_latest=False,
+                               exclude_frozen_parameters=has_frozen(engine))
         torch.save(rng_state(), tmp / f"rng-{self.rank}.pt")
         barrier(self.world)
         if self.rank == 0:
@@ -140,7 +148,7 @@ class Checkpoints:
             raise RuntimeError(f"checkpoint {path.name} was written by {manifest.world} rank(s), this run has "
                                f"{self.world}; resume with the same number of ranks")
         load_path, _ = engine.load_checkpoint(str(path), tag=DS_TAG, load_optimizer_states=True,
-                                              load_lr_scheduler_states=True)
+                                              load_lr_scheduler_states=True, load_module_strict=not has_frozen(engine))
         if load_path is None:
             raise RuntimeError(f"DeepSpeed could not load checkpoint {path}")
         set_rng_state(torch.load(path / f"rng-{self.rank}.pt", weights_only=False))

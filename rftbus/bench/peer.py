@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,15 +37,14 @@ def _rftbus_config(cfg: Config, state_dir: Path, minutes: float) -> Config:
     return Config.model_validate(data)
 
 
-def _follow(proc: subprocess.Popen, log: Path, what: str, deadline: float, progress) -> int:
-    """Wait for `proc`, reporting its last progress line every 30 s; killed 3 minutes past its deadline."""
-    last = 0.0
+def _follow(proc: subprocess.Popen, what: str, deadline: float, progress: Callable[[], str]) -> int:
+    """Wait for `proc`, reporting its progress every 30 s; stopped 3 minutes past its deadline."""
+    last = time.time()
     while proc.poll() is None:
         time.sleep(1.0)
         if time.time() - last >= 30:
             last = time.time()
-            lines = [ln for ln in log.read_text(errors="replace").splitlines() if progress(ln)] if log.exists() else []
-            typer.echo(f"  {what}: {lines[-1].strip() if lines else 'starting'}", err=True)
+            typer.echo(f"  {what}: {progress()}", err=True)
         if time.time() > deadline + 180:
             proc.terminate()
             try:
@@ -52,6 +52,20 @@ def _follow(proc: subprocess.Popen, log: Path, what: str, deadline: float, progr
             except subprocess.TimeoutExpired:
                 proc.kill()
     return int(proc.returncode)
+
+
+def _last_line(log: Path, prefix: str) -> str:
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.startswith(prefix)] if log.exists() else []
+    return lines[-1].strip() if lines else "starting"
+
+
+def _trainer_progress(state_dir: Path, t0: float) -> str:
+    from rftbus.status import read_statuses
+
+    st = next((s for s in read_statuses(state_dir, "trainer")), None)
+    if st is None:
+        return "starting"
+    return f"trainer step {st.get('step') or 0}, v{st.get('version') or 0} at {time.time() - t0:.0f} s"
 
 
 def run_trl(config_path: Path, out: Path, minutes: float) -> None:
@@ -62,7 +76,7 @@ def run_trl(config_path: Path, out: Path, minutes: float) -> None:
         proc = subprocess.Popen([sys.executable, "-m", "rftbus.bench.peer_trl", "--config", str(config_path),
                                  "--out", str(out), "--minutes", str(minutes), "--t0", repr(t0)],
                                 stdout=f, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        rc = _follow(proc, log, "TRL", t0 + minutes * 60, lambda ln: ln.startswith("trl "))
+        rc = _follow(proc, "TRL", t0 + minutes * 60, lambda: _last_line(log, "trl step"))
     if rc != 0:
         raise typer.BadParameter(f"the TRL run failed (exit {rc}); its log: {log}")
 
@@ -77,7 +91,7 @@ def run_rftbus(cfg: Config, state_dir: Path, minutes: float) -> float:
     with open(log, "w") as f:
         proc = subprocess.Popen([exe, "--config", str(path), "run"], stdout=f, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "160"})
-        rc = _follow(proc, log, "rftbus", t0 + minutes * 60, lambda ln: "step" in ln and "trainer" in ln)
+        rc = _follow(proc, "rftbus", t0 + minutes * 60, lambda: _trainer_progress(state_dir, t0))
     if rc != 0:
         raise typer.BadParameter(f"`rftbus run` failed (exit {rc}); its log: {log}")
     return t0
