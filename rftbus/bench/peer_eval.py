@@ -75,8 +75,10 @@ class Scorer:
         self.cfg = cfg
         tok = load_tokenizer(cfg.model)
         self.fmt = prompt_format(tok, cfg.model)
-        assert cfg.trainer.lora is not None, "the peer bench compares LoRA recipes (trainer.lora)"
-        self.model = wrap(load_policy(cfg.model, tok), cfg.trainer.lora)
+        model = load_policy(cfg.model, tok)
+        self.lora = cfg.trainer.lora is not None
+        self.model = wrap(model, cfg.trainer.lora) if cfg.trainer.lora is not None else model
+        self.base_state = None if self.lora else {k: v.clone() for k, v in model.state_dict().items()}
         self.taskset = open_taskset(cfg.taskset)
         self.rewards = make_rewards(cfg.explorer.rewards)
 
@@ -87,6 +89,9 @@ class Scorer:
         return float(evaluate(self.model, self.fmt, self.taskset, n, max_new_tokens=new, scorer=self.rewards)["mean_reward"])
 
     def base(self) -> float:
+        if not self.lora:
+            self.model.load_state_dict(self.base_state)
+            return self._eval()
         with self.model.disable_adapter():
             return self._eval()
 
@@ -94,6 +99,9 @@ class Scorer:
         from peft import set_peft_model_state_dict
         from safetensors.torch import load_file
 
+        if not self.lora:  # full weights: TRL's model.state_dict() has the names load_policy's model has
+            self.model.load_state_dict(load_file(str(path)), strict=True)
+            return self._eval()
         result = set_peft_model_state_dict(self.model, load_file(str(path)))
         if result.unexpected_keys:
             raise ValueError(f"{path}: adapter keys the model does not have: {result.unexpected_keys[:3]}")

@@ -4,8 +4,8 @@ Run in a process of its own (`python -m rftbus.bench.peer_trl`), as a user would
 machine's cores (torch's default threads), one process generating and training in turn. It is given exactly
 what `rftbus run` is given: the config's model (the same converted weights, dtype and tokenizer), its train
 tasks (the rows the run publishes, rendered by the chat template as `PromptFormat` renders them), its
-rewards (the explorers' RewardSet), its stop ids, and its recipe (LoRA, lr, n answers a prompt, B groups a step,
-new tokens, temperature, beta 0, clip). TRL's defaults already match the rest: token-level mean loss ("dapo",
+rewards (the explorers' RewardSet), its stop ids, and its recipe (LoRA or full weights, lr, n answers a prompt, B groups a
+step, update epochs, new tokens, temperature, beta 0, clip). TRL's defaults already match the rest: token-level mean loss ("dapo",
 `trainer/losses/terms.masked_mean`), group-std scaled advantages (streams' GRPO), AdamW without weight decay,
 gradient clip 1.0. The LR is constant, as rftbus trains without a schedule unless one is configured.
 
@@ -75,7 +75,6 @@ def run(config: Path, out: Path, minutes: float, t0: float) -> None:
 
     t = cfg.trainer
     lora = t.lora
-    assert lora is not None, "the peer bench compares LoRA recipes (trainer.lora)"
     out.mkdir(parents=True, exist_ok=True)
     (out / SNAPSHOTS).mkdir(exist_ok=True)
     steps_log = out / STEPS
@@ -87,7 +86,7 @@ def run(config: Path, out: Path, minutes: float, t0: float) -> None:
         num_generations=cfg.rl.group_size, max_completion_length=cfg.explorer.sampling.max_new_tokens,
         temperature=cfg.explorer.sampling.temperature, learning_rate=t.lr, lr_scheduler_type="constant",
         weight_decay=t.weight_decay, max_grad_norm=t.grad_clip or None, beta=0.0, epsilon=t.clip_low,
-        epsilon_high=t.clip_high, num_iterations=1, generation_kwargs={"eos_token_id": fmt.stop_ids},
+        epsilon_high=t.clip_high, num_iterations=t.update_epochs, generation_kwargs={"eos_token_id": fmt.stop_ids},
     )
     deadline = t0 + minutes * 60
 
@@ -98,7 +97,8 @@ def run(config: Path, out: Path, minutes: float, t0: float) -> None:
             from peft import get_peft_model_state_dict
 
             seconds = time.time() - t0
-            weights = {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(model).items()}
+            state = get_peft_model_state_dict(model) if lora is not None else model.state_dict()
+            weights = {k: v.detach().cpu().clone().contiguous() for k, v in state.items()}
             save_file(weights, str(out / SNAPSHOTS / f"step-{state.global_step:06d}.safetensors"))
             with open(steps_log, "a") as f:
                 f.write(json.dumps({"step": state.global_step, "seconds": round(seconds, 2)}) + "\n")
@@ -110,7 +110,7 @@ def run(config: Path, out: Path, minutes: float, t0: float) -> None:
     trainer = GRPOTrainer(
         model=model, reward_funcs=[reward], args=args, train_dataset=data, processing_class=tok,
         peft_config=LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                               target_modules=list(lora.target_modules), task_type="CAUSAL_LM"),
+                               target_modules=list(lora.target_modules), task_type="CAUSAL_LM") if lora else None,
         callbacks=[Snapshots()],
     )
     print(f"trl ready at {time.time() - t0:.1f} s: {len(tasks)} prompts, torch threads {torch.get_num_threads()}",
