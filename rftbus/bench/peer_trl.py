@@ -97,8 +97,8 @@ def run(config: Path, out: Path, minutes: float, t0: float) -> None:
             from peft import get_peft_model_state_dict
 
             seconds = time.time() - t0
-            state = get_peft_model_state_dict(model) if lora is not None else model.state_dict()
-            weights = {k: v.detach().cpu().clone().contiguous() for k, v in state.items()}
+            sd = get_peft_model_state_dict(model) if lora is not None else model.state_dict()
+            weights = {k: v.detach().cpu().clone().contiguous() for k, v in sd.items()}
             save_file(weights, str(out / SNAPSHOTS / f"step-{state.global_step:06d}.safetensors"))
             with open(steps_log, "a") as f:
                 f.write(json.dumps({"step": state.global_step, "seconds": round(seconds, 2)}) + "\n")

@@ -1,7 +1,8 @@
 """`rftbus bench step`: seconds per trainer step on a batch shaped like the config's (rl.batch_groups groups of
 rl.group_size answers of max_new_tokens to the taskset's prompts, rendered by the model's chat template), with
-logits from the first trained position (the trainer now) and at every position (before #43), alternated in one
-run on the same engine and batch. The engine is the trainer's (DeepSpeed, the config's loss, LoRA, precision)."""
+the trainer's way now (a prompt its rows share read once, logits from the first trained position), one forward
+pass per row (before the shared prompt) and logits at every position (before #43), alternated in one run on the
+same engine and batch. The engine is the trainer's (DeepSpeed, the config's loss, LoRA, precision)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def step(
     only_new: bool = typer.Option(False, "--only-new", help="Time the trainer's way only (peak memory of it alone)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Trainer seconds per step: logits from the first trained position vs at every position."""
+    """Trainer seconds per step: the trainer's way (shared prompts read once, logits from the first trained position)
+    against one pass per row and against logits at every position, alternated on one engine and batch."""
     import torch
 
     from rftbus.trainer.dist import prepare_env
@@ -67,31 +69,34 @@ def step(
     batch = collate([r for grp in groups for r in rows_of(grp)], tok.pad_token_id, 4096)
     engine = build_engine(PolicyWithValue(lm, value_head=make_loss(tc, cfg.rl.max_staleness).needs_values), tc)
     loss = make_loss(tc, cfg.rl.max_staleness)
-    first_trained = S.first_trained
-    variants = {"first_trained": first_trained, "every_position": lambda b: 0}
+    first_trained, prompt_lengths = S.first_trained, S.prompt_lengths
+    none = lambda response: None  # noqa: E731  (every row reads its own prompt)
+    # (logits from, prompt lengths) per way: the trainer now, without the shared prompt, before #43
+    variants = {"shared_prompt": (first_trained, prompt_lengths), "one_pass": (first_trained, none),
+                "every_position": (lambda b: 0, none)}
     if only_new:
-        del variants["every_position"]
+        variants = {"shared_prompt": variants["shared_prompt"]}
     times: dict[str, list[float]] = {k: [] for k in variants}
     micro = micro_tokens or tc.micro_batch_tokens
     S.train_step(engine, loss, batch, update_epochs=tc.update_epochs, micro_tokens=micro)  # warm-up (allocations)
     err = state(ctx).err
     try:
         for r in range(reps):
-            for name, fn in variants.items():
-                S.first_trained = fn  # the bench's switch between the two ways (never a runtime path)
+            for name, (first_fn, lengths_fn) in variants.items():
+                S.first_trained, S.prompt_lengths = first_fn, lengths_fn  # the bench's switch (never a runtime path)
                 t0 = time.perf_counter()
                 S.train_step(engine, loss, batch, update_epochs=tc.update_epochs, micro_tokens=micro)
                 times[name].append(time.perf_counter() - t0)
                 err.print(f"rep {r + 1}/{reps} {name}: {times[name][-1]:.2f} s")
     finally:
-        S.first_trained = first_trained
+        S.first_trained, S.prompt_lengths = first_trained, prompt_lengths
     med = {k: round(statistics.median(v), 3) for k, v in times.items()}
     out: dict[str, object] = {"model": cfg.model.name or cfg.model.path or "tiny", "rows": batch.n_rows,
            "tokens_per_row": int(batch.input_ids.shape[1]), "first_trained_position": int(first_trained(batch)),
            "threads": torch.get_num_threads(), "lora": tc.lora.r if tc.lora else None, "micro_tokens": micro,
            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
            **{f"{k}_s": v for k, v in med.items()}, "runs": {k: [round(x, 3) for x in v] for k, v in times.items()},
-           "speedup": round(med["every_position"] / med["first_trained"], 3) if "every_position" in med else None}
+           "speedup": round(med["every_position"] / med["shared_prompt"], 3) if "every_position" in med else None}
     if as_json:
         print(json.dumps(out))
     else:

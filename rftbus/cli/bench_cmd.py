@@ -10,7 +10,7 @@ import typer
 
 app = typer.Typer(help="Benchmarks (figures in docs/BENCHMARKS.md); each has --json.", no_args_is_help=True)
 
-from rftbus.bench import async_speedup, explore, judge, peer, serve, sizes, step, streams, studio, sync, verifiers  # noqa: E402  (after `app` exists)
+from rftbus.bench import async_speedup, explore, judge, peer, prefill, serve, sizes, step, streams, studio, sync, verifiers  # noqa: E402  (after `app` exists)
 
 app.command("async")(async_speedup.bench_async)
 app.command("explore")(explore.explore)
@@ -23,3 +23,4 @@ app.command("verifiers")(verifiers.verifiers)
 app.command("judge")(judge.judge)
 app.command("step")(step.step)
 app.command("peer")(peer.peer)
+app.command("prefill")(prefill.prefill)

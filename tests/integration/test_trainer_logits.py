@@ -60,7 +60,7 @@ def test_logits_from_the_first_trained_position_only_change_nothing_that_trains(
 
 
 def test_bench_step_times_both_ways_on_the_trainers_engine(tmp_path):
-    """`rftbus bench step` runs (the tiny model, one rep): both ways timed on one engine, the figures sane."""
+    """`rftbus bench step` runs (the tiny model, one rep): the three ways timed on one engine, the figures sane."""
     import json
     import subprocess
     import sys
@@ -73,7 +73,8 @@ def test_bench_step_times_both_ways_on_the_trainers_engine(tmp_path):
     assert out.returncode == 0, out.stderr[-2000:]
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["rows"] > 0 and 0 < r["first_trained_position"] < r["tokens_per_row"]
-    assert r["first_trained_s"] > 0 and r["every_position_s"] > 0 and len(r["runs"]["first_trained"]) == 1
+    assert r["shared_prompt_s"] > 0 and r["one_pass_s"] > 0 and r["every_position_s"] > 0
+    assert len(r["runs"]["shared_prompt"]) == 1
 
 
 def test_a_shared_prompt_read_once_changes_nothing_that_trains(smollm2_two_layers):

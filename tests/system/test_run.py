@@ -52,6 +52,14 @@ def test_run_turns_the_loop_and_counts_reconcile(broker, tmp_path):
     # How soon it learned, and whether it kept stepping (#19).
     assert 0 < s["first_step_after_broker_s"] < 120 and s["broker_ready_s"] is not None
     assert s["step_rate_first_third"] is not None and s["steps_timeline"][-1][1] >= 24
+    # Where the CPU went (#43): every process of the run, the trainer's and explorer's phases measured.
+    procs = s["profile"]["processes"]
+    assert {"trainer-0", "explorer-e0", "streams-s0", "run (eval)"} <= set(procs), sorted(procs)
+    trainer = procs["trainer-0"]["phases"]
+    assert trainer["forward"]["count"] >= 24 and trainer["backward"]["cpu_s"] > 0 and "publish" in trainer
+    assert procs["explorer-e0"]["phases"]["generate"]["wall_s"] > 0 and procs["run (eval)"]["phases"]["eval"]["count"] >= 1
+    assert all(p["cpu_s"] > 0 for p in procs.values())
+    assert all(p["published_s"] <= p["seconds"] for p in s["eval_points"])
     # The best eval's weights are kept and export as a Hugging Face folder.
     best = s["eval_best"]
     assert best["reward"] == max(p["reward"] for p in s["eval_points"]), best
