@@ -69,17 +69,63 @@ async def _each(fn, task: Task, responses: list[Response]) -> list[Components]:
     return list(await asyncio.gather(*outs)) if outs and inspect.isawaitable(outs[0]) else outs
 
 
-def _group_of(fn: Any, task: Task, responses: list[Response]) -> list[Components]:
+CONTRACT = ("a reward returns a number, or a dict with a numeric 'reward' (and any other numeric components), per "
+            "answer; a group reward (score_group, or TRL's f(prompts, completions, **columns)) a list of those, one per "
+            "answer (docs/REWARDS.md)")
+
+
+def trl_style(fn: Any) -> bool:
+    """TRL's reward signature: f(prompts, completions, **kwargs) -> list[float], called once per group."""
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return False
+    return params[:2] == ["prompts", "completions"]
+
+
+def _trl_call(fn: Any, task: Task, responses: list[Response]) -> Any:
+    """The group as TRL hands it over: prompts and completions, and the task's columns (answer, task_id and its
+    metadata) as lists with one entry per completion."""
+    n = len(responses)
+    columns: dict[str, list] = {"answer": [task.answer] * n, "task_id": [task.task_id] * n,
+                                "completion_ids": [list(r.token_ids) for r in responses]}
+    for k, v in (task.metadata or {}).items():
+        columns.setdefault(k, [v] * n)
+    return fn([task.prompt] * n, [r.text for r in responses], **columns)
+
+
+def components_of(name: str, out: Any) -> Components:
+    """One answer's score as components: a number is its reward; a dict must hold a numeric 'reward'."""
+    if isinstance(out, bool) or isinstance(out, (int, float)):
+        return {"reward": float(out)}
+    if isinstance(out, dict):
+        if "reward" not in out:
+            raise ValueError(f"reward {name!r} returned a dict without 'reward' ({sorted(out)[:5]}): {CONTRACT}")
+        try:
+            return {str(k): float(v) for k, v in out.items()}
+        except (TypeError, ValueError):
+            raise ValueError(f"reward {name!r} returned a non-numeric component in {out!r}: {CONTRACT}") from None
+    if hasattr(out, "item") and callable(out.item):  # a numpy or torch scalar
+        return {"reward": float(out.item())}
+    raise ValueError(f"reward {name!r} returned {type(out).__name__} {out!r:.80}: {CONTRACT}")
+
+
+def _group_of(fn: Any, task: Task, responses: list[Response], name: str = "") -> list[Components]:
+    name = name or getattr(fn, "name", None) or getattr(fn, "__name__", repr(fn))
     if hasattr(fn, "score_group"):
         out = resolve(fn.score_group(task, responses))
+    elif trl_style(fn):
+        out = resolve(_trl_call(fn, task, responses))
     elif inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
         out = resolve(_each(fn, task, responses))  # an async per-answer reward: the group's calls overlap
     else:
         out = [fn(task, r.text) for r in responses]
+    if isinstance(out, tuple):
+        out = list(out)
     if not isinstance(out, list) or len(out) != len(responses):
-        raise ValueError(f"reward {getattr(fn, 'name', fn)!r} returned {len(out) if isinstance(out, list) else out!r} "
-                         f"scores for {len(responses)} responses")
-    return out
+        got = f"{len(out)} scores" if isinstance(out, list) else f"{type(out).__name__} {out!r:.80}"
+        raise ValueError(f"reward {name!r} returned {got} for {len(responses)} answers: {CONTRACT}")
+    return [components_of(name, o) for o in out]
 
 
 class RewardSet:
@@ -97,13 +143,11 @@ class RewardSet:
         totals, comps = [0.0] * len(rs), [dict[str, float]() for _ in rs]
         with phase("reward"):
             for name, weight, fn in self.terms:
-                for k, out in enumerate(_group_of(fn, task, rs)):
-                    if "reward" not in out:
-                        raise ValueError(f"reward function {name!r} returned no 'reward' component")
-                    value = float(out["reward"])
+                for k, out in enumerate(_group_of(fn, task, rs, name)):
+                    value = out["reward"]
                     totals[k] += weight * value
                     comps[k][name] = value
-                    comps[k].update({f"{name}.{c}": float(v) for c, v in out.items() if c != "reward"})
+                    comps[k].update({f"{name}.{c}": v for c, v in out.items() if c != "reward"})
         ms = (time.perf_counter() - t0) * 1000 / max(1, len(rs))
         return [Scored(t, c, ms) for t, c in zip(totals, comps)]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -9,7 +11,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from rftbus.config import Config, load_config
+from rftbus.config import Config, find_config_file, load_config
 
 
 @dataclass
@@ -30,7 +32,23 @@ class CliState:
             for p in parents:
                 node = node.setdefault(p, {})
             node[last] = value
-        return load_config(self.config_path, overrides)
+        cfg = load_config(self.config_path, overrides)
+        user_code_on_path(find_config_file(self.config_path))
+        return cfg
+
+
+def user_code_on_path(config_file: Path | None) -> None:
+    """A user's reward, workflow or engine module sits beside their config or in the working directory: both go on
+    this process's import path and, through PYTHONPATH, on every child's (`rftbus run` starts its children with
+    a config file in the state folder, far from the user's)."""
+    folders = [str(Path.cwd())] + ([str(config_file.resolve().parent)] if config_file is not None else [])
+    have = os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.environ.get("PYTHONPATH") else []
+    for folder in folders:
+        if folder not in sys.path:
+            sys.path.append(folder)  # after site-packages: a file beside the config never shadows a library
+        if folder not in have:
+            have.append(folder)
+    os.environ["PYTHONPATH"] = os.pathsep.join(have)
 
 
 def state(ctx: typer.Context) -> CliState:

@@ -1,4 +1,5 @@
-"""`rftbus run`: the whole loop on this machine; `rftbus check`: every record type through the bus."""
+"""`rftbus run`: the whole loop on this machine; `rftbus check`: what a run would trip on (--bus: every record
+type through the bus)."""
 
 from __future__ import annotations
 
@@ -21,12 +22,18 @@ def run(
     max_steps: int = typer.Option(None, "--max-steps", help="Stop once the trainer reaches this step (run.max_steps)."),
 ) -> None:
     """Run the whole loop: broker, topics, taskset, explorer(s), streams, trainer; live view; eval; summary."""
+    from rftbus.run.check import check_config
     from rftbus.run.job import MainJob
 
     st = state(ctx)
     if config is not None:
         st.config_path = config
     cfg = st.config(**{"run.max_minutes": minutes, "run.max_steps": max_steps})
+    rep = check_config(cfg)  # what `rftbus check` says, before the broker and the children start
+    show_report(st, rep)
+    if not rep.ok:
+        st.err.print(f"[red]not started: {len(rep.errors)} problem(s) with the config (`rftbus check` lists them)[/]")
+        raise typer.Exit(2)
     summary = MainJob(cfg, st.console, st.err).run()
     text = json.dumps(summary, indent=2)
     if summary_json:
@@ -43,12 +50,42 @@ def run(
         raise typer.Exit(1)
 
 
-def check(ctx: typer.Context) -> None:
-    """Round-trip one record of every type through Kafka with the configured codec."""
-    from rftbus.bus_check import round_trip
+def show_report(st, rep) -> None:
+    for line in rep.notes:
+        st.console.print(f"ok: {line}")
+    for line in rep.warnings:
+        st.err.print(f"[yellow]warning:[/] {line}")
+    for line in rep.errors:
+        st.err.print(f"[red]error:[/] {line}")
+
+
+def check(
+    ctx: typer.Context,
+    config: Path = typer.Argument(None, help="Config file (default: the global --config)."),
+    bus: bool = typer.Option(False, "--bus", help="Instead: round-trip one record of every type through Kafka."),
+) -> None:
+    """What a run would trip on, before anything starts: the model and its chat template, the data, every reward
+    scoring a real row, the sizes the run asks for; one line per problem, exit 1 on an error. --bus: every record
+    type through Kafka with the configured codec."""
+    from rftbus.run.check import check_config
 
     st = state(ctx)
+    if config is not None:
+        st.config_path = config
     cfg = st.config()
+    if bus:
+        return _bus_check(st, cfg)
+    rep = check_config(cfg)
+    show_report(st, rep)
+    st.console.print(f"{'checked' if rep.ok else 'FAILED'} in {rep.seconds:.1f} s: {len(rep.errors)} error(s), "
+                     f"{len(rep.warnings)} warning(s)")
+    if not rep.ok:
+        raise typer.Exit(1)
+
+
+def _bus_check(st, cfg) -> None:
+    from rftbus.bus_check import round_trip
+
     create_topics(cfg, check_reachable(cfg))
     results = round_trip(cfg)
     table = Table("topic", "record", "partition", "offset", "round trip", title="every record type through the bus")

@@ -35,6 +35,8 @@ class RunConfig(BaseModel):
     max_steps: int | None = Field(None, ge=1, description="stop once the trainer reached this step")
     target_eval_reward: float | None = Field(None, description="stop early once eval reaches this")
     eval_n: int = Field(64, ge=1, description="held-out eval tasks scored per evaluation")
+    progress_every_s: float = Field(30.0, gt=0, description="with output to a file (no terminal), one progress "
+                                    "line this often: step, version, eval, explorers, lags, stages not running")
     eval_nice: int = Field(10, ge=0, le=19, description="niceness of the held-out eval's thread (in the run's "
                            "process): it scores on CPU the explorers and the trainer leave, so it never slows a step "
                            "(0: an equal share; each point also records when its version was published)")

@@ -56,3 +56,27 @@ def render(*, started: float, statuses: list[dict], lags: dict[str, int], evals:
         *(f"[dim]{escape(e)}[/]" for e in events[-5:]),
     )
     return Panel(body, title="rftbus run", border_style="cyan")
+
+
+def progress_line(*, started: float, statuses: list[dict], lags: dict[str, int], evals: list[dict],
+                  events: list[str], children: dict[str, str]) -> str:
+    """One plain line for a run whose output goes to a file: elapsed, the trainer's step and version, the last
+    eval, the explorers' groups, lags and any stage that is not running."""
+    now = time.time()
+    trainer = next((s for s in statuses if s.get("role") == "trainer"), {})
+    explorers = [s for s in statuses if s.get("role") == "explorer"]
+    parts = [f"[{now - started:.0f} s] step {trainer.get('step') or 0} v{trainer.get('version') or 0}"]
+    if evals:
+        last = evals[-1]
+        parts.append(f"eval v{last['version']} {last['reward']:.3f} (initial {evals[0]['reward']:.3f}, best "
+                     f"{max(e['reward'] for e in evals):.3f})")
+    if explorers:
+        groups = sum(int(s.get("groups_produced") or 0) for s in explorers)
+        waiting = sum(1 for s in explorers if s.get("waiting_for_admission"))
+        parts.append(f"explorers {groups} groups" + (f" ({waiting} waiting)" if waiting else ""))
+    if lags:
+        parts.append("lag " + " ".join(f"{k}={v}" for k, v in lags.items()))
+    down = {n: st for n, st in children.items() if st != "running"}
+    if down:
+        parts.append("; ".join(f"{n}: {st}" for n, st in down.items()))
+    return " | ".join(parts)

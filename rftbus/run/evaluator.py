@@ -135,11 +135,19 @@ class Evaluator:
                 os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.cfg.run.eval_nice)
             except OSError as e:
                 self.report(f"eval: niceness {self.cfg.run.eval_nice} not set ({e})")
-        self._score(0)  # the seed's weights, which v0 is (the trainer publishes exactly them)
+        self._try_score(0)  # the seed's weights, which v0 is (the trainer publishes exactly them)
         while not self._stop.wait(0.5):
-            if self._swap(self.version) and due(self.points[-1]["version"], self.version,
-                                                self.cfg.run.eval_every_versions):
-                self._score(self.version)
+            scored = self.points[-1]["version"] if self.points else -1
+            if self._swap(self.version) and due(scored, self.version, self.cfg.run.eval_every_versions):
+                self._try_score(self.version)
+
+    def _try_score(self, version: int) -> None:
+        """One eval point; a failure (a reward that raises on some answer) is reported and the next version is
+        tried, instead of ending the evaluator's thread and every later point with it."""
+        try:
+            self._score(version)
+        except Exception as e:  # noqa: BLE001 - user rewards run here; one bad point must not end the eval
+            self.report(f"eval of v{version} failed: {type(e).__name__}: {str(e)[:300]}")
 
     def finish(self, wait_s: float = 10.0) -> None:
         """Stop following; evaluate the newest published version if it has not been scored yet."""

@@ -13,7 +13,9 @@ import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import KafkaException
 from rich.console import Console
@@ -28,7 +30,7 @@ from rftbus.kafka.inspect import groups_info
 from rftbus.kafka.topics import create_topics
 from rftbus.run.broker_watch import BrokerWatch
 from rftbus.run.cores import split as split_cores
-from rftbus.run.display import render
+from rftbus.run.display import progress_line, render
 from rftbus.run.feed import TaskFeed
 from rftbus.run.live import live_summary
 from rftbus.run.pace import Pace, pace_summary, read_best
@@ -276,7 +278,10 @@ class MainJob:
         """The live view until the run is done (its reason), a stage is given up on, or a stop is asked (None)."""
         lags: dict[str, int] = {}
         last_lag = last_feed = 0.0
-        with Live(console=self.console, refresh_per_second=2, transient=False) as live:
+        headless = not self.console.is_terminal  # output to a file (nohup, Slurm, Kubernetes): lines, not frames
+        view: Any = Live(console=self.console, refresh_per_second=2, transient=False) if not headless else nullcontext()
+        last_line = time.monotonic()
+        with view as live:
             while not self._stop_requested:
                 self._note(sup.poll())
                 if self.broker is not None:
@@ -292,8 +297,13 @@ class MainJob:
                 children = {n: child_state(c) for n, c in sup.children.items()}
                 if self.broker is not None:
                     children["broker"] = self.broker.state
-                live.update(render(started=self.started, statuses=statuses, lags=lags,
-                                   evals=evaluator.points, events=self.events, children=children))
+                frame = dict(started=self.started, statuses=statuses, lags=lags, evals=evaluator.points,
+                             events=self.events, children=children)
+                if not headless:
+                    live.update(render(**frame))
+                elif time.monotonic() - last_line >= self.cfg.run.progress_every_s:
+                    self.console.print(progress_line(**frame), soft_wrap=True, markup=False, highlight=False)
+                    last_line = time.monotonic()
                 done = self._done(statuses, evaluator.points)
                 if done:
                     return done

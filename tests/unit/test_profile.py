@@ -40,3 +40,17 @@ def test_phases_count_wall_and_cpu_and_ride_in_status_files(tmp_path):
     assert "trainer-0" in out.getvalue() and "busy" in out.getvalue()
     assert proc_usage(2**22 + 12345) is None  # no such process
     profile.reset()
+
+
+def test_a_headless_run_prints_one_plain_progress_line():
+    """#45: with output to a file the live view's frames never show; a line does."""
+    from rftbus.run.display import progress_line
+
+    line = progress_line(started=time.time() - 95, lags={"raw": 3, "curated": 0}, events=[],
+                         statuses=[{"role": "trainer", "step": 12, "version": 12},
+                                   {"role": "explorer", "groups_produced": 118, "waiting_for_admission": True}],
+                         evals=[{"version": 0, "reward": 0.25}, {"version": 9, "reward": 0.625}],
+                         children={"trainer": "running", "explorer-0": "restarting (restarts 1, last crash: x)"})
+    assert line.startswith("[95 s] step 12 v12 | eval v9 0.625 (initial 0.250, best 0.625)")
+    assert "explorers 118 groups (1 waiting)" in line and "lag raw=3 curated=0" in line
+    assert "explorer-0: restarting" in line and "\n" not in line

@@ -1,0 +1,145 @@
+"""`rftbus check [CONFIG]`: what a first run would trip on, found before anything starts.
+
+Each check opens the real thing the run would open (the model folder's tokenizer and chat template, the data, every
+reward imported and scoring one real train row, the sizes the run, the taskset and the simulated agents ask of
+each other) and gives one line per problem. `rftbus run` runs the same checks first and stops on an error;
+warnings (data cut by `run.tasks`) are printed and the run goes on.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rftbus.config import Config
+from rftbus.errors import RftbusError
+
+
+@dataclass
+class Report:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def check_model(cfg: Config, rep: Report) -> Any:
+    """The tokenizer and prompt format (chat template, stop ids) of the configured model; its weights are not
+    loaded (seconds, and a missing or broken folder fails on the tokenizer and config already)."""
+    from rftbus.models.loading import load_tokenizer
+    from rftbus.models.prompt import prompt_format
+    from rftbus.models.source import model_folder
+
+    try:
+        folder = model_folder(cfg.model)
+        tok = load_tokenizer(cfg.model)
+        fmt = prompt_format(tok, cfg.model)
+    except (RftbusError, OSError, ValueError) as e:
+        rep.errors.append(f"model: {_first_line(e)}")
+        return None
+    if folder is not None:
+        from transformers import AutoConfig
+
+        try:
+            AutoConfig.from_pretrained(folder, trust_remote_code=cfg.model.trust_remote_code)
+        except (OSError, ValueError) as e:
+            rep.errors.append(f"model {folder}: no model config ({_first_line(e)})")
+            return None
+    rep.notes.append(f"model {cfg.model.name or folder or 'tiny'}: "
+                     f"{'chat template' if fmt.template else 'plain text prompts'}, stop ids {fmt.stop_ids}")
+    return fmt
+
+
+def check_data(cfg: Config, rep: Report) -> tuple[Any, list]:
+    """The taskset opened, data read whole (a bad row named), and the train tasks the run would publish."""
+    from rftbus.producers.tasks.sources import SourceError
+    from rftbus.tasksets.data import DataTaskset, open_taskset
+
+    try:
+        ts = open_taskset(cfg.taskset)
+    except (RftbusError, OSError, ValueError) as e:
+        rep.errors.append(f"taskset {cfg.taskset.name}: {_first_line(e)}")
+        return None, []
+    if isinstance(ts, DataTaskset):
+        try:
+            counts = ts.check()
+        except (SourceError, RftbusError) as e:
+            rep.errors.append(f"taskset {cfg.taskset.name}: {str(e).splitlines()[0]}")
+            return ts, []
+        train = counts["train"]
+        if cfg.run.tasks < train:
+            rep.warnings.append(f"run.tasks {cfg.run.tasks} publishes the first {cfg.run.tasks} of the data's {train} "
+                                f"train rows; set run.tasks: {train} to train on all of them")
+        rep.notes.append(f"taskset {ts.name}: {train} train and {counts['eval']} held-out eval tasks")
+        tasks = list(ts.tasks("train", min(cfg.run.tasks, train)))
+        if cfg.run.eval_n > counts["eval"]:
+            rep.warnings.append(f"run.eval_n {cfg.run.eval_n} is more than the {counts['eval']} held-out tasks: eval "
+                                f"scores {counts['eval']}")
+    else:
+        try:
+            tasks = list(ts.tasks("train", cfg.run.tasks, cfg.taskset.seed))
+        except ValueError as e:
+            rep.errors.append(f"run.tasks {cfg.run.tasks}: {_first_line(e)} (taskset {cfg.taskset.name})")
+            return ts, []
+        rep.notes.append(f"taskset {cfg.taskset.name}: {len(tasks)} train tasks drawn")
+    if cfg.run.simulate:
+        have = len(tasks) if isinstance(ts, DataTaskset) else _drawable(ts, cfg.simulate.tasks, cfg.taskset.seed)
+        if have < cfg.simulate.tasks:
+            rep.errors.append(f"simulate.tasks {cfg.simulate.tasks} is more than the {have} train tasks taskset "
+                              f"{cfg.taskset.name} has: set simulate.tasks: {have} or fewer")
+    return ts, tasks
+
+
+def _drawable(ts: Any, n: int, seed: int) -> int:
+    """How many distinct train tasks a built-in taskset can draw, up to n (it raises past its size)."""
+    lo, hi = 0, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            list(ts.tasks("train", mid, seed))
+            lo = mid
+        except ValueError:
+            hi = mid - 1
+    return lo
+
+
+def check_rewards(cfg: Config, ts: Any, tasks: list, rep: Report) -> None:
+    """Every reward imported and scoring one real train row: its reference answer where the taskset has one."""
+    from rftbus.producers.rewards import make_rewards
+
+    try:
+        rewards = make_rewards(cfg.explorer.rewards)
+    except (RftbusError, ImportError, TypeError, ValueError) as e:
+        rep.errors.append(f"explorer.rewards: {_first_line(e)}")
+        return
+    if not tasks:
+        return
+    task = tasks[0]
+    answer = task.answer or (ts.expert(task) if ts is not None else "") or ""
+    try:
+        scored = rewards.score(task, answer)
+    except Exception as e:  # noqa: BLE001 - a user's reward may raise anything; this is the place to say so
+        rep.errors.append(f"explorer.rewards on task {task.task_id} ({answer!r:.40} as the answer): {_first_line(e)}")
+        return
+    rep.notes.append(f"rewards {[s.name for s in cfg.explorer.rewards]}: task {task.task_id}'s reference answer "
+                     f"scores {scored.reward:g}")
+
+
+def check_config(cfg: Config) -> Report:
+    rep = Report()
+    t0 = time.perf_counter()
+    check_model(cfg, rep)
+    ts, tasks = check_data(cfg, rep)
+    check_rewards(cfg, ts, tasks, rep)
+    rep.seconds = time.perf_counter() - t0
+    return rep

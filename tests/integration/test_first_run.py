@@ -1,0 +1,99 @@
+"""A user's first run, through the real CLI (#45): their rewards in a file beside the config (a float, a dict, TRL's
+signature), `rftbus check` naming each broken piece in one line with a non-zero exit, and `rftbus run` refusing
+to start on what `check` refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+RFTBUS = str(Path(sys.executable).parent / "rftbus")
+
+REWARDS = '''
+def as_float(task, response):
+    return float(response.strip() == (task.answer or "").strip())
+
+def as_dict(task, response):
+    return {"reward": response.strip() == (task.answer or "").strip(), "length": len(response)}
+
+def trl_style(prompts, completions, answer, **kwargs):
+    return [1.0 if c.strip() == a else 0.0 for c, a in zip(completions, answer)]
+
+def broken(task, response):
+    return "yes"
+'''
+
+
+def _project(tmp_path: Path, rewards: list[str], **extra) -> Path:
+    folder = tmp_path / "project"
+    folder.mkdir(exist_ok=True)
+    (folder / "my_rewards.py").write_text(REWARDS)
+    rows = [{"q": f"What is {a} plus {b}?", "a": str(a + b)} for a in range(10) for b in range(3)]
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = {"state_dir": str(tmp_path / "state"),
+           "taskset": {"name": "sums", "path": str(folder / "train.jsonl"), "fields": {"prompt": "q", "answer": "a"},
+                       "eval": {"fraction": 0.2}},
+           "explorer": {"rewards": [{"name": r, "weight": 1.0} for r in rewards]}, **extra}
+    path = folder / "rftbus.yaml"
+    path.write_text(json.dumps(cfg))  # YAML is a superset of JSON
+    return path
+
+
+def _cli(*args: str, cwd: Path, timeout: int = 120) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_") and k != "PYTHONPATH"}
+    return subprocess.run([RFTBUS, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def test_rewards_beside_the_config_in_every_shape_score_a_real_row(tmp_path):
+    cfg = _project(tmp_path, ["my_rewards:as_float", "my_rewards:as_dict", "my_rewards:trl_style"])
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    t = time.monotonic()
+    out = _cli("check", str(cfg), cwd=elsewhere)  # not the config's folder: it is found beside the config
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert time.monotonic() - t < 60
+    assert "reference answer scores 3" in out.stdout, out.stdout  # three terms, each 1 on the reference answer
+
+
+@pytest.mark.parametrize("case,expect", [
+    ("model", "model"),
+    ("data", "taskset"),
+    ("reward_module", "no_such_module"),
+    ("reward_value", "returned str"),
+])
+def test_check_names_each_broken_piece_in_one_line(tmp_path, case, expect):
+    rewards = ["my_rewards:as_float"]
+    extra: dict = {}
+    if case == "model":
+        extra["model"] = {"path": str(tmp_path / "no-model-here")}
+    if case == "reward_module":
+        rewards = ["no_such_module:score"]
+    if case == "reward_value":
+        rewards = ["my_rewards:broken"]
+    cfg = _project(tmp_path, rewards, **extra)
+    if case == "data":
+        (cfg.parent / "train.jsonl").unlink()
+    out = _cli("check", str(cfg), cwd=cfg.parent)
+    assert out.returncode == 1, out.stdout + out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) >= 1 and expect in errors[0], out.stderr
+    if case == "reward_value":
+        assert "docs/REWARDS.md" in out.stderr  # the contract, where it is written
+
+
+def test_sizes_that_do_not_fit_stop_the_run_before_anything_starts(tmp_path):
+    cfg = _project(tmp_path, ["my_rewards:as_float"],
+                   run={"tasks": 10, "serve": True, "simulate": True}, simulate={"tasks": 5000})
+    out = _cli("check", str(cfg), cwd=cfg.parent)
+    assert out.returncode == 1
+    assert any("simulate.tasks 5000" in ln for ln in out.stderr.splitlines()), out.stderr
+    assert "run.tasks 10 publishes the first 10" in out.stderr  # data cut: said, not silent
+    out = _cli("run", str(cfg), cwd=cfg.parent)
+    assert out.returncode == 2 and "not started" in out.stderr, out.stdout[-2000:] + out.stderr[-2000:]
+    assert not (tmp_path / "state" / "kafka").exists(), "the broker was started"
