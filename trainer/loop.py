@@ -313,7 +313,7 @@ class Trainer:
         from rftbus.trainer.evaluate import evaluate
 
         res = evaluate(self.c.engine.module.lm, self.c.prompt, self.c.taskset(), self.tc.eval_n,
-                       self.tc.eval_max_new_tokens, scorer=self.c.scorer())
+                       self.tc.eval_max_new_tokens or self.cfg.explorer.sampling.max_new_tokens, scorer=self.c.scorer())
         assert self.c.metrics is not None  # evals run on rank 0, which has one
         self.c.metrics.emit(self.step, self.version, res, kind="eval")
 

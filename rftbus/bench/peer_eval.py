@@ -85,7 +85,7 @@ class Scorer:
     def _eval(self) -> float:
         from rftbus.trainer.evaluate import evaluate
 
-        n, new = self.cfg.run.eval_n, self.cfg.explorer.sampling.max_new_tokens  # as the run's evaluator
+        n, new = self.cfg.run.eval_n, self.cfg.trainer.eval_max_new_tokens or self.cfg.explorer.sampling.max_new_tokens
         return float(evaluate(self.model, self.fmt, self.taskset, n, max_new_tokens=new, scorer=self.rewards)["mean_reward"])
 
     def base(self) -> float:

@@ -69,7 +69,7 @@ def _eval(cfg, n: int, as_json: bool, console) -> None:
     tok = load_tokenizer(cfg.model)
     model = load_policy(cfg.model, tok)
     model, version, where = newest_weights(cfg, model)
-    res = evaluate(model, prompt_format(tok, cfg.model), open_taskset(cfg.taskset), n, cfg.trainer.eval_max_new_tokens,
+    res = evaluate(model, prompt_format(tok, cfg.model), open_taskset(cfg.taskset), n, cfg.trainer.eval_max_new_tokens or cfg.explorer.sampling.max_new_tokens,
                    scorer=make_rewards(cfg.explorer.rewards))
     res["version"] = float(version)
     if as_json:

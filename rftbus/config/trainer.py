@@ -99,7 +99,9 @@ class TrainerConfig(BaseModel):
     status_interval_s: float = Field(1.0, gt=0)
     eval_interval: int = Field(0, ge=0, description="steps between evals on the held-out split; 0 = off")
     eval_n: int = Field(16, ge=1)
-    eval_max_new_tokens: int = Field(8, ge=1)
+    eval_max_new_tokens: int | None = Field(None, ge=1, description="new tokens a held-out eval answer may have "
+                                            "(the run's eval, the trainer's, `rftbus eval`); None: the explorers' "
+                                            "explorer.sampling.max_new_tokens")
 
     @model_validator(mode="after")
     def _lora_not_sharded(self) -> TrainerConfig:

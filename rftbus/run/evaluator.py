@@ -70,7 +70,8 @@ class Evaluator:
     def _score(self, version: int) -> dict:
         with self._lock, phase("eval"):
             res = evaluate(self.model, self.prompt, self.taskset, self.cfg.run.eval_n,
-                           max_new_tokens=self.cfg.explorer.sampling.max_new_tokens, scorer=self.scorer)
+                           max_new_tokens=self.cfg.trainer.eval_max_new_tokens or self.cfg.explorer.sampling.max_new_tokens,
+                           scorer=self.scorer)
             now = round(time.time() - self.started, 2)
             point = {"version": version, "seconds": now,
                      "published_s": round(self.published_at - self.started, 2) if self.published_at else 0.0,
