@@ -20,6 +20,7 @@ from rftbus.cli import config_cmd, serve_cmd, simulate_cmd, studio_cmd
 from rftbus.cli import analytics_cmd
 from rftbus.cli import chaos_cmd
 from rftbus.cli import export_cmd
+from rftbus.cli import init_cmd
 from rftbus.cli.context import CliState
 from rftbus.errors import RftbusError
 
@@ -59,6 +60,7 @@ simulate_cmd.register(app)
 studio_cmd.register(app)
 broker_cmds.register(app)
 config_cmd.register(app)
+init_cmd.register(app)
 export_cmd.register(app)
 app.add_typer(topics_cmd.app, name="topics")
 tail_cmd.register(app)

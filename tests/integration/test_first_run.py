@@ -97,3 +97,21 @@ def test_sizes_that_do_not_fit_stop_the_run_before_anything_starts(tmp_path):
     out = _cli("run", str(cfg), cwd=cfg.parent)
     assert out.returncode == 2 and "not started" in out.stderr, out.stdout[-2000:] + out.stderr[-2000:]
     assert not (tmp_path / "state" / "kafka").exists(), "the broker was started"
+
+
+def test_init_writes_a_checked_real_model_config_from_the_data(tmp_path, smollm2_two_layers):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    rows = [{"question": f"What is {a} times 3?", "solution": str(3 * a)} for a in range(40)]
+    (folder / "qa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = _cli("init", "--model", str(smollm2_two_layers), "--data", "qa.jsonl", cwd=folder)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = (folder / "rftbus.yaml").read_text()
+    assert "fields: {prompt: question, answer: solution}" in text and "tasks: 40" in text and "lora:" in text
+    assert "40 rows of qa.jsonl" in out.stdout and "reference answer scores 1" in out.stdout
+    assert not [ln for ln in out.stderr.splitlines() if ln.startswith("warning")], out.stderr  # nothing cut
+    again = _cli("init", "--model", str(smollm2_two_layers), "--data", "qa.jsonl", cwd=folder)
+    assert again.returncode != 0 and "--force" in again.stdout + again.stderr
+    (folder / "odd.jsonl").write_text(json.dumps({"text": "x", "y": "1"}) + "\n")
+    odd = _cli("init", "other.yaml", "--model", str(smollm2_two_layers), "--data", "odd.jsonl", cwd=folder)
+    assert odd.returncode != 0 and "no prompt column among text, y" in odd.stdout + odd.stderr
