@@ -161,5 +161,5 @@ class Evaluator:
             time.sleep(0.2)
         self.follower.stop()
         if not self.points or self.points[-1]["version"] != self.version:
-            self._score(self.version)
+            self._try_score(self.version)
         self.producer.flush(5)
