@@ -73,8 +73,10 @@ def check_data(cfg: Config, rep: Report) -> tuple[Any, list]:
     if isinstance(ts, DataTaskset):
         try:
             counts = ts.check()
-        except (SourceError, RftbusError) as e:
-            rep.errors.append(f"taskset {cfg.taskset.name}: {str(e).splitlines()[0]}")
+        except (SourceError, RftbusError) as e:  # every bad row its own line
+            first, *rows = str(e).splitlines()
+            rep.errors.append(first if first.startswith("taskset") else f"taskset {cfg.taskset.name}: {first}")
+            rep.errors.extend(r.strip() for r in rows if r.strip())
             return ts, []
         train = counts["train"]
         if cfg.run.tasks < train:
@@ -116,7 +118,12 @@ def _drawable(ts: Any, n: int, seed: int) -> int:
 def check_rewards(cfg: Config, ts: Any, tasks: list, rep: Report) -> None:
     """Every reward imported and scoring one real train row: its reference answer where the taskset has one."""
     from rftbus.producers.rewards import make_rewards
+    from rftbus.tasksets.data import DataTaskset
 
+    if isinstance(ts, DataTaskset) and any(r.name == "taskset" for r in cfg.explorer.rewards):
+        rep.errors.append(f"reward `taskset` is a built-in taskset's own scorer; taskset {ts.name} is data: score it "
+                          "with explorer.rewards such as math, code, format, judge_llm or your own (docs/REWARDS.md)")
+        return
     try:
         rewards = make_rewards(cfg.explorer.rewards)
     except (RftbusError, ImportError, TypeError, ValueError) as e:
