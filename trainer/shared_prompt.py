@@ -57,7 +57,7 @@ def forward(lm: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor, leng
     keep = {"logits_to_keep": 1} if takes_logits_to_keep(lm) else {}
     lm(input_ids=pids, attention_mask=pmask, position_ids=torch.arange(head, device=dev).expand(len(prompts), -1),
        past_key_values=cache, use_cache=True, **keep)
-    rows = torch.tensor(index, dtype=torch.long, device=dev)
+    rows: Any = torch.tensor(index, dtype=torch.long, device=dev)  # a LongTensor
     cache.reorder_cache(rows)  # every row its prompt's keys and values (gradients flow back through the copy)
     starts = (lengths - 1).tolist()  # each row from its last prompt token
     ends = attention_mask.sum(dim=1).tolist()

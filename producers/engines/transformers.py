@@ -117,7 +117,8 @@ class TransformersEngine(RolloutEngine):
         keep = {"logits_to_keep": 1} if takes_logits_to_keep(self.model) else {}
         self.model(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp_min(0),
                    past_key_values=cache, use_cache=True, **keep)
-        cache.reorder_cache(torch.tensor(index, device=input_ids.device))  # one copy per row
+        copies: Any = torch.tensor(index, dtype=torch.long, device=input_ids.device)  # a LongTensor
+        cache.reorder_cache(copies)  # one copy per row
         return cache
 
     def load_weights(self, state_dict: dict[str, torch.Tensor] | Adapter, version: int) -> None:

@@ -111,7 +111,7 @@ def components_of(name: str, out: Any) -> Components:
 
 
 def _group_of(fn: Any, task: Task, responses: list[Response], name: str = "") -> list[Components]:
-    name = name or getattr(fn, "name", None) or getattr(fn, "__name__", repr(fn))
+    name = name or str(getattr(fn, "name", None) or getattr(fn, "__name__", repr(fn)))
     if hasattr(fn, "score_group"):
         out = resolve(fn.score_group(task, responses))
     elif trl_style(fn):

@@ -77,8 +77,8 @@ class Scorer:
         self.fmt = prompt_format(tok, cfg.model)
         model = load_policy(cfg.model, tok)
         self.lora = cfg.trainer.lora is not None
-        self.model = wrap(model, cfg.trainer.lora) if cfg.trainer.lora is not None else model
-        self.base_state = None if self.lora else {k: v.clone() for k, v in model.state_dict().items()}
+        self.model: Any = wrap(model, cfg.trainer.lora) if cfg.trainer.lora is not None else model
+        self.base_state: dict[str, Any] = {} if self.lora else {k: v.clone() for k, v in model.state_dict().items()}
         self.taskset = open_taskset(cfg.taskset)
         self.rewards = make_rewards(cfg.explorer.rewards)
 
@@ -102,7 +102,7 @@ class Scorer:
         if not self.lora:  # full weights: TRL's model.state_dict() has the names load_policy's model has
             self.model.load_state_dict(load_file(str(path)), strict=True)
             return self._eval()
-        result = set_peft_model_state_dict(self.model, load_file(str(path)))
+        result: Any = set_peft_model_state_dict(self.model, load_file(str(path)))
         if result.unexpected_keys:
             raise ValueError(f"{path}: adapter keys the model does not have: {result.unexpected_keys[:3]}")
         return self._eval()

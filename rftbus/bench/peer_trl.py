@@ -19,6 +19,7 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 SNAPSHOTS = "snapshots"
 STEPS = "steps.jsonl"
@@ -32,6 +33,7 @@ def rows_of(cfg) -> list:
     from rftbus.tasksets.data import DataTaskset, open_taskset
 
     ts = open_taskset(cfg.taskset)
+    rows: Any
     if isinstance(ts, DataTaskset):
         rows = islice(ts.rows("train"), cfg.run.tasks)
     else:
@@ -85,7 +87,7 @@ def run(config: Path, out: Path, minutes: float, t0: float) -> None:
         per_device_train_batch_size=cfg.rl.group_size * cfg.rl.batch_groups, gradient_accumulation_steps=1,
         num_generations=cfg.rl.group_size, max_completion_length=cfg.explorer.sampling.max_new_tokens,
         temperature=cfg.explorer.sampling.temperature, learning_rate=t.lr, lr_scheduler_type="constant",
-        weight_decay=t.weight_decay, max_grad_norm=t.grad_clip or None, beta=0.0, epsilon=t.clip_low,
+        weight_decay=t.weight_decay, max_grad_norm=t.grad_clip or 1e9, beta=0.0, epsilon=t.clip_low,
         epsilon_high=t.clip_high, num_iterations=t.update_epochs, generation_kwargs={"eos_token_id": fmt.stop_ids},
     )
     deadline = t0 + minutes * 60
@@ -107,9 +109,11 @@ def run(config: Path, out: Path, minutes: float, t0: float) -> None:
                 control.should_training_stop = True
             return control
 
+    funcs: Any = [reward]
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[reward], args=args, train_dataset=data, processing_class=tok,
-        peft_config=LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+        model=model, reward_funcs=funcs, args=args, train_dataset=data, processing_class=tok,
+        peft_config=LoraConfig(r=lora.r, lora_alpha=lora.alpha,  # type: ignore[arg-type]  # peft reads a float
+                                lora_dropout=lora.dropout,
                                target_modules=list(lora.target_modules), task_type="CAUSAL_LM") if lora else None,
         callbacks=[Snapshots()],
     )

@@ -40,7 +40,7 @@ def prefill(
     try:
         for r in range(reps):
             for name, fn in ways.items():
-                eng.shared_prefill = fn  # type: ignore[method-assign]  (the bench's switch, never a runtime path)
+                eng.shared_prefill = fn  # type: ignore[method-assign]  # the bench's switch, never a runtime path
                 t0 = time.perf_counter()
                 eng.generate(prompts, cfg.explorer.sampling)
                 times[name].append(time.perf_counter() - t0)

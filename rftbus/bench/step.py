@@ -72,7 +72,7 @@ def step(
     first_trained, prompt_lengths = S.first_trained, S.prompt_lengths
     none = lambda response: None  # noqa: E731  (every row reads its own prompt)
     # (logits from, prompt lengths) per way: the trainer now, without the shared prompt, before #43
-    variants = {"shared_prompt": (first_trained, prompt_lengths), "one_pass": (first_trained, none),
+    variants: dict[str, tuple[Any, Any]] = {"shared_prompt": (first_trained, prompt_lengths), "one_pass": (first_trained, none),
                 "every_position": (lambda b: 0, none)}
     if only_new:
         variants = {"shared_prompt": variants["shared_prompt"]}
@@ -83,7 +83,7 @@ def step(
     try:
         for r in range(reps):
             for name, (first_fn, lengths_fn) in variants.items():
-                S.first_trained, S.prompt_lengths = first_fn, lengths_fn  # the bench's switch (never a runtime path)
+                S.first_trained, S.prompt_lengths = first_fn, lengths_fn  # the bench's switch, never a runtime path
                 t0 = time.perf_counter()
                 S.train_step(engine, loss, batch, update_epochs=tc.update_epochs, micro_tokens=micro)
                 times[name].append(time.perf_counter() - t0)
