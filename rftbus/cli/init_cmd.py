@@ -86,6 +86,17 @@ def _pick(row: dict, keys: tuple[str, ...], given: str | None, what: str, path: 
     return found
 
 
+def _counts(cfg) -> dict[str, int] | None:
+    """Train and held-out rows of the data as the config splits it (None when it cannot be read: check says why)."""
+    from rftbus.tasksets.data import DataTaskset, open_taskset
+
+    try:
+        ts = open_taskset(cfg.taskset)
+        return ts.check() if isinstance(ts, DataTaskset) else None
+    except (RftbusError, OSError, ValueError):
+        return None
+
+
 def init(
     ctx: typer.Context,
     out: Path = typer.Argument(Path("rftbus.yaml"), help="The config file to write."),
@@ -118,14 +129,20 @@ def init(
     else:
         label = Path(model).name or model
         model_lines = f"  name: {label}\n  path: {model}"
-    text = TEMPLATE.format(
-        model_label=label, data=data, out=out, name=data.stem.replace(".", "-"), model_lines=model_lines,
-        prompt_key=prompt_key, answer_key=answer_key, reward=reward, new_tokens=new_tokens, tasks=rows,
-        eval_line=f"  eval: {{path: {eval_data}}}" if eval_data else "  eval: {fraction: 0.1}   # a tenth held out",
-        eval_n=64 if eval_data else max(1, min(64, rows // 10)))
-    out.write_text(text)
-    st.console.print(f"wrote {out}: {label}, {rows} rows of {data} ({prompt_key} -> {answer_key}), reward {reward}")
+    def text(tasks: int, eval_n: int) -> str:
+        return TEMPLATE.format(
+            model_label=label, data=data, out=out, name=data.stem.replace(".", "-"), model_lines=model_lines,
+            prompt_key=prompt_key, answer_key=answer_key, reward=reward, new_tokens=new_tokens, tasks=tasks,
+            eval_line=f"  eval: {{path: {eval_data}}}" if eval_data else "  eval: {fraction: 0.1}   # a tenth held out",
+            eval_n=eval_n)
+
+    out.write_text(text(rows, 64))
     st.config_path = out
+    counts = _counts(st.config())  # the split as the run will make it: train every row, eval every held-out one
+    if counts is not None:
+        out.write_text(text(counts["train"], max(1, min(64, counts["eval"]))))
+    st.console.print(f"wrote {out}: {label}, {rows} rows of {data} ({prompt_key} -> {answer_key}), reward {reward}",
+                     soft_wrap=True)
     rep = check_config(st.config())
     show_report(st, rep)
     if not rep.ok:

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from rftbus.cli.context import state
@@ -51,12 +52,13 @@ def run(
 
 
 def show_report(st, rep) -> None:
+    """One line per problem, never wrapped (a log or a terminal narrower than the message)."""
     for line in rep.notes:
-        st.console.print(f"ok: {line}")
+        st.console.print(f"ok: {escape(line)}", soft_wrap=True)
     for line in rep.warnings:
-        st.err.print(f"[yellow]warning:[/] {line}")
+        st.err.print(f"[yellow]warning:[/] {escape(line)}", soft_wrap=True)
     for line in rep.errors:
-        st.err.print(f"[red]error:[/] {line}")
+        st.err.print(f"[red]error:[/] {escape(line)}", soft_wrap=True)
 
 
 def check(

@@ -107,7 +107,11 @@ def test_init_writes_a_checked_real_model_config_from_the_data(tmp_path, smollm2
     out = _cli("init", "--model", str(smollm2_two_layers), "--data", "qa.jsonl", cwd=folder)
     assert out.returncode == 0, out.stdout + out.stderr
     text = (folder / "rftbus.yaml").read_text()
-    assert "fields: {prompt: question, answer: solution}" in text and "tasks: 40" in text and "lora:" in text
+    import yaml
+
+    written = yaml.safe_load(text)
+    assert written["taskset"]["fields"] == {"prompt": "question", "answer": "solution"} and "lora" in written["trainer"]
+    assert written["run"]["tasks"] + written["run"]["eval_n"] == 40  # every train row, every held-out one
     assert "40 rows of qa.jsonl" in out.stdout and "reference answer scores 1" in out.stdout
     assert not [ln for ln in out.stderr.splitlines() if ln.startswith("warning")], out.stderr  # nothing cut
     again = _cli("init", "--model", str(smollm2_two_layers), "--data", "qa.jsonl", cwd=folder)
