@@ -12,6 +12,7 @@ from rftbus.config import Config
 from rftbus.models.config import LoraSpec
 from rftbus.models.lora import wrap
 from rftbus.trainer.dist import prepare_env
+from tests.integration.test_grpo_direction import dist_env  # noqa: F401 - the fixture
 
 
 def _engine(folder):
@@ -23,7 +24,7 @@ def _engine(folder):
     return build_engine(PolicyWithValue(lm, value_head=False), Config().trainer.model_copy(update={"lr": 1e-2}))
 
 
-def test_a_lora_checkpoint_holds_the_adapter_and_restores_exactly(tmp_path, smollm2_two_layers):
+def test_a_lora_checkpoint_holds_the_adapter_and_restores_exactly(tmp_path, smollm2_two_layers, dist_env):  # noqa: F811
     prepare_env()
     from rftbus.trainer.checkpoint import Checkpoints, has_frozen
 
