@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 from rftbus.bench.peer import _rftbus_config
 from rftbus.bench.peer_eval import Scorer, at, crossing, thin, trl_snapshots
@@ -21,14 +20,14 @@ def test_trl_peer_snapshots_every_step_and_the_scorer_reads_them(tmp_path):
                                                  "explorer.sampling.max_new_tokens": 4, "trainer.lr": 0.01})
     path = write_config(cfg, tmp_path / "config.yaml")
     out = tmp_path / "trl"
-    t0 = time.time()
+    # the clock starts in the script (torch and TRL import after it): 30 s leave several tiny steps on a slow machine
     run = subprocess.run([sys.executable, "-m", "rftbus.bench.peer_trl", "--config", str(path), "--out", str(out),
-                          "--minutes", "0.25", "--t0", repr(t0)], capture_output=True, text=True, timeout=300)
+                          "--minutes", "0.5"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     snaps = trl_snapshots(out)
     assert len(snaps) >= 2, run.stdout[-2000:]
     secs = [s.seconds for s in snaps]
-    assert secs == sorted(secs) and 0 < secs[0] < 15 + 60  # stopped at the deadline, within one step
+    assert secs == sorted(secs) and 0 < secs[0] < 30 and secs[-1] < 30 + 30  # stopped at the deadline
     assert [json.loads(x)["step"] for x in (out / "steps.jsonl").read_text().splitlines()] == list(range(1, len(snaps) + 1))
     scorer = Scorer(cfg)
     base = scorer.base()
