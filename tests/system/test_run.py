@@ -103,9 +103,10 @@ def test_ctrl_c_during_start_up_stops_cleanly(broker, tmp_path):
     assert s["trainer_steps"] == 0 and s["stages_dead"] == {}, s
 
 
-def test_a_start_up_error_is_one_message_and_stops_the_broker_it_started(broker, tmp_path):
-    """A taskset too small for run.tasks: a clear error before anything is published, and the
-    embedded broker this job started (its own port, not the session's) is stopped, not left behind."""
+def test_a_start_up_error_is_one_message_and_starts_no_broker(broker, tmp_path):
+    """A taskset too small for run.tasks: `rftbus run` runs `rftbus check` first, so the error is one line before
+    anything starts, and no broker is left behind (none was started). (Ctrl-C during start-up, after the broker
+    started, stopping it: test_ctrl_c_during_start_up_stops_cleanly.)"""
     from rftbus.broker import embedded
     from tests.conftest import _free_pair, make_config
 
@@ -117,10 +118,11 @@ def test_a_start_up_error_is_one_message_and_stops_the_broker_it_started(broker,
     try:
         out = subprocess.run([str(Path(sys.executable).parent / "rftbus"), "run", str(tmp_path / "c.yaml")],
                              capture_output=True, text=True, env=env, timeout=300)
-        assert out.returncode == 1, out.stdout[-2000:] + out.stderr[-2000:]
-        assert "fewer than 500 distinct train problems" in out.stderr and "run.tasks" in out.stderr
-        assert "Traceback" not in out.stderr
-        assert "embedded Kafka broker running" in out.stdout and "embedded Kafka broker stopped" in out.stdout
+        assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+        errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and "fewer than 500 distinct train problems" in errors[0] and "run.tasks" in errors[0]
+        assert "Traceback" not in out.stderr and "not started" in out.stderr
+        assert "embedded Kafka broker running" not in out.stdout
         assert embedded.running_pid(cfg) is None
     finally:
         embedded.stop(cfg)
