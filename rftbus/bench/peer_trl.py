@@ -26,20 +26,11 @@ STEPS = "steps.jsonl"
 
 
 def rows_of(cfg) -> list:
-    """The train tasks `rftbus run` publishes (run/feed.py's rows), in its order."""
-    from itertools import islice
+    """The train tasks `rftbus run` publishes (run/feed.train_rows), in its order."""
+    from rftbus.run.feed import train_rows
+    from rftbus.tasksets.data import open_taskset
 
-    from rftbus.producers.tasks.sources import read_source
-    from rftbus.tasksets.data import DataTaskset, open_taskset
-
-    ts = open_taskset(cfg.taskset)
-    rows: Any
-    if isinstance(ts, DataTaskset):
-        rows = islice(ts.rows("train"), cfg.run.tasks)
-    else:
-        rows = read_source(cfg.taskset.name, fields=cfg.taskset.fields, split="train", n=cfg.run.tasks,
-                           seed=cfg.taskset.seed, params=cfg.taskset.params)
-    return [r.task for r in rows if r.task is not None]
+    return [r.task for r in train_rows(cfg, open_taskset(cfg.taskset)) if r.task is not None]
 
 
 def prompt_of(task, template: bool):

@@ -86,17 +86,13 @@ class TaskFeed:
         """Read the configured taskset now (a taskset that cannot give the tasks fails at start-up), publish
         it in a thread: the explorers start, load their model and take the first tasks while the rest,
         and the later passes (run/passes.py), are still being published (#19: start learning at once)."""
-        from rftbus.producers.tasks.sources import read_source
-        from rftbus.tasksets.data import DataTaskset, open_taskset
+        from rftbus.tasksets.data import open_taskset
 
         c = self.cfg
         ts = open_taskset(c.taskset)
 
         def rows():
-            if isinstance(ts, DataTaskset):  # its train rows: the held-out eval share is never published
-                return islice(ts.rows("train"), c.run.tasks)
-            return read_source(c.taskset.name, fields=c.taskset.fields, split="train", n=c.run.tasks,
-                               seed=c.taskset.seed, params=c.taskset.params)
+            return train_rows(c, ts)
 
         self.passes = TaskPasses(c, rows, self.log, self.started)
         self.passes.start(list(rows()))
@@ -114,3 +110,15 @@ class TaskFeed:
             except (KafkaException, TimeoutError):  # a broker restart: the next look retries
                 return
         self.passes.tick(backlog)
+
+
+def train_rows(cfg, ts):
+    """The train rows a run publishes, in order: a data taskset's first run.tasks train rows (its held-out eval share
+    is never published), else run.tasks drawn from the built-in taskset."""
+    from rftbus.producers.tasks.sources import read_source
+    from rftbus.tasksets.data import DataTaskset
+
+    if isinstance(ts, DataTaskset):
+        return islice(ts.rows("train"), cfg.run.tasks)
+    return read_source(cfg.taskset.name, fields=cfg.taskset.fields, split="train", n=cfg.run.tasks,
+                       seed=cfg.taskset.seed, params=cfg.taskset.params)

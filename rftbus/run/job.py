@@ -196,7 +196,6 @@ class MainJob:
         # import torch and DeepSpeed and build their models (each waits for the broker: kafka.wait_s) and
         # another thread loads the evaluator's. This thread only watches, so a Ctrl-C during start-up stops
         # the children at once instead of after the slowest load.
-        self.check_taskset()
         t = split_cores(self.cfg)
         self.console.print(f"threads on {t.cores} cores: trainer {t.trainer}, {self.cfg.run.explorers} explorer(s) "
                            f"{t.explorer} each" + (" (auto: trainer.threads / explorer.threads)" if t.auto else ""))
@@ -254,19 +253,6 @@ class MainJob:
         stop, port = started
         self.console.print(f"metrics: http://{r.metrics_host}:{port}/metrics")
         return stop
-
-    def check_taskset(self) -> None:
-        """Data is read whole before anything starts: a bad row, an eval split that overlaps train or is empty
-        stops the run here with `file:line: what is wrong` (rftbus/tasksets/data.py)."""
-        from rftbus.tasksets.data import DataTaskset, open_taskset
-
-        ts = open_taskset(self.cfg.taskset)
-        if isinstance(ts, DataTaskset):
-            if any(r.name == "taskset" for r in self.cfg.explorer.rewards):
-                raise RftbusError(f"reward `taskset` is a built-in taskset's own scorer; taskset {ts.name} is data: "
-                                  "score it with explorer.rewards such as math, code, format, judge_llm or your own")
-            counts = ts.check()
-            self.console.print(f"taskset {ts.name}: {counts['train']} train and {counts['eval']} held-out eval tasks")
 
     def _load_evaluator(self):
         from rftbus.run.evaluator import Evaluator  # torch and transformers: seconds, beside the broker's start
