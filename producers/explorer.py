@@ -105,10 +105,12 @@ class Explorer:
                            admission_bound=self.admission.bound if self.admission else None, **self.stats)
         self.status.start()
         if self.follower:
-            self.follower.start()
-            if not self.follower.caught_up.wait(15):
-                self.report(f"weights topic {self.cfg.topics.weights.name} not read to its end in 15 s; starting anyway")
-            self._swap_weights(wait_s=30)
+            with phase("start"):  # the newest weights before the first rollout
+                self.follower.start()
+                if not self.follower.caught_up.wait(15):
+                    self.report(f"weights topic {self.cfg.topics.weights.name} not read to its end in 15 s; "
+                                "starting anyway")
+                self._swap_weights(wait_s=30)
         self.consumer.subscribe([self._topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                                 on_lost=self._on_lost)
         self.status.update(state="running")

@@ -351,10 +351,12 @@ class Trainer:
     def run(self) -> RunSummary:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
-        self._build()
-        self.c.status.start()
+        with phase("start"):  # the model, DeepSpeed, the consumer, then resume or publish v0
+            self._build()
+            self.c.status.start()
         try:
-            bc = self._resume_or_start()
+            with phase("start"):
+                bc = self._resume_or_start()
         except BaseException:
             self.c.status.stop(state="failed")
             self.c.consumer.close()

@@ -52,7 +52,7 @@ trainer:
   lora: {{r: 8, alpha: 16, dropout: 0.0, target_modules: [q_proj, k_proj, v_proj, o_proj]}}
   lr: 0.0005              # 5e-4 for LoRA (the toy's 1e-3 is for full weights of a tiny model)
   micro_batch_tokens: 1024   # bounds a step's memory (~3 GB for 135M); gradients accumulate
-  step_wait_s: 15         # step on the groups ready after 15 s: the first step starts with the first batch
+  step_wait_s: 5          # step on the groups ready 5 s after the last step: steps as often as the explorer feeds
 
 run:
   tasks: {tasks}            # every train row of {data} (run.tasks is how many are published a pass)
