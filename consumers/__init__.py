@@ -1,1 +1,2 @@
-"""Consumers: the trainer's batch consumer, the weight-sync consumer, the analytics sink."""
+"""Consumers: the analytics sink and the studio (the trainer's batch source is trainer/batch_source.py, the weights
+follower rftbus/weights/follower.py)."""

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import KafkaException, Message, TopicPartition
 
 from rftbus.config import Config, ConfigError
-from rftbus.consumers.weight_sync import swap_in_ready
+from rftbus.weights.swap import swap_in_ready
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.models.loading import load_tokenizer
 from rftbus.models.prompt import prompt_format

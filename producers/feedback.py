@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_producer
-from rftbus.producers.serve.errors import field_path
+from rftbus.web.errors import field_path
 from rftbus.producers.serve.feedback import FeedbackRequest, correction_group
 from rftbus.producers.serve.protocol import default_task_id
 from rftbus.schemas import ExperienceGroup, Feedback, make_codec, topic_context

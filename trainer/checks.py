@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from rftbus.consumers.batch_consumer import Polled
+from rftbus.trainer.batch_source import Polled
 from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.weights.staleness import is_stale, stale_detail
 

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from rftbus.config import Config
-from rftbus.consumers.batch_consumer import BatchConsumer, Polled, start_positions
+from rftbus.trainer.batch_source import BatchConsumer, Polled, start_positions
 from rftbus.errors import RftbusError
 from rftbus.trainer.checkpoint import Checkpoints, positions_to_json, read_lineage
 from rftbus.trainer.checks import Reject, by_version, check_record

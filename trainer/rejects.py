@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 
-from rftbus.consumers.batch_consumer import Polled
+from rftbus.trainer.batch_source import Polled
 from rftbus.schemas import REJECTION_MAX_BYTES, bound_key, fitted_rejection, topic_context
 
 ORIGINAL_MAX_BYTES = 512 * 1024  # a rejection must fit the rejected topic; bigger originals are referenced

@@ -18,7 +18,7 @@ from collections import deque
 from collections.abc import Iterable
 
 from rftbus.config import Config
-from rftbus.consumers.batch_consumer import polled
+from rftbus.trainer.batch_source import polled
 from rftbus.kafka.read import read_to_end
 from rftbus.trainer.batch import Row, rows_of
 from rftbus.trainer.checks import Limits, check_record

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from rftbus.config import Config
-from rftbus.consumers.batch_consumer import BatchConsumer, Polled
+from rftbus.trainer.batch_source import BatchConsumer, Polled
 
 Take = list[tuple[Polled, list[int]]]  # records at the lane heads, in order, with the samples to train
 Trainable = Callable[[Polled], list[int]]  # the samples of a record that may train now

@@ -1,4 +1,4 @@
-"""Who is asking: the studio uses serve's bearer tokens and scopes (producers/serve/auth.py).
+"""Who is asking: the studio uses serve's bearer tokens and scopes (rftbus/web/auth.py).
 
 A browser sends its token as an HttpOnly cookie set by the login form (SameSite=Strict, so another site
 cannot make the browser use it; every state-changing call is also a JSON POST, which a form on another
@@ -12,7 +12,7 @@ import re
 
 from fastapi import Request
 
-from rftbus.producers.serve.auth import Scope, TokenAuth
+from rftbus.web.auth import Scope, TokenAuth
 
 TOKEN_COOKIE = "rftbus_studio"
 NAME_COOKIE = "rftbus_grader"

@@ -21,8 +21,8 @@ from fastapi.templating import Jinja2Templates
 from rftbus.config import Config
 from rftbus.metrics import add_metrics_route, time_requests
 from rftbus.consumers.analytics.backends import AnalyticsError
-from rftbus.producers.serve.auth import Scope, TokenAuth
-from rftbus.producers.serve.errors import (ApiError, BadRequest, BodyLimit, NotFound, Unauthorized, Unavailable,
+from rftbus.web.auth import Scope, TokenAuth
+from rftbus.web.errors import (ApiError, BadRequest, BodyLimit, NotFound, Unauthorized, Unavailable,
                                            parse)
 from rftbus.producers.serve.feedback import FeedbackRequest
 from rftbus.status import run_started

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from rftbus.config import Config
-from rftbus.producers.serve.errors import BadRequest, Unavailable
+from rftbus.web.errors import BadRequest, Unavailable
 from rftbus.producers.serve.feedback import FeedbackRequest
 from rftbus.schemas import Feedback
 

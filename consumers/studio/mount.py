@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rftbus.config import Config
-from rftbus.producers.serve.auth import Scope
+from rftbus.web.auth import Scope
 
 
 class StudioMount:

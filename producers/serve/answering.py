@@ -19,7 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from rftbus.config import Config
 from rftbus.models.tool_calls import CALL_OPEN
 from rftbus.producers.serve import responses
-from rftbus.producers.serve.errors import NotFound
+from rftbus.web.errors import NotFound
 from rftbus.producers.serve.limits import RateLimiter
 from rftbus.producers.serve.metrics import ServeMetrics
 from rftbus.producers.serve.protocol import ChatRequest, CompletionRequest, default_task_id

@@ -18,8 +18,8 @@ from rftbus.config import Config
 from rftbus.metrics import add_metrics_route
 from rftbus.producers.serve import responses
 from rftbus.producers.serve.answering import Answering, retry_after
-from rftbus.producers.serve.auth import Scope
-from rftbus.producers.serve.errors import ApiError, BadRequest, BodyLimit, NotFound, parse
+from rftbus.web.auth import Scope
+from rftbus.web.errors import ApiError, BadRequest, BodyLimit, NotFound, parse
 from rftbus.producers.serve.feedback import FeedbackRequest, valid_id
 from rftbus.producers.serve.mounts import mounted, mounted_scopes
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, LoadAdapter, UnloadAdapter, chat_prompt,

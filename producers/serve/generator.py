@@ -19,7 +19,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rftbus.consumers.weight_sync import WeightFollower, swap_in_ready
+from rftbus.weights.follower import WeightFollower
+from rftbus.weights.swap import swap_in_ready
 from rftbus.config.explorer import SamplingConfig
 from rftbus.errors import RftbusError
 from rftbus.models.lora import Adapter

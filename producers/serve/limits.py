@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rftbus.producers.serve.errors import ApiError
+from rftbus.web.errors import ApiError
 
 
 class RateLimited(ApiError):

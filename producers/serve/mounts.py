@@ -10,7 +10,7 @@ from importlib.metadata import entry_points
 from typing import Any, Protocol
 
 from rftbus.config import Config
-from rftbus.producers.serve.auth import Scope
+from rftbus.web.auth import Scope
 
 GROUP = "rftbus.serve.mounts"
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from rftbus.models.prompt import PromptFormat
 from rftbus.models.tool_calls import ToolCallError
-from rftbus.producers.serve.errors import BadRequest
+from rftbus.web.errors import BadRequest
 
 # field -> the value meaning "off"; anything else is refused.
 UNSUPPORTED = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": None,

@@ -12,9 +12,10 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from rftbus.producers.engines.base import Completion
-from rftbus.schemas import Experience, ExperienceGroup, Source
+from rftbus.producers.experience import build_group
+from rftbus.producers.workflows.base import Sample
+from rftbus.schemas import ExperienceGroup, Source
 from rftbus.schemas.records import new_id
-
 
 
 @dataclass(frozen=True)
@@ -38,17 +39,14 @@ class LivePrompt:
 
 def live_group(prompt: LivePrompt, completions: list[Completion], version: int, producer_id: str,
                generation_ms: float, metadata: dict[str, str], ids: RecordIds | None = None) -> ExperienceGroup:
-    group = ExperienceGroup(
-        task_id=prompt.task_id, source=Source.live, explorer_id=producer_id, prompt_ids=prompt.ids,
-        prompt_text=prompt.text, metadata=dict(metadata),
-        samples=[Experience(response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
-                            reward=None, model_version=version, response_text=c.text, finish_reason=c.finish_reason,
-                            generation_ms=generation_ms, metadata=dict(c.metadata)) for c in completions])
-    if ids is not None:
-        group.group_id = ids.group_id
-        for e, eid in zip(group.samples, ids.experience_ids, strict=True):
-            e.experience_id = eid
-    return group
+    eids: list[str | None] = list(ids.experience_ids) if ids is not None else [None] * len(completions)
+    samples = [Sample(prompt_ids=prompt.ids, response_ids=c.response_ids, logprobs=c.logprobs,
+                      loss_mask=[True] * len(c.response_ids), reward=None, components={}, prompt_text=prompt.text,
+                      response_text=c.text, finish_reason=c.finish_reason, generation_ms=generation_ms,
+                      metadata=dict(c.metadata), experience_id=eid)
+               for c, eid in zip(completions, eids, strict=True)]
+    return build_group(samples, source=Source.live, task_id=prompt.task_id, producer_id=producer_id, version=version,
+                       metadata=metadata, group_id=ids.group_id if ids is not None else None)
 
 
 class RecentPrompts:

@@ -15,7 +15,7 @@ import json
 import time
 from collections.abc import AsyncIterator, Callable
 
-from rftbus.producers.serve.errors import ApiError
+from rftbus.web.errors import ApiError
 from rftbus.producers.serve.records import RecordIds
 from rftbus.producers.serve.service import Answer
 

@@ -28,8 +28,8 @@ from rftbus.models.tool_calls import parse as parse_tool_calls
 from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines import RolloutEngine, make_engine
 from rftbus.producers.engines.base import Completion
-from rftbus.producers.serve.auth import TokenAuth
-from rftbus.producers.serve.errors import BadRequest, EngineFailed, Unavailable
+from rftbus.web.auth import TokenAuth
+from rftbus.web.errors import BadRequest, EngineFailed, Unavailable
 from rftbus.producers.serve.feedback import FeedbackRequest, correction_group
 from rftbus.producers.serve.generator import Generated, Generator, GenRequest, TokenListener
 from rftbus.producers.serve.protocol import cut_at_stop, default_task_id

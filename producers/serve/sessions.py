@@ -19,7 +19,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from rftbus.producers.serve.errors import BadRequest, Forbidden, NotFound
+from rftbus.web.errors import BadRequest, Forbidden, NotFound
 
 SESSION_HEADER = "X-Rftbus-Session-Id"
 

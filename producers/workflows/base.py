@@ -20,13 +20,14 @@ from rftbus.schemas import Task
 
 @dataclass
 class Sample:
-    """One sampled response, ready to become an Experience."""
+    """One response, ready to become an Experience (producers/experience.build_group): a workflow's sample, a
+    demonstration, or a live answer (reward None until its feedback arrives)."""
 
     prompt_ids: list[int]
     response_ids: list[int]
     logprobs: list[float]
     loss_mask: list[bool]
-    reward: float
+    reward: float | None
     components: dict[str, float]
     prompt_text: str = ""
     response_text: str = ""
@@ -34,6 +35,7 @@ class Sample:
     generation_ms: float = 0.0
     reward_ms: float = 0.0
     metadata: dict[str, str] = field(default_factory=dict)
+    experience_id: str | None = None  # named before it is generated (serve's stream headers); None: a fresh id
 
 
 @dataclass

@@ -28,7 +28,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from rftbus.cli.context import state
+from rftbus.bench.context import state
 from rftbus.config import Config, plain_data, write_config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable

@@ -9,7 +9,7 @@ import uuid
 
 import typer
 
-from rftbus.cli.context import state
+from rftbus.bench.context import state
 from rftbus.kafka.clients import check_reachable, make_producer
 from rftbus.kafka.topics import create_topics
 

@@ -13,7 +13,7 @@ import time
 
 import typer
 
-from rftbus.cli.context import state
+from rftbus.bench.context import state
 
 
 def _run(judge, tasks, answers, group: int) -> tuple[float, int]:

@@ -21,7 +21,7 @@ from typing import Any
 
 import typer
 
-from rftbus.cli.context import state
+from rftbus.bench.context import state
 from rftbus.config import Config, plain_data, write_config
 
 

@@ -10,7 +10,7 @@ import time
 
 import typer
 
-from rftbus.cli.context import state
+from rftbus.bench.context import state
 
 
 def prefill(

@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from rftbus.cli.context import state
+from rftbus.bench.context import state
 from rftbus.errors import RftbusError
 
 PROMPTS = ["Name three colours.", "What is 12 plus 30?", "Write one sentence about the sea.",

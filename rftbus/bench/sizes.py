@@ -17,7 +17,7 @@ from pathlib import Path
 
 import typer
 
-from rftbus.cli.context import state
+from rftbus.bench.context import state
 from rftbus.errors import RftbusError
 
 MODEL = {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8, "num_attention_heads": 8}

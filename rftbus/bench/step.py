@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from rftbus.cli.context import state
+from rftbus.bench.context import state
 
 
 def step(

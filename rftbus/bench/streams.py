@@ -18,7 +18,7 @@ import typer
 from confluent_kafka import KafkaError
 from confluent_kafka.admin import NewTopic
 
-from rftbus.cli.context import state
+from rftbus.bench.context import state
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
 from rftbus.kafka.topics import create_new, create_topics

@@ -22,7 +22,7 @@ import uuid
 import typer
 from rich.progress import Progress
 
-from rftbus.cli.context import state
+from rftbus.bench.context import state
 from rftbus.config import write_config
 from rftbus.errors import RftbusError
 

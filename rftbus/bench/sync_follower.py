@@ -1,7 +1,7 @@
 """A weight-sync follower process for `rftbus bench sync`: it reports when it generates with each version.
 
 Two kinds, so the benchmark can tell the transport from the explorer's own loop:
-- `explorer`: the explorer's real parts — consumers.weight_sync.WeightFollower (prefetch + sha256
+- `explorer`: the explorer's real parts — rftbus.weights.follower.WeightFollower (prefetch + sha256
   check) and the transformers rollout engine's load_weights — checked between 1-token generations,
   as the explorer checks between batches;
 - `minimal`: a bare follower: poll the weights topic, load_weights (sha256 verified), load_state_dict
@@ -26,7 +26,7 @@ def _say(**fields) -> None:
 
 
 def run_explorer(cfg) -> None:
-    from rftbus.consumers.weight_sync import WeightFollower
+    from rftbus.weights.follower import WeightFollower
     from rftbus.models.loading import load_tokenizer
     from rftbus.producers.engines.transformers import TransformersEngine
 

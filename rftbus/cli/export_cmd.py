@@ -27,7 +27,7 @@ def export(
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
     """Write a weight version of the configured model as a Hugging Face folder for `model.path`."""
-    from rftbus.models.export import ExportError, export_weights
+    from rftbus.weights.export import ExportError, export_weights
     from rftbus.run.pace import BEST_WEIGHTS, read_best
     from rftbus.weights import sha256_hex
 

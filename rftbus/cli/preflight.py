@@ -16,7 +16,7 @@ def serve_checks(cfg: Config) -> None:
     """Listening beyond loopback, every scope serve answers (the studio's read scope too, where it is
     mounted) must have tokens, unless serve.allow_open says otherwise."""
     from rftbus.producers.serve.app import served_scopes
-    from rftbus.producers.serve.auth import TokenAuth
+    from rftbus.web.auth import TokenAuth
 
     TokenAuth.from_config(cfg.serve).check_exposure(cfg.serve.host, cfg.serve.allow_open, served_scopes(cfg))
 

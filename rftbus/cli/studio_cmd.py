@@ -21,7 +21,7 @@ def studio(
     import uvicorn
 
     from rftbus.consumers.studio.app import standalone
-    from rftbus.producers.serve.auth import Scope, TokenAuth
+    from rftbus.web.auth import Scope, TokenAuth
     from rftbus.producers.serve.foreground import run_foreground
 
     st = state(ctx)

@@ -22,7 +22,7 @@ from confluent_kafka import KafkaException
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_producer
-from rftbus.consumers.weight_sync import WeightFollower
+from rftbus.weights.follower import WeightFollower
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.models.lora import load_version, version_payload
 from rftbus.models.prompt import prompt_format

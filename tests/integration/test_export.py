@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rftbus.models import export as export_mod
+from rftbus.weights import export as export_mod
 from rftbus.models.config import ModelConfig
-from rftbus.models.export import ExportError, export_weights
+from rftbus.weights.export import ExportError, export_weights
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.weights import WeightStore
 from conftest import _free_pair, make_config, rftbus_cli

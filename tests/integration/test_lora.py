@@ -81,7 +81,7 @@ def test_export_writes_the_merged_model_and_the_adapter_folder(smollm2_two_layer
     from peft import PeftModel
 
     from rftbus.config import load_config
-    from rftbus.models.export import export_weights
+    from rftbus.weights.export import export_weights
 
     cfg = load_config(overrides={"state_dir": str(tmp_path / "state"), "model": {"name": "two",
                                  "path": str(smollm2_two_layers)}}, environ={})

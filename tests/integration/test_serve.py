@@ -18,7 +18,7 @@ from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.read import read_to_end
 from rftbus.kafka.topics import create_topics
 from rftbus.models.loading import load_policy, load_tokenizer
-from rftbus.producers.serve.auth import OpenScopeRefused, Scope, TokenAuth
+from rftbus.web.auth import OpenScopeRefused, Scope, TokenAuth
 from rftbus.producers.serve.server import BackgroundServer
 from rftbus.schemas import ExperienceGroup, FeedbackKind, Source, WeightVersion, make_codec
 from rftbus.weights import WeightStore

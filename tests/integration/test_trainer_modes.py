@@ -10,7 +10,7 @@ import pytest
 
 from dataclasses import replace
 
-from rftbus.consumers.batch_consumer import BatchConsumer
+from rftbus.trainer.batch_source import BatchConsumer
 from rftbus.kafka.clients import make_consumer, make_producer
 from rftbus.schemas import ExperienceGroup, Rejection, Source, TrainerMetric, WeightVersion
 from rftbus.trainer.checkpoint import read_lineage

@@ -11,8 +11,8 @@ from rftbus.models.config import ModelConfig
 from rftbus.models.prompt import PromptFormat
 from rftbus.models.tokenizer import build_char_tokenizer
 from rftbus.producers.engines.base import Completion
-from rftbus.producers.serve.auth import Scope, TokenAuth
-from rftbus.producers.serve.errors import BadRequest, Forbidden, Unauthorized
+from rftbus.web.auth import Scope, TokenAuth
+from rftbus.web.errors import BadRequest, Forbidden, Unauthorized
 from rftbus.producers.serve.feedback import FeedbackRequest
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, chat_prompt, completion_prompt,
                                              cut_at_stop, default_task_id)
@@ -212,7 +212,7 @@ def test_an_episode_grade_is_credited_to_each_call_and_an_ungraded_episode_is_na
 
 
 def test_a_session_belongs_to_the_client_that_opened_it():
-    from rftbus.producers.serve.errors import Forbidden
+    from rftbus.web.errors import Forbidden
     from rftbus.producers.serve.sessions import Sessions
 
     s = Sessions(max_sessions=4, max_calls=2)

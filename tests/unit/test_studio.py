@@ -105,7 +105,7 @@ def test_open_scopes_on_loopback_need_no_token(tmp_path):
 def test_open_read_scope_on_a_public_address_is_refused():
     import pytest
 
-    from rftbus.producers.serve.auth import OpenScopeRefused, Scope, TokenAuth
+    from rftbus.web.auth import OpenScopeRefused, Scope, TokenAuth
 
     auth = TokenAuth([SecretStr("i")], [SecretStr("f")], [])
     auth.check_exposure("0.0.0.0", False, {Scope.inference, Scope.feedback})  # read not served: fine

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from rftbus.consumers.batch_consumer import Polled
+from rftbus.trainer.batch_source import Polled
 from rftbus.schemas import Experience, ExperienceGroup, Source
 from rftbus.trainer.checks import Limits, check_record
 

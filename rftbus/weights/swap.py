@@ -1,4 +1,5 @@
-"""Swapping a prefetched weight version into a rollout engine (the follower is rftbus.weights.follower)."""
+"""Swapping a prefetched weight version into a rollout engine (explorers, serve); the follower that prefetches
+it is weights/follower.py."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ from collections.abc import Callable
 
 from rftbus.errors import RftbusError, SwapDeferred
 from rftbus.weights.follower import WeightFollower
-
-__all__ = ["WeightFollower", "swap_in_ready"]
 
 
 def swap_in_ready(follower: WeightFollower, engine, report: Callable[[str], None], wait_s: float = 0.0) -> bool:

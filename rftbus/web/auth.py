@@ -16,7 +16,7 @@ import ipaddress
 from pydantic import SecretStr
 
 from rftbus.errors import RftbusError
-from rftbus.producers.serve.errors import Forbidden, Unauthorized
+from rftbus.web.errors import Forbidden, Unauthorized
 
 
 class Scope(str, enum.Enum):
