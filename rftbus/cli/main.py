@@ -21,6 +21,7 @@ from rftbus.cli import analytics_cmd
 from rftbus.cli import chaos_cmd
 from rftbus.cli import export_cmd
 from rftbus.cli import init_cmd
+from rftbus.cli import track_cmd
 from rftbus.cli.context import CliState
 from rftbus.errors import RftbusError
 
@@ -64,6 +65,7 @@ init_cmd.register(app)
 export_cmd.register(app)
 app.add_typer(topics_cmd.app, name="topics")
 tail_cmd.register(app)
+track_cmd.register(app)
 app.add_typer(bench_cmd.app, name="bench")
 chaos_cmd.register(app)
 app.add_typer(analytics_cmd.app, name="analytics")
@@ -77,6 +79,7 @@ EXTRA_OF = {**dict.fromkeys(("torch", "transformers", "tokenizers", "safetensors
             **dict.fromkeys(("faust", "aiokafka", "rocksdict", "cramjam"), "streams"),
             **dict.fromkeys(("deepspeed", "tensorboard"), "trainer"),
             **dict.fromkeys(("fastapi", "uvicorn"), "serve or studio"),
+            **dict.fromkeys(("wandb", "mlflow"), "track"),
             **dict.fromkeys(("chdb", "clickhouse_connect", "sqlglot", "matplotlib"), "analytics")}
 
 

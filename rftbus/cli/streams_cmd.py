@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from rftbus.cli import own_metrics
 from rftbus.cli.context import state
 
 
@@ -13,6 +14,7 @@ def streams(
     ctx: typer.Context,
     worker_id: str = typer.Option(None, "--worker-id", help="Status file id (default <hostname>-<pid>)."),
     log_level: str = typer.Option(None, "--log-level", help="Faust/rftbus log level (default streams.log_level)."),
+    metrics_port: int | None = own_metrics.port_option(),
 ) -> None:
     """Verify, join feedback, group advantages, filter, prioritize and route raw experiences (Faust worker).
 
@@ -23,7 +25,12 @@ def streams(
     cfg = st.config(**{"streams.worker_id": worker_id, "streams.log_level": log_level})
     from rftbus.streams.worker import run
 
-    code = run(cfg, cfg.streams.worker_id)
+    stop_metrics = own_metrics.serve_own(cfg, "streams", cfg.streams.worker_id, metrics_port, st.err.print)
+    try:
+        code = run(cfg, cfg.streams.worker_id)
+    finally:
+        if stop_metrics is not None:
+            stop_metrics()
     sys.exit(code)
 
 

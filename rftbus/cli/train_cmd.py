@@ -15,6 +15,7 @@ from pathlib import Path
 
 import typer
 
+from rftbus.cli import own_metrics
 from rftbus.cli.context import state
 from rftbus.errors import RftbusError
 
@@ -91,6 +92,7 @@ def train(
     ranks: int = typer.Option(1, "--ranks", min=1, help="DeepSpeed ranks (processes) on this machine"),
     n_eval: int = typer.Option(None, "--n", help="eval: held-out tasks (default trainer.eval_n)"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    metrics_port: int | None = own_metrics.port_option(),
 ) -> None:
     """Train on curated + expert experiences with DeepSpeed; checkpoints tie model and offsets together."""
     if mode not in ("online", "replay", "eval"):
@@ -113,7 +115,12 @@ def train(
                       enforce_staleness=mode == "online")
     rank0 = os.environ.get("RANK", "0") == "0"
     log = (lambda line: st.err.print(line, highlight=False)) if rank0 else (lambda line: None)
-    summary = Trainer(cfg, opts, log=log).run()
+    stop_metrics = own_metrics.serve_own(cfg, "trainer", None, metrics_port, log) if rank0 else None
+    try:
+        summary = Trainer(cfg, opts, log=log).run()
+    finally:
+        if stop_metrics is not None:
+            stop_metrics()
     if rank0:
         if as_json:
             st.console.out(json.dumps(summary.__dict__))

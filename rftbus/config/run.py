@@ -19,8 +19,25 @@ class CurriculumStage(BaseModel):
     until_step: int = Field(..., ge=1, description="the stage ends once the trainer reached this step")
 
 
+class TrackingConfig(BaseModel):
+    """Where `run.report_to`'s trackers write (consumers/trackers/)."""
+    model_config = ConfigDict(extra="forbid")
+    project: str = Field("rftbus", description="the W&B project and the MLflow experiment")
+    run_name: str | None = Field(None, description="the tracker run's name; default: the state folder's name")
+    wandb_mode: Literal["offline", "online"] = Field(
+        "offline", description="offline: files under <state_dir>/wandb (`wandb sync` uploads them); online needs "
+        "WANDB_API_KEY")
+    mlflow_uri: str | None = Field(None, description="an MLflow tracking URI (http://..., databricks, file:...); "
+                                   "default: a file store, <state_dir>/mlruns")
+
+
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=lambda: ["tensorboard"], description="experiment trackers fed from the metrics topic "
+        "(trainer steps, held-out eval, streams counters) by `rftbus run` or `rftbus track`: tensorboard "
+        "(<state_dir>/tensorboard/loop), wandb (pip install wandb), mlflow (pip install mlflow-skinny); [] = none")
+    tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     explorers: int = Field(1, ge=0, description="explorer processes (one consumer group); 0 = none: live "
                            "traffic through `serve` is the only source of experiences (with `simulate`)")
     streams_workers: int = Field(1, ge=1)

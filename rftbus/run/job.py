@@ -13,6 +13,7 @@ import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from rftbus.run.pace import Pace, pace_summary, read_best
 from rftbus.run.plots import plot_eval, plot_steps
 from rftbus.run.profile_table import collect as collect_profile, table as profile_table
 from rftbus.run.supervisor import ChildSpec, Supervisor
+from rftbus.run.tracking import start_tracking
 from rftbus.status import mark_run, read_statuses, trainer_step
 
 STOP_ORDER = ["simulate", "serve", "studio", "explorer", "streams", "trainer", "analytics"]  # producers first: the rest drain
@@ -59,6 +61,7 @@ class MainJob:
         self.events: list[str] = []
         self.committed = CommittedOffsets(cfg)  # the live view's lags (kept: read every 2 s)
         self.lags: dict[str, int] = {}  # the last ones read (the live view and /metrics)
+        self.eval_points: list[dict] = []  # the evaluator's, once it is loaded (/metrics)
         self._stop_requested = False
         self.exit_codes: dict[str, int | None] = {}
         self.broker: BrokerWatch | None = None  # the embedded broker this job started
@@ -203,6 +206,7 @@ class MainJob:
         stop_metrics = self.start_metrics(sup)
         reason = "stopped by the user"
         evaluator = None
+        stop_tracking: Callable[[], None] | None = None
         pool = ThreadPoolExecutor(2, thread_name_prefix="start")
         try:
             bus = pool.submit(self.bring_up_bus)
@@ -213,6 +217,8 @@ class MainJob:
                 time.sleep(0.1)
             if not self._stop_requested:
                 admin, evaluator = bus.result(), loading.result()
+                self.eval_points = evaluator.points
+                stop_tracking = start_tracking(self.cfg, lambda m: self.events.append(m))
                 # beside training, not in front of it (#19): v0 is scored in the evaluator's thread
                 self.console.print("evaluating the initial weights (v0) on the held-out split beside training ...")
                 evaluator.start()
@@ -225,11 +231,16 @@ class MainJob:
             codes = sup.stop(order=order, timeout=60, leave=sink)
             if evaluator is not None:
                 evaluator.finish()
+            if stop_tracking is not None:
+                stop_tracking()  # after the final eval point: the trackers get it
+                stop_tracking = None
             codes.update(sup.stop(order=sorted(sink), timeout=60))
             self.exit_codes = codes
             self.console.print("children stopped: " + ", ".join(f"{n}={c}" for n, c in codes.items()))
         finally:
             sup.stop(timeout=10)  # no-op when already stopped; a safety net on errors
+            if stop_tracking is not None:
+                stop_tracking()
             if stop_metrics is not None:
                 stop_metrics()
             pool.shutdown(wait=True)  # a broker still starting is up (and stopped by run()) or failed
@@ -245,7 +256,8 @@ class MainJob:
         from rftbus.run.metrics import StatusCollector, serve_metrics
 
         collector = StatusCollector(self.cfg.state_dir, lambda: dict(self.lags),
-                                    lambda: {n: c.restarts for n, c in sup.children.items()})
+                                    lambda: {n: c.restarts for n, c in sup.children.items()},
+                                    lambda: self.eval_points[-1] if self.eval_points else None)
         started = serve_metrics(r.metrics_host, r.metrics_port, collector)
         if started is None:
             self.events.append(f"metrics: port {r.metrics_port} is taken; no /metrics for this run")

@@ -28,11 +28,22 @@ def _num(v: Any) -> float | None:
 
 
 class StatusCollector(Collector):
-    def __init__(self, state_dir: Path, lags: Callable[[], dict[str, int]], restarts: Callable[[], dict[str, int]]):
-        self.state_dir, self.lags, self.restarts = state_dir, lags, restarts
+    """`role` / `ident`: only the status files of that role (and id) in the state folder, for a stage started on
+    its own (`rftbus train --metrics-port`); None: every process (`rftbus run`). `last_eval`: the run's newest
+    held-out eval point."""
+
+    def __init__(self, state_dir: Path, lags: Callable[[], dict[str, int]] = lambda: {},
+                 restarts: Callable[[], dict[str, int]] = lambda: {},
+                 last_eval: Callable[[], dict | None] = lambda: None, role: str | None = None,
+                 ident: str | None = None):
+        self.state_dir, self.lags, self.restarts, self.last_eval = state_dir, lags, restarts, last_eval
+        self.role, self.ident = role, ident
 
     def collect(self) -> Iterator[Metric]:
         statuses = read_statuses(self.state_dir)
+        if self.role is not None:
+            statuses = [s for s in statuses if s.get("role") == self.role
+                        and (self.ident is None or str(s.get("id")) == self.ident)]
         steps = CounterMetricFamily("rftbus_trainer_steps", "optimizer steps taken (rate(): the step rate)", labels=["id"])
         stale = GaugeMetricFamily("rftbus_trainer_staleness", "mean versions behind of what the last step trained",
                                   labels=["id"])
@@ -74,6 +85,13 @@ class StatusCollector(Collector):
         for child, n in self.restarts().items():
             restarts.add_metric([child], float(n))
         yield from (steps, stale, tps, loss, version, produced, rejected, curated, lag, restarts)
+        point = self.last_eval()
+        if point is not None:
+            reward = GaugeMetricFamily("rftbus_eval_reward", "the newest held-out eval point's mean reward")
+            reward.add_metric([], float(point["reward"]))
+            ev = GaugeMetricFamily("rftbus_eval_version", "the weight version the newest eval point scored")
+            ev.add_metric([], float(point["version"]))
+            yield from (reward, ev)
 
 
 def serve_metrics(host: str, port: int, collector: StatusCollector) -> tuple[Callable[[], None], int] | None:

@@ -1,5 +1,6 @@
 """#34: what an operator's Prometheus scrapes during `rftbus run` (with serve and the studio among its children):
-every family, read by prometheus_client's own parser, present and moving between two scrapes."""
+every family, read by prometheus_client's own parser, present and moving between two scrapes. #45: the same run
+reports to TensorBoard, W&B (offline) and MLflow (a file store), and each holds the held-out eval curve after it."""
 
 from __future__ import annotations
 
@@ -8,15 +9,18 @@ import signal
 import socket
 import subprocess
 import sys
+import json
 import time
 import uuid
 from pathlib import Path
 
 import httpx
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO
+from tests.integration.test_trackers import tracked_eval_curves
 from tests.system.test_run import _env
 
 
@@ -52,8 +56,12 @@ def test_metrics_of_a_run_and_its_children_are_present_and_moving(broker, tmp_pa
     env = {**os.environ, **_env(broker, uuid.uuid4().hex[:6]), "RFTBUS_RUN__METRICS_PORT": str(run_port),
            "RFTBUS_RUN__SERVE": "true", "RFTBUS_SERVE__PORT": str(serve_port), "RFTBUS_RUN__STUDIO": "true",
            "RFTBUS_STUDIO__PORT": str(studio_port), "RFTBUS_STUDIO__MOUNT_IN_SERVE": "false"}
-    cmd = [str(Path(sys.executable).parent / "rftbus"), "--state-dir", str(tmp_path / "state"), "run",
-           str(REPO / "configs" / "toy.yaml"), "--max-steps", "400", "--minutes", "6"]
+    config = yaml.safe_load((REPO / "configs" / "toy.yaml").read_text())
+    config["run"].update(report_to=["tensorboard", "wandb", "mlflow"], eval_every_versions=5)
+    (tmp_path / "toy.yaml").write_text(yaml.safe_dump(config))
+    state = tmp_path / "state"
+    cmd = [str(Path(sys.executable).parent / "rftbus"), "--state-dir", str(state), "run",
+           str(tmp_path / "toy.yaml"), "--max-steps", "400", "--minutes", "6"]
     log = tmp_path / "run.out"
     proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
     run_url, serve_url = f"http://127.0.0.1:{run_port}/metrics", f"http://127.0.0.1:{serve_port}"
@@ -61,7 +69,8 @@ def test_metrics_of_a_run_and_its_children_are_present_and_moving(broker, tmp_pa
     try:
         wait_scrape(run_url, proc, log)
         deadline = time.monotonic() + 240
-        while not (first := scrape(run_url)).get("rftbus_trainer_steps", 0) >= 2 or not first.get("rftbus_consumer_lag", 0) >= 0:
+        while (not (first := scrape(run_url)).get("rftbus_trainer_steps", 0) >= 2
+               or not first.get("rftbus_consumer_lag", 0) >= 0 or "rftbus_eval_reward" not in first):
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
             time.sleep(1)
         s1, st1 = wait_scrape(serve_url + "/metrics", proc, log), wait_scrape(studio_url + "/metrics", proc, log)
@@ -77,6 +86,14 @@ def test_metrics_of_a_run_and_its_children_are_present_and_moving(broker, tmp_pa
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(180)
+    assert 0 <= second["rftbus_eval_reward"] <= 1 and "rftbus_eval_version" in second
+    points = [json.loads(line) for line in (state / "run" / "eval.jsonl").read_text().splitlines()]
+    assert len(points) >= 2, points  # v0 and the last version at least
+    curves = tracked_eval_curves(state)
+    assert {k: len(v) for k, v in curves.items()} == dict.fromkeys(("tensorboard", "wandb", "mlflow"), len(points)), \
+        (curves, points)
+    for name, curve in curves.items():  # the same points, in the same order, in every tracker
+        assert curve == pytest.approx([p["reward"] for p in points]), name
     for fam in ("rftbus_trainer_steps", "rftbus_weight_version", "rftbus_explorer_experiences",
                 "rftbus_streams_curated"):
         assert second[fam] > first[fam], (fam, first.get(fam), second.get(fam))

@@ -27,9 +27,9 @@ DOCKERIGNORE = REPO / ".dockerignore"
 RFTBUS_SERVICES = {
     "topics": ["topics", "create"],
     "tasks": ["tasks", "publish", "addition", "--expert"],
-    "explorer": ["explore"],
-    "streams": ["streams"],
-    "trainer": ["train"],
+    "explorer": ["explore", "--metrics-port", "9464"],
+    "streams": ["streams", "--metrics-port", "9464"],
+    "trainer": ["train", "--metrics-port", "9464"],
     "serve": ["serve"],
     "analytics-sink": ["analytics", "sink"],
 }
@@ -306,6 +306,13 @@ def test_analytics_sink_points_at_clickhouse(services):
     url = urlsplit(rftbus_env(services["analytics-sink"])["RFTBUS_ANALYTICS__URL"])
     assert url.hostname == "clickhouse" and url.port == 8123
     assert services["analytics-sink"]["depends_on"]["clickhouse"]["condition"] == "service_healthy"
+
+
+def test_the_studio_reads_the_analytics_the_sink_writes(services):
+    """The studio is mounted in serve: it must read the backend the sink writes (it read an empty chDB folder)."""
+    keys = ("BACKEND", "URL", "DATABASE", "USER", "PASSWORD")
+    sink, serve = rftbus_env(services["analytics-sink"]), rftbus_env(services["serve"])
+    assert {k: serve.get(f"RFTBUS_ANALYTICS__{k}") for k in keys} == {k: sink[f"RFTBUS_ANALYTICS__{k}"] for k in keys}
 
 
 # --- the image ----------------------------------------------------------------------------------
