@@ -49,6 +49,12 @@ class _Request(BaseModel):
             value = extra.get(name, off)
             if value not in (off, None, [], {}) and not (name == "top_logprobs" and value == 0):
                 raise BadRequest(f"{name} is not supported by rftbus serve", param=name, code="unsupported")
+        fmt = extra.get("response_format")
+        if fmt not in (None, {}) and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
+            kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+            raise BadRequest(f"response_format {kind!r} is not supported by rftbus serve: answers are sampled "
+                             "unconstrained, so JSON mode could not be kept (send {\"type\": \"text\"} or "
+                             "leave it out)", param="response_format", code="unsupported")
         if self.metadata and len(self.metadata) > MAX_METADATA:
             raise BadRequest(f"metadata has {len(self.metadata)} keys; at most {MAX_METADATA}", param="metadata")
 

@@ -102,6 +102,18 @@ def test_prompts():
     assert default_task_id(ids("1+1=")) == default_task_id(ids("1+1=")) != default_task_id(ids("1+2="))
 
 
+def test_response_format_other_than_text_is_refused_by_name_not_ignored():
+    """#45: JSON mode was silently ignored: a client relying on it got free text as if it were JSON."""
+    ChatRequest.model_validate({"messages": [{"role": "user", "content": "x"}],
+                                "response_format": {"type": "text"}}).refuse_unsupported()
+    for fmt in ({"type": "json_object"}, {"type": "json_schema", "json_schema": {"name": "a", "schema": {}}}):
+        with pytest.raises(BadRequest) as e:
+            ChatRequest.model_validate({"messages": [{"role": "user", "content": "x"}],
+                                        "response_format": fmt}).refuse_unsupported()
+        assert e.value.param == "response_format" and e.value.code == "unsupported"
+        assert fmt["type"] in str(e.value)
+
+
 def test_unsupported_fields_are_refused_by_name():
     CompletionRequest.model_validate({"prompt": "x", "presence_penalty": 0, "top_logprobs": 0}).refuse_unsupported()
     with pytest.raises(BadRequest, match="frequency_penalty") as e:
