@@ -22,6 +22,7 @@ from rftbus.web.auth import Scope
 from rftbus.web.errors import ApiError, BadRequest, BodyLimit, NotFound, parse
 from rftbus.producers.serve.feedback import FeedbackRequest, valid_id
 from rftbus.producers.serve.mounts import mounted, mounted_scopes
+from rftbus.producers.serve.responses_api import ResponsesRequest, as_chat, body as responses_body
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, LoadAdapter, UnloadAdapter, chat_prompt,
                                              completion_prompt)
 from rftbus.producers.serve.sessions import SESSION_HEADER
@@ -101,6 +102,14 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
         return await answering.plain(call, lambda a: responses.chat_body(a, svc.model_name, svc.tokenizer,
                                                                          req.logprobs))
 
+    async def responses_api(request: Request):
+        svc.auth.check(request.headers.get("authorization"), Scope.inference)
+        chat = as_chat(await parse(request, ResponsesRequest))
+        ids, text = chat_prompt(svc.prompt, chat)
+        call = answering.prepare(request, chat, ids, text, "responses", session_id=session_of(request),
+                                 tools=bool(chat.tools_in_play()))
+        return await answering.plain(call, lambda a: responses_body(a, svc.model_name))
+
     async def completions(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         req = await parse(request, CompletionRequest)
@@ -114,6 +123,7 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
     for prefix in ("", "/sessions/{session_id}"):  # an agent's base URL names its episode
         app.post(prefix + "/v1/chat/completions")(chat_completions)
         app.post(prefix + "/v1/completions")(completions)
+        app.post(prefix + "/v1/responses")(responses_api)
         app.get(prefix + "/v1/models")(models)
 
     if cfg.serve.accept_lora_pushes:  # vLLM's runtime LoRA API: this serve as another's upstream
