@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import subprocess
 from importlib import resources
@@ -19,10 +20,21 @@ class JarsError(RftbusError):
 
 
 def ensure_jars(target: Path, kafka_version: str, console: Console | None = None) -> Path:
-    """Return `target` holding the broker's classpath, running Maven only if it is not complete yet."""
+    """Return `target` holding the broker's classpath, running Maven only if it is not complete yet. Processes
+    that start brokers at once (test workers, a cluster's nodes) fetch once: one holds a file lock, the others
+    wait for it and find the jars there."""
     target = target.absolute()  # Maven resolves relative paths against the pom's folder
     if (target / DONE_MARKER).exists():
         return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / DONE_MARKER).exists():
+            return target
+        return _fetch(target, kafka_version, console)
+
+
+def _fetch(target: Path, kafka_version: str, console: Console | None) -> Path:
     mvn = shutil.which("mvn")
     if not mvn:
         raise JarsError(
