@@ -75,9 +75,9 @@ chaos-cluster: install
 test: install
 	$(VENV)/bin/ruff check --quiet .
 	$(PY) scripts/typecheck.py
-	@# two workers, each with its own session broker: most tests wait on brokers and children, not on the CPU;
-	@# a file's tests stay on one worker (module fixtures, the order they were written for)
-	$(PY) -m pytest -n 2 --dist loadfile $(PYTEST_ARGS)
+	@# two workers, each with its own session broker: most tests wait on brokers and children, not on the CPU.
+	@# A file's tests stay on one worker; whole runs and timed tests share one (tests/conftest.py, TIMED_FILES)
+	$(PY) -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 # The contributor's fast loop: pure logic, no broker, no subprocess (tests/unit, under a minute).
 test-unit: install

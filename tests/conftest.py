@@ -139,3 +139,17 @@ def smollm2_two_layers(smollm2_folder, tmp_path_factory) -> Path:
     AutoTokenizer.from_pretrained(smollm2_folder).save_pretrained(out)
     GenerationConfig.from_pretrained(smollm2_folder).save_pretrained(out)
     return out
+
+
+# Files whose tests measure time or learning against a bound: they run on the same pytest-xdist worker as
+# tests/system (one after the other), never beside another whole run. Everything else is spread by file.
+TIMED_FILES = {"test_bench_peer.py", "test_cluster.py", "test_node_budget.py"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """`make test` runs two xdist workers with --dist loadgroup: a file is a group (its module fixtures set up
+    once, its tests in the order written), and the whole runs, chaos and timed files are one group."""
+    for item in items:
+        path = Path(str(item.fspath))
+        timed = path.parent.name == "system" or path.name in TIMED_FILES
+        item.add_marker(pytest.mark.xdist_group("timed" if timed else path.stem))
