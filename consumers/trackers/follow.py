@@ -18,6 +18,11 @@ from rftbus.kafka.read import consume_ready
 from rftbus.schemas import DecodeError, TrainerMetric, make_codec
 
 
+def mlflow_default_uri(cfg: Config) -> str:
+    """A SQLite store in the state folder: MLflow 3 refuses new runs in its file store (maintenance mode)."""
+    return f"sqlite:///{(cfg.state_dir / 'mlflow.db').absolute()}"
+
+
 def make_trackers(cfg: Config) -> list[Tracker]:
     """The trackers `run.report_to` names, each configured from `run.tracking`."""
     t = cfg.run.tracking
@@ -34,7 +39,7 @@ def make_trackers(cfg: Config) -> list[Tracker]:
         elif name == "mlflow":
             from rftbus.consumers.trackers.mlflow import MlflowTracker
 
-            out.append(MlflowTracker(t.mlflow_uri or (cfg.state_dir / "mlruns").absolute().as_uri(), t.project))
+            out.append(MlflowTracker(t.mlflow_uri or mlflow_default_uri(cfg), t.project))
     return out
 
 

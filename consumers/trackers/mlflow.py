@@ -1,5 +1,5 @@
-"""MLflow: a run in `run.tracking.mlflow_uri` (default a file store, <state_dir>/mlruns; a server's http URL works
-the same), the config as its parameters, every value as a metric on the trainer's step."""
+"""MLflow: a run in `run.tracking.mlflow_uri` (default a SQLite store, <state_dir>/mlflow.db; a server's http URL
+works the same), the config as its parameters, every value as a metric on the trainer's step."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 from rftbus.consumers.trackers.base import Point
 
-MAX_PARAM_CHARS = 500  # MLflow's limit on a parameter's value (6000 on newer servers; the file store checks 500)
+MAX_PARAM_CHARS = 500  # the shortest limit an MLflow store puts on a parameter's value
 
 
 class MlflowTracker:
@@ -19,8 +19,12 @@ class MlflowTracker:
         self.run_id = ""
 
     def start(self, run_name: str, params: dict[str, Any]) -> None:
+        import logging
+
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
+
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)  # "creating tables" on every start
 
         self.client = MlflowClient(tracking_uri=self.uri)
         exp = self.client.get_experiment_by_name(self.experiment)

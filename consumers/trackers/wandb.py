@@ -4,7 +4,7 @@ uploads them) or online (needs WANDB_API_KEY)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rftbus.consumers.trackers.base import Point
 
@@ -12,7 +12,7 @@ from rftbus.consumers.trackers.base import Point
 class WandbTracker:
     name = "wandb"
 
-    def __init__(self, folder: Path, project: str, mode: str):
+    def __init__(self, folder: Path, project: str, mode: Literal["offline", "online"]):
         self.folder, self.project, self.mode = folder, project, mode
         self.run: Any = None
 

@@ -19,6 +19,9 @@ class CurriculumStage(BaseModel):
     until_step: int = Field(..., ge=1, description="the stage ends once the trainer reached this step")
 
 
+Tracker = Literal["tensorboard", "wandb", "mlflow"]
+
+
 class TrackingConfig(BaseModel):
     """Where `run.report_to`'s trackers write (consumers/trackers/)."""
     model_config = ConfigDict(extra="forbid")
@@ -27,14 +30,14 @@ class TrackingConfig(BaseModel):
     wandb_mode: Literal["offline", "online"] = Field(
         "offline", description="offline: files under <state_dir>/wandb (`wandb sync` uploads them); online needs "
         "WANDB_API_KEY")
-    mlflow_uri: str | None = Field(None, description="an MLflow tracking URI (http://..., databricks, file:...); "
-                                   "default: a file store, <state_dir>/mlruns")
+    mlflow_uri: str | None = Field(None, description="an MLflow tracking URI (http://..., databricks, sqlite:///...); "
+                                   "default: a SQLite store, <state_dir>/mlflow.db")
 
 
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
-        default_factory=lambda: ["tensorboard"], description="experiment trackers fed from the metrics topic "
+    report_to: list[Tracker] = Field(
+        default_factory=lambda: list[Tracker](["tensorboard"]), description="experiment trackers fed from the metrics topic "
         "(trainer steps, held-out eval, streams counters) by `rftbus run` or `rftbus track`: tensorboard "
         "(<state_dir>/tensorboard/loop), wandb (pip install wandb), mlflow (pip install mlflow-skinny); [] = none")
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)

@@ -54,8 +54,19 @@ def test_the_sdk_gets_an_answer_recorded_like_a_chat_completion(env):
     assert recorded(cfg, chat["rftbus"]["experience_ids"][0]).prompt_ids == group.prompt_ids
 
 
-def test_function_call_items_are_the_chat_conversation_with_tool_calls(env):
-    cfg, server = env
+@pytest.mark.timeout(600)
+def test_function_call_items_are_the_chat_conversation_with_tool_calls(broker, tmp_path, smollm2_folder):
+    """Tools need a chat template: the real SmolLM2 (the tiny model has none)."""
+    tag = uuid.uuid4().hex[:6]
+    cfg = serve_config(tmp_path, broker.broker.port, tag, **{
+        "model.name": "smollm2-135m-instruct", "model.cache_dir": str(smollm2_folder.parent),
+        "serve.weights_wait_s": 0.0})
+    create_topics(cfg, make_admin(cfg))
+    with BackgroundServer(cfg) as server:
+        the_same_conversation(cfg, server)
+
+
+def the_same_conversation(cfg, server) -> None:
     items = [{"role": "user", "content": [{"type": "input_text", "text": "2+3?"}]},
              {"type": "function_call", "call_id": "c1", "name": "add", "arguments": '{"a": 2, "b": 3}'},
              {"type": "function_call_output", "call_id": "c1", "output": "5"}]

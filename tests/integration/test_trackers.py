@@ -1,10 +1,11 @@
 """`run.report_to` (consumers/trackers): TrainerMetric records from the metrics topic reach TensorBoard, W&B
-(offline) and MLflow (a file store) through the real libraries, and each is read back with that library's own
+(offline) and MLflow (its SQLite store) through the real libraries, and each is read back with that library's own
 reader. The whole path inside `rftbus run` is tests/system/test_run_metrics.py."""
 
 from __future__ import annotations
 
 import json
+import struct
 from pathlib import Path
 
 import pytest
@@ -24,17 +25,42 @@ def tensorboard_curve(folder: Path, tag: str) -> list[float]:
     return [e.value for e in acc.Scalars(tag)] if tag in acc.Tags()["scalars"] else []
 
 
+def wandb_records(path: Path) -> list[bytes]:
+    """The records of a .wandb file: a 7-byte W&B header, then LevelDB's log format (32 KiB blocks of chunks, each
+    with a 7-byte header: CRC, length, kind full/first/middle/last). W&B 0.31 dropped its Python reader (its Go core
+    reads the file for `wandb sync`), so the test reads the documented format itself."""
+    data, block = path.read_bytes(), 32768
+    assert data[:4] == b":W&B", data[:8]
+    pos, out, pending = 7, [], b""
+    while pos + 7 <= len(data):
+        space = block - pos % block
+        if space < 7:  # a block's tail too short for a header is padding
+            pos += space
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if kind == 0:  # zeros: the rest of the block is padding
+            pos += space
+            continue
+        chunk, pos = data[pos + 7:pos + 7 + length], pos + 7 + length
+        if kind == 1:
+            out.append(chunk)
+        elif kind == 2:
+            pending = chunk
+        elif kind == 3:
+            pending += chunk
+        elif kind == 4:
+            out.append(pending + chunk)
+    return out
+
+
 def wandb_history(state_dir: Path) -> list[dict]:
-    """The history rows of the (one) offline W&B run, read from its .wandb file as `wandb sync` reads it."""
+    """The history rows of the (one) offline W&B run, decoded with W&B's own protobuf record type."""
     from wandb.proto import wandb_internal_pb2
-    from wandb.sdk.internal import datastore
 
     files = sorted((state_dir / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(files) == 1, files
-    ds = datastore.DataStore()
-    ds.open_for_scan(str(files[0]))
     rows = []
-    while (data := ds.scan_data()) is not None:
+    for data in wandb_records(files[0]):
         rec = wandb_internal_pb2.Record()
         rec.ParseFromString(data)
         if rec.WhichOneof("record_type") == "history":
@@ -45,7 +71,7 @@ def wandb_history(state_dir: Path) -> list[dict]:
 def mlflow_run(state_dir: Path):
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=(state_dir / "mlruns").absolute().as_uri())
+    client = MlflowClient(tracking_uri=f"sqlite:///{(state_dir / 'mlflow.db').absolute()}")
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert len(runs) == 1, runs
     return client, runs[0]
@@ -114,4 +140,4 @@ def test_a_tracker_that_cannot_start_is_reported_and_the_others_go_on(tmp_path):
     follower.handle(encode(TrainerMetric(model=cfg.model.name, kind="eval", step=0, version=0,
                                          values={"reward": 0.4}), None))
     follower.trackers[0].close()
-    assert tensorboard_curve(tmp_path / "tb", "eval/reward") == [0.4]
+    assert tensorboard_curve(tmp_path / "tb", "eval/reward") == pytest.approx([0.4])

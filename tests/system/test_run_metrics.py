@@ -1,6 +1,6 @@
 """#34: what an operator's Prometheus scrapes during `rftbus run` (with serve and the studio among its children):
 every family, read by prometheus_client's own parser, present and moving between two scrapes. #45: the same run
-reports to TensorBoard, W&B (offline) and MLflow (a file store), and each holds the held-out eval curve after it."""
+reports to TensorBoard, W&B (offline) and MLflow (its SQLite store), and each holds the held-out eval curve after it."""
 
 from __future__ import annotations
 
