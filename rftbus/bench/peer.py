@@ -116,6 +116,7 @@ def peer(
     """rftbus vs TRL's GRPOTrainer on the same config: held-out eval against wall time, both sides."""
     from rftbus.bench.peer_eval import Scorer, rftbus_snapshots, side_result, thin, trl_snapshots
     from rftbus.bench.peer_plot import plot_peer
+    from rftbus.run.summary import shown
     from rftbus.status import run_started
 
     if only not in ("both", "trl", "rftbus"):
@@ -163,7 +164,7 @@ def peer(
                 typer.echo(f"  round {r + 1} {side} {s.label} at {s.seconds:.0f} s: {curve[-1][1]:.3f}", err=True)
             rnd[side] = side_result(curve, base, steps, marks, lift)
         result["rounds"].append(rnd)
-    result["plot"] = str(plot_peer(result, work / "peer.png"))
+    result["plot"] = shown(plot_peer(result, work / "peer.png"))  # relative under the working directory
     (work / "peer.json").write_text(json.dumps(result, indent=2))
     if as_json:
         typer.echo(json.dumps(result))
