@@ -5,32 +5,25 @@ the protocol (calls, order, shape, parse), not the judgement."""
 
 from __future__ import annotations
 
-import uuid
 
 import pytest
 
 from rftbus.config.explorer import RewardSpec
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.topics import create_topics
 from rftbus.producers.rewards import make_rewards
 from rftbus.producers.rewards.base import Response
 from rftbus.producers.rewards.judge_llm import LLMJudge, parse_grade, parse_grades
-from rftbus.producers.serve.server import BackgroundServer
 from rftbus.schemas import Task
-from tests.integration.test_serve import INF, serve_config
+from tests.integration.test_serve import INF, serving
 
 SHORT = "{answers}\nGrade {n}:"  # the tiny model's context is small: a short prompt, the same protocol
 
 
 @pytest.fixture(scope="module")
 def judge_server(broker, tmp_path_factory):
-    tag = uuid.uuid4().hex[:6]
-    cfg = serve_config(tmp_path_factory.mktemp("judge"), broker.broker.port, tag,
-                       **{"model.tiny.max_position_embeddings": 512, "serve.max_body_bytes": 65536,
-                          "serve.max_tokens_limit": 128})
-    create_topics(cfg, make_admin(cfg))
-    with BackgroundServer(cfg) as server:
-        yield cfg, server
+    with serving(tmp_path_factory.mktemp("judge"), broker, **{
+            "model.tiny.max_position_embeddings": 512, "serve.max_body_bytes": 65536,
+            "serve.max_tokens_limit": 128}) as both:
+        yield both
 
 
 def test_parse_grades():

@@ -7,6 +7,8 @@ from __future__ import annotations
 import socket
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -43,13 +45,19 @@ def serve_config(tmp, port, tag, **more):
         **more})
 
 
-@pytest.fixture(scope="module")
-def env(broker, tmp_path_factory):
-    tag = uuid.uuid4().hex[:6]
-    cfg = serve_config(tmp_path_factory.mktemp("serve"), broker.broker.port, tag)
+@contextmanager
+def serving(tmp, broker, **more) -> Iterator[tuple]:
+    """(config, server): `serve_config` on the session broker, its own topics created, serve running."""
+    cfg = serve_config(tmp, broker.broker.port, uuid.uuid4().hex[:6], **more)
     create_topics(cfg, make_admin(cfg))
     with BackgroundServer(cfg) as server:
         yield cfg, server
+
+
+@pytest.fixture(scope="module")
+def env(broker, tmp_path_factory):
+    with serving(tmp_path_factory.mktemp("serve"), broker) as both:
+        yield both
 
 
 def client(server, token=INF) -> httpx.Client:

@@ -4,19 +4,14 @@ on the response), function-call items rendered as chat tool calls, and what cann
 
 from __future__ import annotations
 
-import uuid
-
 import httpx
 import openai
 import pytest
 
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.topics import create_topics
 from rftbus.producers.serve.responses_api import body
-from rftbus.producers.serve.server import BackgroundServer
 from rftbus.producers.serve.service import Answer
 from rftbus.schemas import Experience, ExperienceGroup, Source
-from tests.integration.test_serve import INF, serve_config, topic
+from tests.integration.test_serve import INF, serving, topic
 
 TOOLS_CHAT = [{"type": "function", "function": {"name": "add", "description": "Add.", "parameters": {
     "type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}}}]
@@ -26,11 +21,8 @@ TOOLS_RESPONSES = [{"type": "function", "name": "add", "description": "Add.",
 
 @pytest.fixture(scope="module")
 def env(broker, tmp_path_factory):
-    tag = uuid.uuid4().hex[:6]
-    cfg = serve_config(tmp_path_factory.mktemp("responses"), broker.broker.port, tag)
-    create_topics(cfg, make_admin(cfg))
-    with BackgroundServer(cfg) as server:
-        yield cfg, server
+    with serving(tmp_path_factory.mktemp("responses"), broker) as both:
+        yield both
 
 
 def recorded(cfg, experience_id: str) -> ExperienceGroup:
@@ -57,12 +49,8 @@ def test_the_sdk_gets_an_answer_recorded_like_a_chat_completion(env):
 @pytest.mark.timeout(600)
 def test_function_call_items_are_the_chat_conversation_with_tool_calls(broker, tmp_path, smollm2_folder):
     """Tools need a chat template: the real SmolLM2 (the tiny model has none)."""
-    tag = uuid.uuid4().hex[:6]
-    cfg = serve_config(tmp_path, broker.broker.port, tag, **{
-        "model.name": "smollm2-135m-instruct", "model.cache_dir": str(smollm2_folder.parent),
-        "serve.weights_wait_s": 0.0})
-    create_topics(cfg, make_admin(cfg))
-    with BackgroundServer(cfg) as server:
+    with serving(tmp_path, broker, **{"model.name": "smollm2-135m-instruct", "serve.weights_wait_s": 0.0,
+                                      "model.cache_dir": str(smollm2_folder.parent)}) as (cfg, server):
         the_same_conversation(cfg, server)
 
 
