@@ -26,6 +26,17 @@ UNSUPPORTED = {"presence_penalty": 0, "frequency_penalty": 0, "logit_bias": None
 MAX_METADATA = 16
 
 
+def refuse_unless_text(fmt: Any, param: str) -> None:
+    """An output format other than plain text (JSON mode, a JSON schema) is refused, not ignored: answers are
+    sampled unconstrained, so it could not be kept."""
+    if fmt in (None, {}) or (isinstance(fmt, dict) and fmt.get("type") == "text"):
+        return
+    kind = fmt.get("type") if isinstance(fmt, dict) else fmt
+    raise BadRequest(f"{param} {kind!r} is not supported by rftbus serve: answers are sampled unconstrained, so "
+                     "JSON mode could not be kept (send {\"type\": \"text\"} or leave it out)", param=param,
+                     code="unsupported")
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="allow")  # OpenAI keeps adding fields; unknown ones are not errors
 
@@ -49,12 +60,7 @@ class _Request(BaseModel):
             value = extra.get(name, off)
             if value not in (off, None, [], {}) and not (name == "top_logprobs" and value == 0):
                 raise BadRequest(f"{name} is not supported by rftbus serve", param=name, code="unsupported")
-        fmt = extra.get("response_format")
-        if fmt not in (None, {}) and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-            kind = fmt.get("type") if isinstance(fmt, dict) else fmt
-            raise BadRequest(f"response_format {kind!r} is not supported by rftbus serve: answers are sampled "
-                             "unconstrained, so JSON mode could not be kept (send {\"type\": \"text\"} or "
-                             "leave it out)", param="response_format", code="unsupported")
+        refuse_unless_text(extra.get("response_format"), "response_format")
         if self.metadata and len(self.metadata) > MAX_METADATA:
             raise BadRequest(f"metadata has {len(self.metadata)} keys; at most {MAX_METADATA}", param="metadata")
 

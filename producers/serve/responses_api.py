@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import Field
 
-from rftbus.producers.serve.protocol import ChatRequest, _Request
+from rftbus.producers.serve.protocol import ChatRequest, _Request, refuse_unless_text
 from rftbus.producers.serve.service import Answer
 from rftbus.web.errors import BadRequest
 
@@ -41,11 +41,7 @@ class ResponsesRequest(_Request):
         if self.previous_response_id:
             raise BadRequest("previous_response_id is not supported: rftbus serve stores no responses; send the "
                              "conversation's items in input", param="previous_response_id", code="unsupported")
-        fmt = (self.text or {}).get("format")
-        if fmt not in (None, {}) and not (isinstance(fmt, dict) and fmt.get("type") == "text"):
-            kind = fmt.get("type") if isinstance(fmt, dict) else fmt
-            raise BadRequest(f"text.format {kind!r} is not supported: answers are sampled unconstrained",
-                             param="text.format", code="unsupported")
+        refuse_unless_text((self.text or {}).get("format"), "text.format")
 
     def limit(self) -> int | None:
         return self.max_output_tokens or self.max_tokens
