@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 from rftbus.config import Config
 from rftbus.consumers.trackers.base import KINDS, Point, Tracker, flatten
@@ -52,12 +51,11 @@ def point_of(rec: TrainerMetric, newest_step: int) -> Point | None:
 
 
 class MetricsFollower:
-    def __init__(self, cfg: Config, trackers: list[Tracker], report: Callable[[str], None],
-                 run_name: str | None = None, params: dict[str, Any] | None = None):
+    def __init__(self, cfg: Config, trackers: list[Tracker], report: Callable[[str], None]):
         self.cfg, self.report = cfg, report
         self.trackers = list(trackers)
-        self.run_name = run_name or cfg.run.tracking.run_name or cfg.state_dir.absolute().name
-        self.params = params if params is not None else flatten(cfg.model_dump(mode="json"))
+        self.run_name = cfg.run.tracking.run_name or cfg.state_dir.absolute().name
+        self.params = flatten(cfg.model_dump(mode="json"))
         self.decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(TrainerMetric)
         self.logged = 0
         self.newest_step = 0
