@@ -2,7 +2,8 @@
 
 A SIGTERM before the command has installed its own handlers (while it still imports torch or DeepSpeed,
 or waits for the broker) is a clean stop: nothing was consumed or produced yet. Each command replaces
-this handler with its own once it is ready.
+this handler with its own once it is ready. `rftbus run` starts its children with SIGTERM blocked, so one
+that arrives before even this line runs waits for the handler instead of killing the interpreter.
 """
 
 import signal
@@ -14,6 +15,7 @@ def _stopped_while_starting(signum, _frame):
 
 
 signal.signal(signal.SIGTERM, _stopped_while_starting)
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 from rftbus.cli.main import main  # noqa: E402  (after the handler: the imports are the slow part)
 

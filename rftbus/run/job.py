@@ -137,6 +137,7 @@ class MainJob:
                                    optional=True))
         for spec in specs:
             spec.restart_window_s = c.run.restart_window_minutes * 60
+            spec.term_held = True  # each is `python -m rftbus`, which unblocks SIGTERM once its handler is in
         return specs
 
     # ---- the loop ----------------------------------------------------------------------------

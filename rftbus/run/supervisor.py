@@ -44,6 +44,10 @@ class ChildSpec:
     log: Path | None = None
     optional: bool = False  # a helper (the studio): given up on, it is reported, but the run goes on and is not failed
     restart_window_s: float = 600.0
+    # The child starts with SIGTERM blocked, pending until it unblocks it (`python -m rftbus` does, once its
+    # handler is in): a stop that comes while the interpreter itself starts is then a clean stop, not a
+    # death by the signal's default action. Only for commands that unblock it: others would ignore SIGTERM.
+    term_held: bool = False
 
 
 @dataclass
@@ -84,12 +88,16 @@ class Supervisor:
         spec = child.spec
         out = open(spec.log, "ab") if spec.log else None
         child.log_from = out.tell() if out is not None else 0
+        # The mask of the thread that forks is the child's across exec (this thread's, restored at once).
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if spec.term_held else None
         try:
             child.proc = subprocess.Popen(
                 spec.argv, env={**os.environ, **spec.env}, stdout=out or subprocess.DEVNULL, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
         finally:
+            if held is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, held)
             if out is not None:
                 out.close()
         child.started_at = time.monotonic()

@@ -146,3 +146,33 @@ def test_a_cli_one_line_error_is_a_crash_cause(tmp_path):
     log = tmp_path / "t.log"
     log.write_text("step 3\nerror: reading the offsets of raw[0]: Broker: Not leader for partition\n")
     assert crash_cause(log, 1) == "exit code 1: error: reading the offsets of raw[0]: Broker: Not leader for partition"
+
+
+def test_a_stop_while_the_interpreter_starts_is_a_clean_stop(tmp_path):
+    """SIGTERM at once after the spawn, before Python has run a line (the CI failure of stop 48: the studio died
+    by the signal, -15): with SIGTERM held until `python -m rftbus` has its handler, the stop is an exit 0."""
+    argv = [sys.executable, "-m", "rftbus", "--help"]
+    held = ChildSpec("held", argv, log=tmp_path / "held.log", term_held=True)
+    bare = ChildSpec("bare", argv, log=tmp_path / "bare.log")
+    for _ in range(3):
+        codes = {}
+        for spec in (held, bare):
+            sup = Supervisor([spec])
+            sup.start()
+            codes.update(sup.stop(timeout=30))
+        assert codes["held"] == 0, (tmp_path / "held.log").read_text()
+        assert codes["bare"] == -15  # the race the held start closes: the default action, mid-start-up
+
+
+def test_a_held_start_still_stops_on_sigterm_once_running(tmp_path):
+    """The held SIGTERM is let through once the handler is in: a child waiting for an unreachable broker (well
+    past its start) stops at the first SIGTERM, not at the SIGKILL a still-blocked signal would come to."""
+    argv = [sys.executable, "-m", "rftbus", "--state-dir", str(tmp_path / "state"), "tail", "raw", "--follow"]
+    waiting = ChildSpec("waiting", argv, env={"RFTBUS_KAFKA__BOOTSTRAP_SERVERS": "127.0.0.1:1",
+                                              "RFTBUS_KAFKA__WAIT_S": "120"},
+                        log=tmp_path / "waiting.log", term_held=True)
+    sup = Supervisor([waiting])
+    sup.start()
+    time.sleep(4)
+    assert sup.alive() == ["waiting"], (tmp_path / "waiting.log").read_text()
+    assert sup.stop(timeout=10) == {"waiting": 0}
