@@ -2,7 +2,8 @@
 
 One process: the env vars DeepSpeed expects (MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK) are
 filled in; several (torchrun / `rftbus train --ranks N`): the launcher sets them. Without CUDA,
-DeepSpeed's CPU accelerator runs collectives over gloo. Must run before `import deepspeed`.
+DeepSpeed's CPU accelerator runs collectives over gloo. `trainer.device` picks the GPUs (or the CPU) by
+what the ranks are shown (models/devices.py): rank i takes the i-th. Must run before `import deepspeed`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import os
 import socket
 from dataclasses import dataclass
 from typing import Any
+
+from rftbus.errors import RftbusError
 
 
 def free_port() -> int:
@@ -26,18 +29,30 @@ class Dist:
     local_rank: int
 
 
-def prepare_env() -> Dist:
+def prepare_env(device: str = "auto") -> Dist:
+    from rftbus.models.devices import indices, show_only
+
     env = os.environ
     if "RANK" not in env or "WORLD_SIZE" not in env:
         env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
     env.setdefault("LOCAL_RANK", env["RANK"])
     env.setdefault("MASTER_ADDR", "127.0.0.1")
     env.setdefault("MASTER_PORT", str(free_port()))
+    local = int(env["LOCAL_RANK"])
+    listed = indices(device)
+    if listed and local >= len(listed):
+        raise RftbusError(f"trainer.device is {device}: {len(listed)} GPU(s) for local rank {local} (list one per "
+                          f"rank on this machine, e.g. cuda:0,1)")
+    in_process = show_only(device)
+    if in_process == "cpu":
+        env["DS_ACCELERATOR"] = "cpu"
+    elif in_process == "cuda":
+        env["DS_ACCELERATOR"] = "cuda"
     if "DS_ACCELERATOR" not in env:
         import torch
 
         env["DS_ACCELERATOR"] = "cuda" if torch.cuda.is_available() else "cpu"
-    return Dist(int(env["RANK"]), int(env["WORLD_SIZE"]), int(env["LOCAL_RANK"]))
+    return Dist(int(env["RANK"]), int(env["WORLD_SIZE"]), local)
 
 
 def all_gather(obj: Any, world: int) -> list[Any]:

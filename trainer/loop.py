@@ -59,7 +59,7 @@ class Trainer:
     def __init__(self, cfg: Config, opts: RunOptions | None = None, log=print):
         self.cfg, self.opts, self.log = cfg, opts or RunOptions(), log
         self.tc = cfg.trainer
-        self.dist = prepare_env()
+        self.dist = prepare_env(self.tc.device)
         self.rank, self.world = self.dist.rank, self.dist.world
         self.stop_reason = ""
         self.summary = RunSummary()

@@ -27,15 +27,10 @@ from rftbus.config import Config
 from rftbus.models.loading import load_policy, takes_logits_to_keep
 from rftbus.models.lora import Adapter, load_version
 from rftbus.models.prompt import PromptFormat, prompt_format
+from rftbus.models.devices import resolve
 from rftbus.profile import phase
 from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine, StepCallback
-
-
-def pick_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
 
 
 class _Steps(BaseStreamer):
@@ -62,7 +57,7 @@ class TransformersEngine(RolloutEngine):
     def __init__(self, cfg: Config, tokenizer, model: torch.nn.Module | None = None, prompt: PromptFormat | None = None):
         self.tok = tokenizer
         self.prompt = prompt or prompt_format(tokenizer, cfg.model)  # its stop ids end a response
-        self.device = pick_device(cfg.explorer.engine.device)
+        self.device = resolve(cfg.explorer.engine.device)
         self.model: Any = (model or load_policy(cfg.model, tokenizer)).to(self.device).eval()
         self.version = 0
         self.max_context = getattr(self.model.config, "max_position_embeddings", None) or None

@@ -65,6 +65,17 @@ class VllmEngine(RolloutEngine):
     name = "vllm"
 
     def __init__(self, cfg: Config, tokenizer):
+        # vLLM (and the worker processes it starts) take the GPUs they are shown: show only explorer.engine.device's,
+        # before anything here starts CUDA (vllm_unavailable_reason counts the devices)
+        from rftbus.models.devices import indices, show_only
+
+        spec = cfg.explorer.engine.device
+        if spec == "cpu":
+            raise RftbusError("explorer.engine.kind=vllm runs on CUDA GPUs: explorer.engine.device cannot be cpu")
+        if indices(spec) and len(indices(spec)) != cfg.explorer.engine.tensor_parallel_size:
+            raise RftbusError(f"explorer.engine.device {spec} lists {len(indices(spec))} GPU(s) for "
+                              f"tensor_parallel_size {cfg.explorer.engine.tensor_parallel_size}: list one per shard")
+        show_only(spec)
         reason = vllm_unavailable_reason()
         if reason:
             raise RftbusError(f"explorer.engine.kind=vllm: {reason}")

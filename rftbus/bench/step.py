@@ -30,10 +30,8 @@ def step(
     against one pass per row and against logits at every position, alternated on one engine and batch."""
     import torch
 
-    from rftbus.trainer.dist import prepare_env
-
-    prepare_env()  # before deepspeed is imported, as the trainer does
     import rftbus.trainer.step as S
+    from rftbus.trainer.dist import prepare_env
     from rftbus.models.loading import load_policy, load_tokenizer
     from rftbus.models.prompt import prompt_format
     from rftbus.schemas import Experience, ExperienceGroup
@@ -44,6 +42,7 @@ def step(
     from rftbus.trainer.policy import PolicyWithValue
 
     cfg = state(ctx).config()
+    prepare_env(cfg.trainer.device)  # before deepspeed is imported, as the trainer does
     if threads:
         torch.set_num_threads(threads)
     tc, n, g = cfg.trainer, cfg.rl.group_size, cfg.rl.batch_groups

@@ -41,6 +41,9 @@ def export(
         b = read_best(run_dir)
         if b is None:
             raise ExportError(f"no best eval kept in {run_dir} (it is written by `rftbus run` with this state dir)")
+        if b.get("path") is None:  # scored on an engine that holds no torch weights (run.eval_engine: explorer)
+            raise ExportError(f"the best eval of the run was v{b['version']}, the seed (reward {b['reward']:.3f}): no "
+                              f"trained version beat it, and the seed is the base model itself")
         weights, note = run_dir / BEST_WEIGHTS, f" (best eval: v{b['version']}, reward {b['reward']:.3f})"
         if not weights.is_file() or sha256_hex(weights.read_bytes()) != b["sha256"]:
             raise ExportError(f"{weights} is missing or is not the file best.json recorded (sha256 {b['sha256'][:12]}…)")

@@ -8,6 +8,8 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from rftbus.models.devices import check_spec
+
 SECRET_PARAM = re.compile(r"key|token|password|secret", re.IGNORECASE)
 
 
@@ -44,7 +46,13 @@ class RewardSpec(_Strict):
 
 class EngineConfig(_Strict):
     kind: str = Field("transformers", description="transformers | vllm | openai | dotted path")
-    device: str = Field("auto", description="transformers/vllm: auto, cpu, cuda, cuda:1 ...")
+    device: str = Field("auto", description="transformers and vllm: auto, cpu, mps, cuda or cuda:N (vllm: cuda:N,M "
+                        "for tensor_parallel_size 2); vllm is shown only these GPUs")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        return check_spec(v)
     # openai engine
     base_url: str = "http://127.0.0.1:8000/v1"
     api_key: SecretStr = Field(SecretStr("EMPTY"), description="openai: bearer token for the endpoint (never printed)")

@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from rftbus.models.devices import check_spec
+
 
 class CurriculumStage(BaseModel):
     """Easier tasks of the same taskset before the configured ones (`run.curriculum`)."""
@@ -55,6 +57,11 @@ class RunConfig(BaseModel):
     max_steps: int | None = Field(None, ge=1, description="stop once the trainer reached this step")
     target_eval_reward: float | None = Field(None, description="stop early once eval reaches this")
     eval_n: int = Field(64, ge=1, description="held-out eval tasks scored per evaluation")
+    eval_device: str = Field("auto", description="where the run's held-out eval generates (in the run's process): "
+                             "auto (a GPU when there is one, else the CPU), cpu, mps, cuda or cuda:N")
+    eval_engine: Literal["policy", "explorer"] = Field(
+        "policy", description="policy: greedy transformers generate on eval_device; explorer: the explorers' engine "
+        "kind (explorer.engine, e.g. vllm) built on eval_device, greedy (top_k 1)")
     progress_every_s: float = Field(30.0, gt=0, description="with output to a file (no terminal), one progress "
                                     "line this often: step, version, eval, explorers, lags, stages not running")
     eval_nice: int = Field(10, ge=0, le=19, description="niceness of the held-out eval's thread (in the run's "
@@ -95,6 +102,11 @@ class RunConfig(BaseModel):
         if self.explorers == 0 and not self.serve:
             raise ValueError("run.explorers: 0 leaves no source of experiences; set run.serve: true")
         return self
+
+    @field_validator("eval_device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        return check_spec(v)
 
     @field_validator("curriculum")
     @classmethod

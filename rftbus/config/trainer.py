@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rftbus.models.devices import DESCRIBED, check_spec
 
 from rftbus.models.config import LoraSpec
 
@@ -19,6 +21,8 @@ class TrainerConfig(BaseModel):
     # What is learned.
     loss: LossName = "grpo"
     zero_stage: int = Field(1, ge=0, le=3, description="DeepSpeed ZeRO stage")
+    device: str = Field("auto", description=f"{DESCRIBED}: auto is every GPU there is (a rank each), else the CPU; "
+                        "cuda:N,M gives rank i the i-th listed GPU (the others are not shown to the trainer)")
     precision: Literal["auto", "fp32", "bf16"] = Field(
         "auto", description="auto: bf16 on a CUDA GPU that supports it (fp32 master weights in DeepSpeed's "
         "optimizer), fp32 elsewhere")
@@ -102,6 +106,11 @@ class TrainerConfig(BaseModel):
     eval_max_new_tokens: int | None = Field(None, ge=1, description="new tokens a held-out eval answer may have "
                                             "(the run's eval, the trainer's, `rftbus eval`); None: the explorers' "
                                             "explorer.sampling.max_new_tokens")
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        return check_spec(v)
 
     @model_validator(mode="after")
     def _lora_not_sharded(self) -> TrainerConfig:

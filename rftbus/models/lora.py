@@ -67,8 +67,12 @@ def adapter_payload(model: Any) -> tuple[dict[str, torch.Tensor], dict[str, str]
     conf = model.peft_config["default"]
     spec = LoraSpec(r=conf.r, alpha=conf.lora_alpha, dropout=conf.lora_dropout,
                     target_modules=sorted(conf.target_modules))
-    meta = {"rftbus.format": FORMAT, "rftbus.lora": spec.model_dump_json(), "rftbus.base": base_fingerprint(model)}
-    return {k: v.detach() for k, v in get_peft_model_state_dict(model).items()}, meta
+    return stored({k: v.detach() for k, v in get_peft_model_state_dict(model).items()}, spec, base_fingerprint(model))
+
+
+def stored(tensors: dict[str, torch.Tensor], spec: LoraSpec, base: str) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """(tensors, safetensors metadata) as a version stores an adapter; `Adapter` is what reading it gives back."""
+    return tensors, {"rftbus.format": FORMAT, "rftbus.lora": spec.model_dump_json(), "rftbus.base": base}
 
 
 def from_payload(state: dict[str, torch.Tensor], meta: dict[str, str]) -> Adapter:

@@ -142,9 +142,33 @@ def check_rewards(cfg: Config, ts: Any, tasks: list, rep: Report) -> None:
                      f"scores {scored.reward:g}")
 
 
+def check_devices(cfg: Config, rep: Report) -> None:
+    """Each role's device against the GPUs this machine shows (a role on a missing GPU fails only once loaded)."""
+    import torch
+
+    from rftbus.models.devices import problem
+
+    gpus = torch.cuda.device_count()
+    engine = cfg.explorer.engine
+    roles = {"trainer.device": cfg.trainer.device, "run.eval_device": cfg.run.eval_device}
+    if engine.kind in ("transformers", "vllm"):
+        roles["explorer.engine.device"] = engine.device
+    if engine.kind == "vllm" and engine.device == "cpu":
+        rep.errors.append("explorer.engine.device is cpu: the vllm engine runs on CUDA GPUs")
+    for role, spec in roles.items():
+        if spec == "mps" and not torch.backends.mps.is_available():
+            rep.errors.append(f"{role} is mps: this machine has no Apple GPU (MPS)")
+        elif (line := problem(role, spec, gpus)) is not None:
+            rep.errors.append(line)
+    shown = {role: spec for role, spec in roles.items() if spec != "auto"}
+    if shown:
+        rep.notes.append("devices: " + ", ".join(f"{r} {s}" for r, s in shown.items()) + f" ({gpus} CUDA device(s))")
+
+
 def check_config(cfg: Config) -> Report:
     rep = Report()
     t0 = time.perf_counter()
+    check_devices(cfg, rep)
     check_model(cfg, rep)
     ts, tasks = check_data(cfg, rep)
     check_rewards(cfg, ts, tasks, rep)

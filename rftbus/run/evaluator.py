@@ -6,6 +6,8 @@ It follows the weights topic exactly as an explorer does (sha256-verified checkp
 published on the metrics topic (kind="eval"), so analytics and the studio's dashboard have it. The best-scoring
 version's weights are kept in `<state_dir>/run/best.safetensors` (+ `best.json`): the store keeps only
 the newest few versions, and a run's last eval is not always its best (`rftbus export OUT --best`).
+It generates on `run.eval_device` (a GPU when there is one), with transformers' greedy `generate` or, under
+`run.eval_engine: explorer`, on an engine of the explorers' kind (vLLM) built there.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_producer
 from rftbus.weights.follower import WeightFollower
 from rftbus.models.loading import load_policy, load_tokenizer
-from rftbus.models.lora import load_version, version_payload
+from rftbus.models.devices import resolve
+from rftbus.models.lora import Adapter, load_version, stored, version_payload
 from rftbus.models.prompt import prompt_format
 from rftbus.producers.rewards import make_rewards
 from rftbus.profile import phase
 from rftbus.tasksets.data import open_taskset
 from rftbus.run.pace import BEST_META, BEST_WEIGHTS
 from rftbus.schemas import TrainerMetric, make_codec
-from rftbus.trainer.evaluate import evaluate
+from rftbus.trainer.evaluate import engine_greedy, evaluate
 from rftbus.weights import sha256_hex
 from rftbus.weights.store import state_bytes
 
@@ -53,7 +56,18 @@ class Evaluator:
             log_path.write_text("")  # this run's points only
         self.tokenizer = load_tokenizer(cfg.model)
         self.prompt = prompt_format(self.tokenizer, cfg.model)
-        self.model = load_policy(cfg.model, self.tokenizer)
+        self.device = resolve(cfg.run.eval_device)
+        self.engine = None  # run.eval_engine: explorer
+        self.model = None
+        self.payload: tuple[dict, dict | None] | None = None  # the weights scored, for best.safetensors
+        if cfg.run.eval_engine == "explorer":
+            from rftbus.producers.engines import make_engine
+
+            on = cfg.explorer.engine.model_copy(update={"device": cfg.run.eval_device})
+            self.engine = make_engine(cfg.model_copy(update={"explorer": cfg.explorer.model_copy(
+                update={"engine": on})}), self.tokenizer)
+        else:
+            self.model = load_policy(cfg.model, self.tokenizer).to(self.device)
         self.taskset = open_taskset(cfg.taskset)
         self.scorer = make_rewards(cfg.explorer.rewards)  # the explorers' rewards score eval too
         self.points: list[dict] = []
@@ -69,7 +83,8 @@ class Evaluator:
 
     def _score(self, version: int) -> dict:
         with self._lock, phase("eval"):
-            res = evaluate(self.model, self.prompt, self.taskset, self.cfg.run.eval_n,
+            res = evaluate(engine_greedy(self.engine) if self.engine is not None else self.model, self.prompt,
+                           self.taskset, self.cfg.run.eval_n,
                            max_new_tokens=self.cfg.trainer.eval_max_new_tokens or self.cfg.explorer.sampling.max_new_tokens,
                            scorer=self.scorer)
             now = round(time.time() - self.started, 2)
@@ -101,13 +116,23 @@ class Evaluator:
         """Write the weights just scored as the run's best (atomically: a crash leaves the old best)."""
         assert self.log_path is not None
         folder = self.log_path.parent
-        data = state_bytes(*version_payload(self.model))  # a LoRA run's best is its adapter
+        payload = self.payload or self._seed_payload()
+        if payload is None:  # v0 on an engine that holds no torch model (vLLM): the seed is the base model
+            self.best = {"version": point["version"], "reward": point["reward"], "seconds": point["seconds"],
+                         "sha256": None, "path": None}
+            (folder / BEST_META).write_text(json.dumps(self.best, indent=2) + "\n")
+            return
+        data = state_bytes(*payload)  # a LoRA run's best is its adapter
         tmp = folder / (BEST_WEIGHTS + ".tmp")
         tmp.write_bytes(data)
         tmp.replace(folder / BEST_WEIGHTS)
         self.best = {"version": point["version"], "reward": point["reward"], "seconds": point["seconds"],
                      "sha256": sha256_hex(data), "path": str(folder / BEST_WEIGHTS)}
         (folder / BEST_META).write_text(json.dumps(self.best, indent=2) + "\n")
+
+    def _seed_payload(self) -> tuple[dict, dict | None] | None:
+        model = self.model if self.model is not None else getattr(self.engine, "model", None)
+        return version_payload(model) if model is not None else None
 
     def _swap(self, newer_than: int) -> bool:
         ready = self.follower.take_ready(newer_than)
@@ -116,7 +141,13 @@ class Evaluator:
         record, state = ready
         with self._lock, torch.no_grad():
             try:
-                self.model = load_version(self.model, state)
+                if self.engine is not None:
+                    self.engine.load_weights(state, record.version)
+                    self.payload = stored(state.state, state.spec, state.base) if isinstance(state, Adapter) \
+                        else (state, None)
+                else:
+                    self.model = load_version(self.model, state)
+                    self.payload = None  # read from the model (a LoRA model: its adapter, as published)
             except (RuntimeError, ValueError, KeyError, RftbusError) as e:  # wrong shapes, an adapter of another base
                 self.follower.refuse(record, f"does not fit the model: {e}")
                 return False
@@ -125,7 +156,8 @@ class Evaluator:
         return True
 
     def start(self) -> Evaluator:
-        torch.set_num_threads(1)  # two cores are shared with the explorer and the trainer
+        if self.device.type == "cpu":
+            torch.set_num_threads(1)  # the cores are shared with the explorers and the trainer
         self.follower.start()
         self._thread.start()
         return self

@@ -83,6 +83,9 @@ class Supervisor:
     def __init__(self, specs: list[ChildSpec], backoff_s: float = 1.0):
         self.children = {s.name: Child(s) for s in specs}
         self.backoff_s = backoff_s
+        # the environment children start with, as it is now: what the parent sets for itself later (the eval's
+        # CUDA_VISIBLE_DEVICES for run.eval_device) is not the children's, nor their restarts'
+        self.env = dict(os.environ)
 
     def _spawn(self, child: Child) -> subprocess.Popen:
         spec = child.spec
@@ -92,7 +95,7 @@ class Supervisor:
         held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM}) if spec.term_held else None
         try:
             child.proc = subprocess.Popen(
-                spec.argv, env={**os.environ, **spec.env}, stdout=out or subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                spec.argv, env={**self.env, **spec.env}, stdout=out or subprocess.DEVNULL, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, start_new_session=True,
             )
         finally:

@@ -176,3 +176,16 @@ def test_a_held_start_still_stops_on_sigterm_once_running(tmp_path):
     time.sleep(4)
     assert sup.alive() == ["waiting"], (tmp_path / "waiting.log").read_text()
     assert sup.stop(timeout=10) == {"waiting": 0}
+
+
+def test_children_start_with_the_environment_the_supervisor_was_made_with(tmp_path, monkeypatch):
+    """What the run's own process sets later (the eval's CUDA_VISIBLE_DEVICES for run.eval_device) is not the
+    children's: they, and their restarts, get the environment as it was."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    probe = ChildSpec("probe", [sys.executable, "-c", "import os, sys; sys.exit(7 if 'CUDA_VISIBLE_DEVICES' in os.environ "
+                                "else 3)"], max_restarts=1)
+    sup = Supervisor([probe], backoff_s=0.05)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # as show_only does in the run's process
+    sup.start()
+    events = _wait(sup, {"gave_up"})
+    assert [e.detail for e in events if e.kind == "crashed"] == ["exit code 3", "exit code 3"]

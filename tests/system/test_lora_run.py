@@ -29,10 +29,22 @@ def test_lora_versions_turn_the_whole_loop(broker, tmp_path, smollm2_two_layers)
     s, state = _run(broker, tmp_path, "toy.yaml", 8, RFTBUS_MODEL__NAME="smollm2-2l",
                     RFTBUS_MODEL__PATH=str(smollm2_two_layers), RFTBUS_TRAINER__LORA__R="8",
                     RFTBUS_TRAINER__LR="0.001", RFTBUS_RUN__EVAL_N="4", RFTBUS_RUN__STUDIO="false",
-                    RFTBUS_RUN__EXPERT_EPOCHS="2", RFTBUS_TRAINER__MIX_EXPERT_PER_BATCH="8")
+                    RFTBUS_RUN__EXPERT_EPOCHS="2", RFTBUS_TRAINER__MIX_EXPERT_PER_BATCH="8",
+                    # every role on a named device, and the held-out eval on an engine of the explorers' kind
+                    RFTBUS_TRAINER__DEVICE="cpu", RFTBUS_EXPLORER__ENGINE__DEVICE="cpu",
+                    RFTBUS_RUN__EVAL_DEVICE="cpu", RFTBUS_RUN__EVAL_ENGINE="explorer")
     assert s["versions_published"] >= 2 and s["explorer_newest_version"] >= 1, "no adapter version was swapped in"
     files = sorted((state / "weights" / "smollm2-2l").glob("v*.safetensors"))
     assert files and all(f.stat().st_size < 2_000_000 for f in files), [f.stat().st_size for f in files]
+    # The engine's eval swapped adapter versions in and kept the best one's adapter, which exports.
+    assert len({p["version"] for p in s["eval_points"]}) >= 2, s["eval_points"]
+    best = (state / "run" / "best.safetensors")
+    assert best.is_file() and best.stat().st_size < 2_000_000, s["eval_best"]
+    out = rftbus_cli(None, "--config", str(REPO / "configs" / "toy.yaml"), "--state-dir", str(state), "export",
+                     str(tmp_path / "best"), "--best", env={**_env(broker, "x"), "RFTBUS_MODEL__NAME": "smollm2-2l",
+                                                             "RFTBUS_MODEL__PATH": str(smollm2_two_layers),
+                                                             "RFTBUS_TRAINER__LORA__R": "8"}, timeout=300)
+    assert out.returncode == 0 and f"best eval: v{s['eval_best']['version']}" in out.stdout, out.stdout + out.stderr
 
 
 def test_the_real_chat_model_runs_the_loop_with_lora(broker, tmp_path, smollm2_folder):
