@@ -53,6 +53,7 @@ trainer:
   lr: 0.0005              # 5e-4 for LoRA (the toy's 1e-3 is for full weights of a tiny model)
   micro_batch_tokens: 1024   # bounds a step's memory (~3 GB for 135M); gradients accumulate
   step_wait_s: 5          # step on the groups ready 5 s after the last step: steps as often as the explorer feeds
+  device: auto            # auto: a GPU when there is one; with two, e.g. trainer cuda:1, explorer.engine cuda:0
 
 run:
   tasks: {tasks}            # every train row of {data} (run.tasks is how many are published a pass)
@@ -61,6 +62,7 @@ run:
   max_minutes: 60
   eval_n: {eval_n}
   eval_every_versions: 3
+  eval_device: auto       # where the held-out eval generates (cpu, cuda:N); eval_engine: explorer uses vLLM's kind
 """
 
 
