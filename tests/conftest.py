@@ -141,15 +141,15 @@ def smollm2_two_layers(smollm2_folder, tmp_path_factory) -> Path:
     return out
 
 
-# Files whose tests measure time or learning against a bound: they run on the same pytest-xdist worker as
-# tests/system (one after the other), never beside another whole run. Everything else is spread by file.
-TIMED_FILES = {"test_bench_peer.py", "test_cluster.py", "test_node_budget.py"}
+# The longest files first (whole runs, then the broker's tests, then units): pytest-xdist hands groups out in
+# collection order, so the two workers end together instead of one finishing a whole run alone.
+FIRST = {"system": 0, "integration": 1}
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marks into the groups it schedules
 def pytest_collection_modifyitems(config, items):
     """`make test` runs two xdist workers with --dist loadgroup: a file is a group (its module fixtures set up
-    once, its tests in the order written), and the whole runs, chaos and timed files are one group."""
+    once, its tests in the order written, on one worker)."""
+    items.sort(key=lambda item: FIRST.get(Path(str(item.fspath)).parent.name, 2))  # stable: files stay whole
     for item in items:
-        path = Path(str(item.fspath))
-        timed = path.parent.name == "system" or path.name in TIMED_FILES
-        item.add_marker(pytest.mark.xdist_group("timed" if timed else path.stem))
+        item.add_marker(pytest.mark.xdist_group(Path(str(item.fspath)).stem))
