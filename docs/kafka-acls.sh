@@ -15,6 +15,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Read --operation Describe --operation DescribeConfigs --topic rft.feedback
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -26,6 +27,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --operation DescribeConfigs --topic rft.feedback
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -37,6 +39,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.feedback
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -48,6 +51,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.feedback
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -59,6 +63,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.feedback
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.metrics
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -70,6 +75,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --operation DescribeConfigs --topic rft.feedback
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.metrics
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -81,6 +87,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --operation DescribeConfigs --topic rft.feedback
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.metrics
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -92,8 +99,21 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --operation DescribeConfigs --topic rft.feedback
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.raw
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.curated
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.curated.priority
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.expert
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.rejected
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.feedback
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation All --topic rftbus-streams --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation All --group rftbus-streams --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation All --transactional-id rftbus-streams --resource-pattern-type prefixed

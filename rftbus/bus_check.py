@@ -14,7 +14,7 @@ from confluent_kafka import TopicPartition
 from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer, make_producer
 from rftbus.schemas import (
-    AvroRecord, Experience, ExperienceGroup, Feedback, FeedbackKind, Rejection, Task, TrainerMetric, WeightVersion,
+    AvroRecord, Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Rejection, Task, TrainerMetric, WeightVersion,
     make_codec, topic_context,
 )
 
@@ -34,6 +34,9 @@ def sample_records() -> dict[str, AvroRecord]:
         "metrics": TrainerMetric(model="bus-check", kind="progress", step=0, version=0, values={"loss": 0.0}),
         "rejected": Rejection(experience_id=exp.experience_id, group_id=group.group_id,
                               experience_ids=[exp.experience_id], reason="bus_check", stage="check"),
+        "decisions": GateDecision(decision_id="bus-check:1:canary", model="bus-check", decision="canary", version=1,
+                                  serving=0, candidate=1, canary_share=0.2, gate="bus-check", reason="bus check",
+                                  evidence={"n_candidate": 0.0}),
     }
 
 

@@ -247,6 +247,27 @@ class TrainerMetric(AvroRecord):
 
 
 @_record
+class GateDecision(AvroRecord):
+    """The promotion gate's decision about one version (consumers/gate/): what serves whom, and why."""
+
+    SCHEMA_NAME: ClassVar[str] = "rftbus.GateDecision"
+    KEY_FIELD: ClassVar[str | None] = "model"
+
+    decision_id: str
+    model: str
+    decision: str  # canary | promote | hold | rollback
+    version: int
+    serving: int
+    candidate: int | None = None
+    canary_share: float = 0.0
+    gate: str
+    reason: str
+    test: str = ""
+    evidence: dict[str, float] = field(default_factory=dict)
+    created_at: int = field(default_factory=now_ms)
+
+
+@_record
 class Rejection(AvroRecord):
     SCHEMA_NAME: ClassVar[str] = "rftbus.Rejection"
     KEY_FIELD: ClassVar[str | None] = None  # producers reuse the original record's key

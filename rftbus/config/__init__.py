@@ -20,6 +20,7 @@ from rftbus.config.analytics import AnalyticsConfig
 from rftbus.errors import RftbusError
 from rftbus.models.config import ModelConfig
 from rftbus.config.explorer import ExplorerConfig, TasksetConfig
+from rftbus.config.gate import GateConfig
 from rftbus.config.serve import ServeConfig
 from rftbus.config.simulate import SimulateConfig
 from rftbus.config.studio import StudioConfig
@@ -88,6 +89,9 @@ class TopicsConfig(_Strict):
     feedback: TopicSpec = TopicSpec(name="rft.feedback", partitions=4, retention_ms=-1)
     weights: TopicSpec = TopicSpec(name="rft.weights", partitions=1, cleanup_policy="compact")
     metrics: TopicSpec = TopicSpec(name="rft.metrics", partitions=1, retention_ms=WEEK_MS)
+    # The gate's decisions (consumers/gate/): one partition, in the order they were made, kept for good (every
+    # served answer's version has the decision that let it serve)
+    decisions: TopicSpec = TopicSpec(name="rft.decisions", partitions=1, retention_ms=-1)
 
     def all(self) -> dict[str, TopicSpec]:
         return {key: getattr(self, key) for key in type(self).model_fields}
@@ -188,6 +192,7 @@ class Config(_Strict):
     simulate: SimulateConfig = SimulateConfig()
     studio: StudioConfig = StudioConfig()
     analytics: AnalyticsConfig = AnalyticsConfig()
+    gate: GateConfig = GateConfig()
 
     @field_validator("state_dir")
     @classmethod

@@ -17,7 +17,7 @@ from confluent_kafka import KafkaException
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 
-ROLES = ("tasks", "explorer", "serve", "studio", "streams", "trainer", "evaluator", "analytics")
+ROLES = ("tasks", "explorer", "serve", "studio", "streams", "trainer", "evaluator", "analytics", "gate")
 
 # topic key -> the roles that write it (everything else is refused a write by the broker).
 WRITERS: dict[str, tuple[str, ...]] = {
@@ -30,6 +30,7 @@ WRITERS: dict[str, tuple[str, ...]] = {
     "feedback": ("serve", "studio"),
     "weights": ("trainer",),
     "metrics": ("streams", "trainer", "evaluator"),
+    "decisions": ("gate",),
 }
 
 

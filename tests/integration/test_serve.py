@@ -15,6 +15,7 @@ import pytest
 from pydantic import SecretStr
 from conftest import make_config
 
+from rftbus.config import TopicsConfig
 from rftbus.weights.admit import store_url
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.read import read_to_end
@@ -25,7 +26,7 @@ from rftbus.producers.serve.server import BackgroundServer
 from rftbus.schemas import ExperienceGroup, FeedbackKind, Source, WeightVersion, make_codec
 from rftbus.weights import WeightStore
 
-TOPIC_KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
+TOPIC_KEYS = list(TopicsConfig.model_fields)
 INF, FB = "inf-" + uuid.uuid4().hex, "fb-" + uuid.uuid4().hex
 CODEC = make_codec(None)
 DECODE = CODEC.deserializer()

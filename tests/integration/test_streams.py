@@ -16,6 +16,7 @@ import pytest
 
 from weights_store import placeholder_version
 
+from rftbus.config import TopicsConfig
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, Source, Task, TrainerMetric,
@@ -25,7 +26,7 @@ from rftbus.bench.synthetic import make_group
 from tests.conftest import make_config
 
 LATEST = 5  # published on the weights topic before the worker starts
-TOPIC_KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
+TOPIC_KEYS = list(TopicsConfig.model_fields)
 CODEC = make_codec(None)
 DECODE = CODEC.deserializer()
 LANES = ("curated", "curated_priority")

@@ -17,7 +17,7 @@ from rftbus.schemas import (
 from rftbus.schemas.store import strip_logical_types
 
 STORE = get_store()
-NAMES = ["Task", "Experience", "ExperienceGroup", "Feedback", "WeightVersion", "TrainerMetric", "Rejection"]
+NAMES = ["Task", "Experience", "ExperienceGroup", "Feedback", "WeightVersion", "TrainerMetric", "Rejection", "GateDecision"]
 
 # What docs/DESIGN.md ("Records") promises each record carries, as schema field names. The fields every
 # sample of a group shares (task, prompt, source, producer, time) are on the group, once.
@@ -31,11 +31,12 @@ DESIGN_FIELDS = {
     "WeightVersion": ["model", "version", "uri", "created_at"],
     "TrainerMetric": ["metric_id", "model", "step", "version", "values", "created_at"],
     "Rejection": ["rejection_id", "reason", "created_at"],
+    "GateDecision": ["decision_id", "model", "decision", "version", "serving", "evidence", "created_at"],
 }
 # "Every record carries a stable id" (WeightVersion's identity is its key plus version).
 ID_FIELDS = {"Task": "task_id", "Experience": "experience_id", "ExperienceGroup": "group_id", "Feedback": "feedback_id",
              "WeightVersion": ("model", "version"), "TrainerMetric": "metric_id",
-             "Rejection": "rejection_id"}
+             "Rejection": "rejection_id", "GateDecision": "decision_id"}
 
 
 def field_names(raw: dict) -> list[str]:

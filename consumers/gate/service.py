@@ -1,0 +1,168 @@
+"""`rftbus gate`: the promotion gate as a process on the log.
+
+At start it reads its own decisions back (topics.decisions, to the end): they are the truth, so a gate killed and
+restarted never decides again what it decided. Then it reads raw (the served answers: live groups), feedback (their
+grades), weights (published versions) and metrics (held-out eval points) from their beginnings, counting only until
+it has caught up with where they ended when it started, and deciding from then on: after each batch it reads, and
+once a second. Each decision is written with acks=all and flushed before the next is made. A record it cannot
+decode is counted and skipped (the streams reject it with its reason; the gate only reads evidence).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from functools import partial
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import KafkaError, TopicPartition
+
+from rftbus.config import Config
+from rftbus.consumers.gate.state import GateState
+from rftbus.errors import RftbusError
+from rftbus.kafka.clients import make_consumer, make_producer
+from rftbus.kafka.read import consume_ready, read_to_end
+from rftbus.kafka.retry import retry_kafka
+from rftbus.schemas import DecodeError, ExperienceGroup, Feedback, GateDecision, Source, TrainerMetric, WeightVersion
+from rftbus.schemas import make_codec
+from rftbus.streams.feedback import BadFeedback, grades
+
+
+class Gate:
+    def __init__(self, cfg: Config, report: Callable[[str], None] = print, status_path: Path | None = None):
+        self.cfg, self.report, self.status_path = cfg, report, status_path
+        self.state = GateState(cfg.model.name, cfg.gate, cfg.gate.id)
+        codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
+        self.decode = codec.deserializer()
+        self.encode = codec.serializer(GateDecision)
+        self.topics = {cfg.topics.raw.name: "raw", cfg.topics.feedback.name: "feedback",
+                       cfg.topics.weights.name: "weights", cfg.topics.metrics.name: "metrics"}
+        self.counts = {"answers": 0, "grades": 0, "evidence": 0, "undecodable": 0, "decisions": 0}
+        self.ends: dict[tuple[str, int], int] = {}
+        self._stop = threading.Event()
+
+    # -- the log -------------------------------------------------------------------------------------------
+    def read_decisions(self) -> int:
+        """Adopt every decision on topics.decisions about this model; how many."""
+
+        def read() -> list[GateDecision]:
+            found = [self._decoded(m.value()) for m in read_to_end(self.cfg, self.cfg.topics.decisions.name,
+                                                                     timeout_s=120)]
+            return [d for d in found if isinstance(d, GateDecision) and d.model == self.state.model]
+
+        mine = retry_kafka(read, f"reading the gate's decisions back from {self.cfg.topics.decisions.name}")
+        for d in mine:
+            self.state.adopt(d)
+        return len(mine)
+
+    def _decoded(self, data: bytes | None):
+        try:
+            return self.decode(data or b"", None)
+        except DecodeError:
+            self.counts["undecodable"] += 1
+            return None
+
+    def handle(self, topic: str, value: bytes | None) -> None:
+        kind = self.topics.get(topic)
+        rec = self._decoded(value)
+        if kind == "raw" and isinstance(rec, ExperienceGroup) and rec.source == Source.live:
+            for e in rec.samples:
+                self.state.served(e.experience_id, e.model_version, rec.created_at)
+                self.counts["answers"] += 1
+        elif kind == "feedback" and isinstance(rec, Feedback):
+            try:
+                lo, hi = self.cfg.streams.rating_scale
+                found = grades(rec, (lo, hi))
+            except BadFeedback:
+                return  # the streams reject it with its reason
+            for g in found:
+                self.counts["grades"] += 1
+                self.counts["evidence"] += int(self.state.graded(g.experience_id, g.reward))
+        elif kind == "weights" and isinstance(rec, WeightVersion) and rec.model == self.state.model:
+            self.state.published(rec.version)
+        elif kind == "metrics" and isinstance(rec, TrainerMetric) and rec.kind == "eval" \
+                and rec.model == self.state.model and "reward" in rec.values:
+            self.state.evaluated(rec.version, float(rec.values["reward"]))
+
+    # -- deciding ------------------------------------------------------------------------------------------
+    def decide(self, producer) -> list[GateDecision]:
+        made = self.state.look()
+        for d in made:
+            self._write(producer, d)
+            self.counts["decisions"] += 1
+            self.report(f"gate: {d.decision} v{d.version} (serving v{d.serving}"
+                        + (f", v{d.candidate} on canary" if d.candidate is not None else "") + f"): {d.reason}")
+        return made
+
+    def _write(self, producer, d: GateDecision) -> None:
+        """One decision, acknowledged by every in-sync replica before the next is made (or the gate stops loudly:
+        its state already holds it, so going on would serve by a decision the log does not have)."""
+        errors: list[str] = []
+        producer.produce(self.cfg.topics.decisions.name, key=d.model.encode(), value=self.encode(d, None),
+                         on_delivery=lambda err, _m: errors.append(err.str()) if err else None)
+        if producer.flush(self.cfg.kafka.request_timeout_s * 3) or errors:
+            raise RftbusError(f"decision {d.decision_id} not written to {self.cfg.topics.decisions.name}: "
+                              f"{errors or 'not acknowledged in time'}")
+
+    def _caught_up(self, consumer) -> bool:
+        if not self.ends:
+            return True
+        done = [tp for tp in consumer.position([TopicPartition(t, p) for t, p in self.ends])
+                if tp.offset >= 0 and tp.offset >= self.ends[(tp.topic, tp.partition)]]
+        for tp in done:
+            self.ends.pop((tp.topic, tp.partition), None)
+        return not self.ends
+
+    def run(self, until: Callable[[], bool] = lambda: False) -> None:
+        adopted = self.read_decisions()
+        self.report(f"gate: {adopted} earlier decision(s) read back; serving "
+                    f"{'v%d' % self.state.serving if self.state.serving is not None else 'not chosen yet'}")
+        consumer = make_consumer(self.cfg, f"{self.cfg.gate.id}-reader", **{"enable.auto.commit": False})
+        producer = make_producer(self.cfg)
+        try:
+            assign = []
+            for topic in self.topics:
+                md = consumer.list_topics(topic, timeout=30).topics.get(topic)
+                if md is None or md.error is not None:
+                    raise RftbusError(f"topic {topic} is not there (create the topics first: rftbus topics create)")
+                for p in md.partitions:
+                    low, high = retry_kafka(partial(consumer.get_watermark_offsets, TopicPartition(topic, p),
+                                                    timeout=30), f"the ends of {topic}")
+                    if high > low:
+                        self.ends[(topic, p)] = high
+                    assign.append(TopicPartition(topic, p, low))
+            consumer.assign(assign)
+            last_look = last_status = 0.0
+            while not self._stop.is_set() and not until():
+                for msg in consume_ready(consumer, 500, 0.5):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            self.report(f"gate: reading {msg.topic()}: {err.str()}")
+                        continue
+                    self.handle(msg.topic() or "", msg.value())
+                if self._caught_up(consumer) and time.monotonic() - last_look >= 0.2:
+                    self.decide(producer)
+                    last_look = time.monotonic()
+                if time.monotonic() - last_status >= 1.0:
+                    self._write_status()
+                    last_status = time.monotonic()
+        finally:
+            consumer.close()
+            producer.flush(10)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _write_status(self) -> None:
+        if self.status_path is None:
+            return
+        s = self.state
+        body = {"serving": s.serving, "candidate": s.candidate, "canary_share": self.cfg.gate.canary_share,
+                "looks": s.looks, "newest": s.newest, "caught_up": not self.ends, **self.counts,
+                "arms": {str(v): {"n": a.n, "mean": a.mean} for v, a in s.arms.items()}}
+        tmp = self.status_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body))
+        tmp.replace(self.status_path)

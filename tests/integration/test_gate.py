@@ -1,0 +1,116 @@
+"""The promotion gate as a process on the real broker (`rftbus gate`): the seed serves, a new version goes on
+canary, a worse one is rolled back on live grades with its statistics on the record, a killed gate reads its
+decisions back and decides nothing twice, and a good candidate is promoted."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from rftbus.config import TopicsConfig, write_config
+from rftbus.kafka.clients import make_admin, make_producer
+from rftbus.kafka.read import read_to_end
+from rftbus.kafka.retry import retry_kafka
+from rftbus.kafka.topics import create_topics
+from rftbus.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Source, WeightVersion,
+                            make_codec)
+from tests.conftest import make_config
+
+CODEC = make_codec(None)
+
+
+def decisions(cfg) -> list[GateDecision]:
+    def read() -> list[GateDecision]:
+        out = []
+        for m in read_to_end(cfg, cfg.topics.decisions.name, strict=False, timeout_s=10):
+            d = CODEC.decode(m.value())
+            assert isinstance(d, GateDecision)
+            out.append(d)
+        return out
+
+    return retry_kafka(read, "reading the decisions")
+
+
+def wait_for(cfg, kind: str, version: int, timeout: float = 90.0) -> list[GateDecision]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = decisions(cfg)
+        if any(d.decision == kind and d.version == version for d in got):
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"no {kind} of v{version}: {[(d.decision, d.version) for d in decisions(cfg)]}")
+
+
+def publish(cfg, *records) -> None:
+    p = make_producer(cfg)
+    topic = {WeightVersion: cfg.topics.weights.name, ExperienceGroup: cfg.topics.raw.name,
+             Feedback: cfg.topics.feedback.name}
+    for rec in records:
+        key = getattr(rec, type(rec).KEY_FIELD or "", None)
+        p.produce(topic[type(rec)], key=key.encode() if isinstance(key, str) else None, value=CODEC.encode(rec))
+    assert p.flush(30) == 0
+
+
+def answered(cfg, version: int, rewards: list[float], tag: str) -> list:
+    """A live group of served answers of `version` and a grade for each."""
+    samples = [Experience(experience_id=f"{tag}-{i}", response_ids=[5, 6], logprobs=[-0.1, -0.2],
+                          loss_mask=[True, True], model_version=version) for i in range(len(rewards))]
+    group = ExperienceGroup(group_id=f"g-{tag}", task_id=f"t-{tag}", source=Source.live, explorer_id="serve-test",
+                            prompt_ids=[1, 2, 3], samples=samples)
+    return [group, *(Feedback(experience_id=s.experience_id, kind=FeedbackKind.reward, reward=r)
+                     for s, r in zip(samples, rewards))]
+
+
+def weights(cfg, version: int) -> WeightVersion:
+    return WeightVersion(model=cfg.model.name, version=version, step=version, uri=f"file:///nowhere/v{version}",
+                         sha256="0" * 64, bytes=1)
+
+
+def start(cfg, path: Path) -> subprocess.Popen:
+    log = open(path.parent / "gate.log", "ab")
+    return subprocess.Popen([str(Path(sys.executable).parent / "rftbus"), "--config", str(path), "gate"],
+                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def test_the_gate_rolls_back_a_worse_version_survives_a_kill_and_promotes_a_good_one(broker, tmp_path):
+    tag = uuid.uuid4().hex[:6]
+    cfg = make_config(tmp_path / "state", broker.broker.port,
+                      **{f"topics.{k}.name": f"gate{tag}.{k}" for k in TopicsConfig.model_fields},
+                      **{"gate.min_answers": 30, "gate.hold_every_s": 600.0, "gate.id": f"gate-{tag}"})
+    create_topics(cfg, make_admin(cfg))
+    path = write_config(cfg, tmp_path / "gate.yaml")
+    gate = start(cfg, path)
+    try:
+        wait_for(cfg, "promote", 0)  # the seed serves first
+        publish(cfg, weights(cfg, 1))
+        wait_for(cfg, "canary", 1)
+        publish(cfg, *answered(cfg, 0, [1.0, 0.0, 1.0] * 10, "s1"), *answered(cfg, 1, [0.0] * 30, "c1"))
+        got = wait_for(cfg, "rollback", 1)
+        rb = next(d for d in got if d.decision == "rollback")
+        assert rb.serving == 0 and rb.candidate is None and rb.gate == f"gate-{tag}"
+        ev = rb.evidence
+        assert ev["n_serving"] == 30 and ev["n_candidate"] == 30 and ev["mean_candidate"] == 0.0
+        assert ev["z"] < -ev["z_crit"] and ev["margin"] == cfg.gate.margin and "Welch" in rb.test
+
+        os.killpg(gate.pid, signal.SIGKILL)  # kill -9: its decisions are on the log, its state is not
+        gate.wait(30)
+        gate = start(cfg, path)
+        publish(cfg, weights(cfg, 2))
+        wait_for(cfg, "canary", 2)
+        publish(cfg, *answered(cfg, 0, [1.0] * 30, "s2"), *answered(cfg, 2, [1.0] * 30, "c2"))
+        got = wait_for(cfg, "promote", 2)
+    finally:
+        if gate.poll() is None:
+            gate.send_signal(signal.SIGTERM)
+            assert gate.wait(60) == 0, (tmp_path / "gate.log").read_text()[-3000:]
+    assert [(d.decision, d.version) for d in got] == [("promote", 0), ("canary", 1), ("rollback", 1),
+                                                     ("canary", 2), ("promote", 2)], [d.reason for d in got]
+    assert len({d.decision_id for d in got}) == len(got)  # nothing decided twice across the kill
+    assert got[-1].serving == 2 and got[-1].evidence["n_candidate"] == 30
+    log = (tmp_path / "gate.log").read_text()
+    assert "5 earlier decision(s)" not in log and "3 earlier decision(s) read back; serving v0" in log, log[-2000:]
