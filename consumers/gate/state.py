@@ -5,7 +5,8 @@ turned into rewards by the streams' one rule, `rftbus.streams.feedback.grades`),
 eval points, and its own earlier decisions (`adopt`), which are the truth after a restart: a gate that was
 killed reads them back and never decides again what it already decided.
 
-What it decides (`look`): the first serving version (the seed, v0, or the newest at the gate's first start), a
+What it decides (`look`): the first serving version (the newest published when the gate first starts: v0, the
+seed, when it starts with the run), a
 candidate's canary (the newest published version newer than the serving one, when none is on canary), and, for
 the candidate, promote / rollback / hold by `rule.decide` on the answers served since its canary began.
 """
@@ -111,7 +112,9 @@ class GateState:
         now = now_ms() if now is None else now
         out: list[GateDecision] = []
         if self.serving is None:
-            seed = max(self.newest, 0)
+            if self.newest < 0:
+                return []  # nothing published yet (the trainer publishes v0, the seed, first): nothing can serve
+            seed = self.newest
             out.append(self._make("promote", seed, seed, None, f"the first serving version: v{seed}, the newest "
                                   f"published when the gate started", {}, now))
         if self.candidate is None:

@@ -29,12 +29,14 @@ from rftbus.config.explorer import SamplingConfig
 from rftbus.producers.engines import RolloutEngine, make_engine
 from rftbus.producers.engines.base import Completion
 from rftbus.web.auth import TokenAuth
+from rftbus.errors import RftbusError
 from rftbus.web.errors import BadRequest, EngineFailed, Unavailable
 from rftbus.producers.serve.feedback import FeedbackRequest, correction_group
 from rftbus.producers.serve.generator import Generated, Generator, GenRequest, TokenListener
 from rftbus.producers.serve.protocol import cut_at_stop, default_task_id
 from rftbus.producers.serve.recorder import BufferFull, DeliveryFailed, Recorder
 from rftbus.producers.serve.records import LivePrompt, RecentPrompts, RecordIds, live_group
+from rftbus.producers.serve.gated import GatedVersions, NotServing
 from rftbus.producers.serve.sessions import Sessions
 from rftbus.schemas import ExperienceGroup, Feedback, make_codec, topic_context
 from rftbus.status import StatusFile
@@ -73,11 +75,16 @@ class LiveService:
         self.tokenizer = load_tokenizer(cfg.model)
         self.prompt = prompt_format(self.tokenizer, cfg.model)
         self.engine = engine or make_engine(engine_config(cfg), self.tokenizer)
-        syncs = getattr(self.engine, "supports_weight_sync", True) and not s.accept_lora_pushes
+        if cfg.gate.enabled and cfg.trainer.lora is None:
+            raise RftbusError("gate.enabled serves several versions at once, each a LoRA adapter: set trainer.lora")
+        # behind the gate, versions are served by name as the gate decides, not swapped in as they are published
+        syncs = getattr(self.engine, "supports_weight_sync", True) and not s.accept_lora_pushes and not cfg.gate.enabled
         follower = WeightFollower(cfg, report=report) if syncs else None
         self.generator = Generator(self.engine, self.tokenizer, follower, max_batch=s.max_batch,
                                    batch_wait_s=s.batch_wait_ms / 1000, report=report,
                                    stop_ids=self.prompt.stop_ids)
+        self.gated = GatedVersions(cfg, self.generator.add_adapter, report, s.max_sessions) \
+            if cfg.gate.enabled else None
         codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
         self.encode_group, self.encode_fb = codec.serializer(ExperienceGroup), codec.serializer(Feedback)
         # librdkafka gives up when the request does (kafka mode), so a 503'd record is not delivered later;
@@ -98,12 +105,16 @@ class LiveService:
         self.records.start()
         self.feedback.start()
         self.generator.start(self.cfg.serve.weights_wait_s)
+        if self.gated is not None:
+            self.gated.start().ready.wait(self.cfg.serve.weights_wait_s)
         self.status.update(state="running", model=self.model_name, version=self.generator.version,
                            address=f"{self.cfg.serve.host}:{self.cfg.serve.port}")
         self.status.start()
 
     def stop(self) -> None:
         self.status.update(state="stopping")
+        if self.gated is not None:
+            self.gated.stop()
         self.generator.stop()
         # kafka mode: whatever is left belongs to requests already answered 503 (librdkafka expires it anyway).
         s = self.cfg.serve
@@ -114,7 +125,7 @@ class LiveService:
 
     def snapshot(self, **extra) -> dict:
         data = {**self.counts, **self.records.stats(), **self.feedback.stats(), "version": self.generator.version,
-                "batches": self.generator.batches, **extra}
+                "batches": self.generator.batches, **(self.gated.stats() if self.gated is not None else {}), **extra}
         self.status.update(**data)
         return data
 
@@ -156,6 +167,13 @@ class LiveService:
         sampled (a stream, its record ids named in advance by `ids`); the record is written only once every
         choice is complete."""
         self.check_shape(prompt.ids, n)
+        route = None
+        if adapter is None and self.gated is not None:
+            try:
+                route = self.gated.route(session_id)
+            except NotServing as e:
+                raise Unavailable(str(e), code="no_version_serves") from None
+            adapter = route.adapter
         fut = self.generator.submit(GenRequest(prompt.ids, n, sampling, max_new, listener, adapter))
         try:
             gen: Generated = await asyncio.wrap_future(fut)
@@ -179,7 +197,9 @@ class LiveService:
                 text = content or ""
                 calls.append(found)
             texts.append(text)
-        meta = {**metadata, "served_model": adapter or self.model_name}
+        meta = {**metadata, "served_model": self.model_name if route is not None else adapter or self.model_name}
+        if route is not None:  # the decision that let this version serve, and which arm the call was on
+            meta.update(gate_decision=route.decision, gate_arm=route.arm)
         if session_id is not None:
             meta.update(session_id=session_id, session_turn=str(self.sessions.next_turn(session_id, client)))
         if sampling.temperature != self.cfg.explorer.sampling.temperature:
@@ -228,8 +248,8 @@ class LiveService:
 
     def adapter_for(self, model: str | None) -> str | None:
         """The adapter a request is served with: the one it names; the base model (a zero adapter) once any was
-        pushed; None before (what the engine holds)."""
-        if not self.generator.adapters:
+        pushed; None before (what the engine holds). Behind the gate: None, the gate's routing picks the version."""
+        if not self.generator.adapters or self.gated is not None:
             return None
         return model if model in self.generator.adapters else self.model_name
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from rftbus.config import Config
+from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_consumer
 from rftbus.kafka.read import consume_ready, read_to_end
 from rftbus.schemas import DecodeError, WeightVersion, make_codec
@@ -34,6 +35,7 @@ if TYPE_CHECKING:  # the store (torch) loads only where weights are prefetched: 
 log = logging.getLogger("rftbus.weights")
 MAX_REFUSED = 1000
 MAX_ADMITTED = 16
+MAX_SEEN = 10_000  # version records kept for `load` (a record is ~200 bytes)
 
 
 class WeightFollower:
@@ -54,6 +56,7 @@ class WeightFollower:
         self.caught_up = threading.Event()  # set once the topic has been read to its end
         self._thread = threading.Thread(target=self._run, name="weight-follower", daemon=True)
         self._fetched = -1
+        self.seen: dict[int, WeightVersion] = {}  # every record of the model read, by version (`load`)
 
     def start(self) -> WeightFollower:
         self._thread.start()
@@ -88,6 +91,20 @@ class WeightFollower:
         if ready and ready[0].version > newer_than:
             return ready
         return None
+
+    def load(self, version: int) -> Payload:
+        """Version `version` as published (admitted as any record is, sha256 verified): for a reader that serves
+        versions other than the newest (serve behind the promotion gate)."""
+        from rftbus.weights.store import load_weights
+
+        with self._lock:
+            rec = self.seen.get(version)
+        if rec is None:
+            raise RftbusError(f"weights v{version} of {self.model} is not on {self.topic} (not yet, or compacted away)")
+        why = refusal(rec, self.cfg, None)
+        if why is not None:
+            raise RftbusError(f"weights v{version} refused: {why}")
+        return load_weights(rec.uri, rec.sha256)
 
     def defer(self, record: WeightVersion, payload: Payload) -> None:
         """Hand a version back (its swap was deferred): taken again unless a newer one arrived meanwhile."""
@@ -154,6 +171,10 @@ class WeightFollower:
             return
         if rec is None or rec.model != self.model:  # None: a tombstone (compaction's delete marker)
             return
+        with self._lock:
+            self.seen[rec.version] = rec
+            while len(self.seen) > MAX_SEEN:
+                self.seen.pop(min(self.seen))
         if not self.caught_up.is_set():  # reading history: only the newest few records matter, judged at its end
             if rec.version not in {r.version for r in self._backlog}:  # the newest few versions, whatever their order
                 self._backlog = sorted([*self._backlog, rec], key=lambda r: r.version)[-MAX_ADMITTED:]

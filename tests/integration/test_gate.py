@@ -86,6 +86,9 @@ def test_the_gate_rolls_back_a_worse_version_survives_a_kill_and_promotes_a_good
     path = write_config(cfg, tmp_path / "gate.yaml")
     gate = start(cfg, path)
     try:
+        time.sleep(3)
+        assert decisions(cfg) == []  # nothing published: nothing to serve
+        publish(cfg, weights(cfg, 0))
         wait_for(cfg, "promote", 0)  # the seed serves first
         publish(cfg, weights(cfg, 1))
         wait_for(cfg, "canary", 1)

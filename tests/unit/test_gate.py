@@ -68,6 +68,8 @@ def feed(s: GateState, version: int, rewards: list[float], at: int, tag: str) ->
 
 def test_seed_then_canary_then_promote_then_the_next_canary():
     s = GateState("m", RULE)
+    assert s.look(now=500) == []  # nothing published: nothing can serve yet
+    s.published(0)
     [d] = s.look(now=1000)
     assert (d.decision, d.version, d.serving, d.candidate) == ("promote", 0, 0, None)
     assert s.look(now=1001) == []  # nothing newer published
@@ -95,6 +97,7 @@ def test_seed_then_canary_then_promote_then_the_next_canary():
 
 def test_answers_served_before_the_canary_and_other_versions_are_not_evidence():
     s = GateState("m", RULE)
+    s.published(0)
     s.look(now=0)
     s.published(1)
     s.look(now=10_000)
@@ -110,6 +113,7 @@ def test_answers_served_before_the_canary_and_other_versions_are_not_evidence():
 
 def test_a_restart_adopts_the_decisions_and_decides_nothing_twice():
     a = GateState("m", RULE)
+    a.published(0)
     log = a.look(now=0)
     a.published(2)
     log += a.look(now=1000)
@@ -131,6 +135,7 @@ def test_a_restart_adopts_the_decisions_and_decides_nothing_twice():
 
 def test_no_traffic_holds_once_and_a_long_hold_is_replaced_by_the_newest():
     s = GateState("m", RULE)
+    s.published(0)
     s.look(now=0)
     s.published(1)
     s.look(now=1000)

@@ -1,0 +1,182 @@
+"""Serving behind the promotion gate (gate.enabled): which version answers a call, by the gate's decisions.
+
+A thread follows topics.decisions from its beginning (every decision about this model, in order) and keeps what
+they say now: the serving (last promoted) version, the candidate on canary and its share. Each version that serves
+is loaded as a named adapter (`v<N>`, from the weight store through the one weights follower) and served by name,
+so the engine's own newest-version swapping is off. A session keeps the version it started with (and the decision
+that let it serve) for its whole life; a new session goes to the candidate with probability `canary_share`, by a
+hash of its id (the same session id always lands the same way for one candidate); a call outside a session is a
+session of one. Every answer's record names its version's decision (metadata `gate_decision`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+
+from rftbus.config import Config
+from rftbus.errors import RftbusError
+from rftbus.kafka.clients import make_consumer
+from rftbus.kafka.read import consume_ready
+from rftbus.schemas import DecodeError, GateDecision, make_codec
+from rftbus.weights.follower import WeightFollower
+
+
+class NotServing(RftbusError):
+    """No version has been promoted yet (the gate has not written its first decision)."""
+
+
+@dataclass(frozen=True)
+class Route:
+    adapter: str  # the generator's adapter name
+    version: int
+    decision: str  # the decision id that lets this version serve
+    arm: str  # serving | canary
+
+
+def adapter_name(version: int) -> str:
+    return f"v{version}"
+
+
+def lands_on_canary(session_id: str, candidate: int, share: float) -> bool:
+    digest = hashlib.sha256(f"{candidate}:{session_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < share
+
+
+class GatedVersions:
+    """`route(session_id)`: the version a call is answered with; `add_adapter(name, payload, version)` is the
+    generator's."""
+
+    def __init__(self, cfg: Config, add_adapter: Callable, report: Callable[[str], None], max_sessions: int):
+        self.cfg, self.add_adapter, self.report = cfg, add_adapter, report
+        self.model = cfg.model.name
+        self.weights = WeightFollower(cfg, report=report, prefetch=False)
+        self.decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(GateDecision)
+        self.serving: Route | None = None
+        self.canary: Route | None = None
+        self.share = 0.0
+        self.decisions = 0
+        self.sessions: OrderedDict[str, Route] = OrderedDict()  # session id -> its route, oldest first
+        self.max_sessions = max_sessions
+        self.loaded: set[int] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.ready = threading.Event()  # a version serves
+        self._thread = threading.Thread(target=self._run, name="gate-follower", daemon=True)
+
+    def start(self) -> GatedVersions:
+        self.weights.start()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        self.weights.stop()
+
+    def route(self, session_id: str | None) -> Route:
+        with self._lock:
+            if session_id is not None and session_id in self.sessions:
+                self.sessions.move_to_end(session_id)
+                return self.sessions[session_id]
+            if self.serving is None:
+                raise NotServing("no version serves yet: the promotion gate has not promoted one (is `rftbus gate` "
+                                 "running?)")
+            key = session_id if session_id is not None else str(random.random())
+            r = self.canary if self.canary is not None and lands_on_canary(key, self.canary.version, self.share) \
+                else self.serving
+            if session_id is not None:
+                self.sessions[session_id] = r
+                while len(self.sessions) > self.max_sessions:
+                    self.sessions.popitem(last=False)
+            return r
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {"gate_serving": self.serving.version if self.serving else None,
+                    "gate_candidate": self.canary.version if self.canary else None,
+                    "gate_decisions": self.decisions}
+
+    # -- following the decisions ---------------------------------------------------------------------------
+    def _run(self) -> None:
+        topic = self.cfg.topics.decisions.name
+        consumer = make_consumer(self.cfg, "rftbus-serve-gate", **{"enable.partition.eof": True})
+        try:
+            while not self._stop.is_set():
+                md = consumer.list_topics(topic, timeout=10).topics.get(topic)
+                if md is not None and md.error is None and md.partitions:
+                    break
+                self._stop.wait(1.0)
+            else:
+                return
+            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])
+            self.weights.caught_up.wait(60)
+            while not self._stop.is_set():
+                for msg in consume_ready(consumer, 100, 0.2):
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            self.report(f"reading {topic}: {err.str()}")
+                        continue
+                    try:
+                        d = self.decode(msg.value(), None)
+                    except DecodeError as e:
+                        self.report(f"{topic}@{msg.offset()} does not decode ({e}); skipped")
+                        continue
+                    if d is not None and d.model == self.model:
+                        self._apply(d)
+        finally:
+            consumer.close()
+
+    def _route_of(self, version: int, decision: str, arm: str) -> Route:
+        if version not in self.loaded:  # loaded once: the store may drop old files, the engine keeps the adapter
+            waited = 0.0
+            while True:  # its weights record may still be on its way: the gate can read it first
+                try:
+                    payload = self.weights.load(version)
+                    break
+                except RftbusError:
+                    if waited >= 30.0 or self._stop.is_set():
+                        raise
+                    self._stop.wait(0.5)
+                    waited += 0.5
+            self.add_adapter(adapter_name(version), payload, version)
+            self.loaded.add(version)
+        return Route(adapter_name(version), version, decision, arm)
+
+    def _apply(self, d: GateDecision) -> None:
+        """One decision: load what now serves, then switch new sessions to it (sessions keep theirs). Weights that
+        cannot be loaded yet are retried (decisions apply in order: a later one never jumps an earlier one)."""
+        said = False
+        while not self._stop.is_set():
+            try:
+                serving = self._route_of(d.serving, d.decision_id if d.decision == "promote" else
+                                         (self.serving.decision if self.serving else d.decision_id), "serving")
+                canary = self._route_of(d.candidate, d.decision_id if d.decision == "canary" else
+                                        (self.canary.decision if self.canary else d.decision_id), "canary") \
+                    if d.candidate is not None else None
+                break
+            except RftbusError as e:
+                if not said:
+                    self.report(f"gate decision {d.decision_id}: its weights cannot be served yet ({e}); serving as "
+                                f"before, retrying")
+                    said = True
+                self._stop.wait(2.0)
+        else:
+            return
+        with self._lock:
+            if self.serving is None or self.serving.version != d.serving:
+                self.serving = serving
+            self.canary = canary if (canary is None or self.canary is None or self.canary.version != canary.version) \
+                else self.canary
+            self.share = d.canary_share
+            self.decisions += 1
+        self.ready.set()
+        self.report(f"gate: {d.decision} v{d.version}: serving v{d.serving}"
+                    + (f", v{d.candidate} on {d.canary_share:.0%} of new sessions" if d.candidate is not None else ""))

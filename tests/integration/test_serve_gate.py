@@ -1,0 +1,107 @@
+"""Serve behind the promotion gate (gate.enabled), on the real broker with the real `Gate` and the real engine: a
+candidate serves its canary share of new sessions, a session keeps its version, every answer names the decision
+that let its version serve (and comes after it), and a candidate the graders find worse is rolled back: new
+sessions go to the serving version while the candidate's sessions keep theirs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import torch
+
+from rftbus.consumers.gate.service import Gate
+from rftbus.kafka.clients import make_producer
+from rftbus.models.config import LoraSpec
+from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.models.lora import adapter_payload, wrap
+from rftbus.producers.serve.sessions import SESSION_HEADER
+from rftbus.schemas import WeightVersion
+from rftbus.weights import WeightStore
+from rftbus.weights.admit import store_url
+from tests.integration.test_gate import decisions, wait_for
+from tests.integration.test_serve import CODEC, FB, INF, recorded, serving
+
+LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
+
+
+def publish_adapter(cfg, version: int, scale: float) -> None:
+    """Adapter version `version` of the tiny model in the store and on the weights topic (scale 0: the seed's)."""
+    tok = load_tokenizer(cfg.model)
+    model = wrap(load_policy(cfg.model, tok), LoraSpec(**LORA))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.fill_(scale)
+    tensors, meta = adapter_payload(model)
+    saved = WeightStore(store_url(cfg)).save(cfg.model.name, version, tensors, meta)
+    rec = WeightVersion(model=cfg.model.name, version=version, step=version, uri=saved.uri, sha256=saved.sha256,
+                        bytes=saved.bytes)
+    p = make_producer(cfg)
+    p.produce(cfg.topics.weights.name, key=rec.model.encode(), value=CODEC.encode(rec))
+    assert p.flush(30) == 0
+
+
+def ask(c: httpx.Client, session: str) -> tuple[int, str]:
+    r = c.post("/v1/completions", json={"prompt": "12+30=", "max_tokens": 3}, headers={SESSION_HEADER: session})
+    assert r.status_code == 200, r.text
+    return int(r.headers["X-Rftbus-Model-Version"]), r.headers["X-Rftbus-Experience-Id"]
+
+
+def test_serve_follows_the_gate_canary_sessions_keep_their_version_and_a_rollback(broker, tmp_path):
+    more = {"gate.enabled": True, "gate.canary_share": 0.5, "gate.min_answers": 10, "gate.hold_every_s": 600.0,
+            "trainer.lora": LORA, "serve.weights_wait_s": 60.0}
+    with serving(tmp_path, broker, **more) as (cfg, server):
+        publish_adapter(cfg, 0, 0.0)
+        gate = Gate(cfg, report=lambda m: None)
+        thread = threading.Thread(target=gate.run, daemon=True)
+        thread.start()
+        try:
+            wait_for(cfg, "promote", 0)
+            c = httpx.Client(base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {INF}"})
+            deadline = time.monotonic() + 60
+            while server.service.gated.serving is None:  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "serve never followed the first decision"
+                time.sleep(0.2)
+            assert {ask(c, f"early-{i}")[0] for i in range(3)} == {0}
+            publish_adapter(cfg, 1, 0.05)
+            wait_for(cfg, "canary", 1)
+            while server.service.gated.canary is None:  # type: ignore[union-attr]
+                assert time.monotonic() < deadline + 60, "serve never put v1 on canary"
+                time.sleep(0.2)
+            answers: dict[str, list[tuple[int, str]]] = {f"s{i}": [] for i in range(40)}
+            for turn in range(2):
+                for session, got in answers.items():
+                    got.append(ask(c, session))
+            versions = {s: {v for v, _ in got} for s, got in answers.items()}
+            assert all(len(v) == 1 for v in versions.values()), versions  # a session keeps its version
+            on = {s for s, v in versions.items() if v == {1}}
+            assert 8 <= len(on) <= 32, len(on)  # about half of the new sessions are on canary
+            ids = [e for got in answers.values() for _, e in got]
+            rec = recorded(cfg, ids)
+            made = {d.decision_id: d for d in decisions(cfg)}
+            for eid in ids:
+                meta = rec[eid].metadata
+                d = made[meta["gate_decision"]]  # the decision that let this version serve ...
+                assert d.decision in ("promote", "canary") and rec[eid].model_version in (d.version, d.serving)
+                assert d.created_at <= rec[eid].created_at  # ... came before the answer
+                assert meta["gate_arm"] == ("canary" if rec[eid].model_version == 1 else "serving")
+            # the graders find the candidate worse: rolled back; new sessions go to v0, v1's sessions keep v1
+            f = httpx.Client(base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {FB}"})
+            for eid in ids:
+                r = f.post("/v1/feedback", json={"experience_id": eid, "reward": 0.0 if rec[eid].model_version else 1.0})
+                assert r.status_code in (200, 202), r.text
+            got = wait_for(cfg, "rollback", 1)
+            rb = next(d for d in got if d.decision == "rollback")
+            assert rb.evidence["mean_candidate"] == 0.0 and rb.evidence["mean_serving"] == 1.0
+            deadline = time.monotonic() + 30
+            while server.service.gated.canary is not None:  # type: ignore[union-attr]
+                assert time.monotonic() < deadline, "serve kept the rolled-back candidate on canary"
+                time.sleep(0.2)
+            assert {ask(c, f"after-{i}")[0] for i in range(12)} == {0}
+            pinned = sorted(on)[0]
+            assert ask(c, pinned)[0] == 1  # no version change mid-session
+        finally:
+            gate.stop()
+            thread.join(30)
