@@ -18,6 +18,7 @@ from rftbus.trainer.checks import Limits
 from rftbus.trainer.losses import Loss, make_loss
 from rftbus.trainer.metrics import MetricsSink
 from rftbus.trainer.publish import WeightPublisher
+from rftbus.weights.decisions import ServedVersions
 from rftbus.weights.follower import latest_published
 from rftbus.trainer.rejects import Rejector
 from rftbus.status import StatusFile
@@ -136,8 +137,10 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     publisher = metrics = None
     if rank == 0:
         store_url = tc.store_url or str(cfg.state_dir / "weights")
+        served = ServedVersions(cfg).start() if cfg.gate.enabled else None
         publisher = WeightPublisher(store_url, cfg.model.name, producer, codec.serializer(WeightVersion),
-                                    topics.weights.name, cfg.rl.max_staleness, tc.keep_versions, tc.gc_grace_s)
+                                    topics.weights.name, cfg.rl.max_staleness, tc.keep_versions, tc.gc_grace_s,
+                                    served.versions if served is not None else set)
         metrics = MetricsSink(producer, codec.serializer(TrainerMetric), topics.metrics.name, cfg.model.name,
                               cfg.state_dir / "tensorboard")
     ident = tc.id or str(rank)  # a restarted rank overwrites its own status file

@@ -7,13 +7,15 @@ acknowledged it. Garbage collection (why a version is safe to delete):
   ≥ newest − (η + 1) are never deleted (the +1 covers a version superseded mid-load);
 - a version superseded less than `gc_grace_s` ago is never deleted (an explorer that read its
   record just before the next one may still be reading the file);
+- the versions the promotion gate has serving or on canary (`serving`, from its decisions) are never deleted:
+  a serve that restarts loads them again, however far behind the newest they are;
 - beyond that, the newest `keep_versions` are kept.
 """
 
 from __future__ import annotations
 
 import time
-
+from collections.abc import Callable
 
 from rftbus.schemas import WeightVersion
 from rftbus.weights import WeightStore
@@ -29,11 +31,12 @@ def protected_versions(versions: list[int], newest: int, eta: int, superseded_at
 
 class WeightPublisher:
     def __init__(self, store_url: str, model: str, producer, serializer, topic: str, eta: int,
-                 keep: int, grace_s: float):
+                 keep: int, grace_s: float, serving: Callable[[], set[int]] = set):
         self.store = WeightStore(store_url)
         self.model = model
         self.producer, self.serialize, self.topic = producer, serializer, topic
         self.eta, self.keep, self.grace_s = eta, keep, grace_s
+        self.serving = serving
         self.superseded_at: dict[int, float] = {}
         self.last: WeightVersion | None = None
 
@@ -59,4 +62,5 @@ class WeightPublisher:
     def gc(self, newest: int) -> list[int]:
         versions = self.store.versions(self.model)
         protect = protected_versions(versions, newest, self.eta, self.superseded_at, self.grace_s, time.time())
+        protect |= self.serving()
         return self.store.gc(self.model, keep=max(self.keep, 1), protect=protect)

@@ -1,7 +1,7 @@
 """Serving behind the promotion gate (gate.enabled): which version answers a call, by the gate's decisions.
 
-A thread follows topics.decisions from its beginning (every decision about this model, in order) and keeps what
-they say now: the serving (last promoted) version, the candidate on canary and its share. Each version that serves
+The one decisions follower (rftbus/weights/decisions.py) hands it every decision about this model, in order; it
+keeps what they say now: the serving (last promoted) version, the candidate on canary and its share. Each version that serves
 is loaded as a named adapter (`v<N>`, from the weight store through the one weights follower) and served by name,
 so the engine's own newest-version swapping is off. A session keeps the version it started with (and the decision
 that let it serve) for its whole life; a new session goes to the candidate with probability `canary_share`, by a
@@ -18,13 +18,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
-
 from rftbus.config import Config
 from rftbus.errors import RftbusError
-from rftbus.kafka.clients import make_consumer
-from rftbus.kafka.read import consume_ready
-from rftbus.schemas import DecodeError, GateDecision, make_codec
+from rftbus.schemas import GateDecision
+from rftbus.weights.decisions import DecisionFollower
 from rftbus.weights.follower import WeightFollower
 
 
@@ -57,7 +54,7 @@ class GatedVersions:
         self.cfg, self.add_adapter, self.report = cfg, add_adapter, report
         self.model = cfg.model.name
         self.weights = WeightFollower(cfg, report=report, prefetch=False)
-        self.decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(GateDecision)
+        self.follower = DecisionFollower(cfg, self._apply, report)
         self.serving: Route | None = None
         self.canary: Route | None = None
         self.share = 0.0
@@ -66,18 +63,16 @@ class GatedVersions:
         self.max_sessions = max_sessions
         self.loaded: set[int] = set()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._stop = self.follower.stopping
         self.ready = threading.Event()  # a version serves
-        self._thread = threading.Thread(target=self._run, name="gate-follower", daemon=True)
 
     def start(self) -> GatedVersions:
         self.weights.start()
-        self._thread.start()
+        self.follower.start()  # a decision whose version's record is not read yet waits for it (_apply)
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
+        self.follower.stop()
         self.weights.stop()
 
     def route(self, session_id: str | None) -> Route:
@@ -102,37 +97,6 @@ class GatedVersions:
             return {"gate_serving": self.serving.version if self.serving else None,
                     "gate_candidate": self.canary.version if self.canary else None,
                     "gate_decisions": self.decisions}
-
-    # -- following the decisions ---------------------------------------------------------------------------
-    def _run(self) -> None:
-        topic = self.cfg.topics.decisions.name
-        consumer = make_consumer(self.cfg, "rftbus-serve-gate", **{"enable.partition.eof": True})
-        try:
-            while not self._stop.is_set():
-                md = consumer.list_topics(topic, timeout=10).topics.get(topic)
-                if md is not None and md.error is None and md.partitions:
-                    break
-                self._stop.wait(1.0)
-            else:
-                return
-            consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in md.partitions])
-            self.weights.caught_up.wait(60)
-            while not self._stop.is_set():
-                for msg in consume_ready(consumer, 100, 0.2):
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() != KafkaError._PARTITION_EOF:
-                            self.report(f"reading {topic}: {err.str()}")
-                        continue
-                    try:
-                        d = self.decode(msg.value(), None)
-                    except DecodeError as e:
-                        self.report(f"{topic}@{msg.offset()} does not decode ({e}); skipped")
-                        continue
-                    if d is not None and d.model == self.model:
-                        self._apply(d)
-        finally:
-            consumer.close()
 
     def _route_of(self, version: int, decision: str, arm: str) -> Route:
         if version not in self.loaded:  # loaded once: the store may drop old files, the engine keeps the adapter

@@ -41,7 +41,7 @@ from rftbus.run.supervisor import ChildSpec, Supervisor
 from rftbus.run.tracking import start_tracking
 from rftbus.status import mark_run, read_statuses, trainer_step
 
-STOP_ORDER = ["simulate", "serve", "studio", "explorer", "streams", "trainer", "analytics"]  # producers first: the rest drain
+STOP_ORDER = ["simulate", "serve", "studio", "explorer", "streams", "trainer", "gate", "analytics"]  # producers first: the rest drain
 
 
 def child_state(c) -> str:
@@ -129,6 +129,8 @@ class MainJob:
             # (warning: no access line per request in its log at tens of requests a second)
             specs.append(ChildSpec("serve", base + ["serve", "--log-level", "warning"], env, c.run.max_restarts,
                                    logs / "serve.log"))
+        if c.gate.enabled and c.run.serve:  # serve follows its decisions: it starts with the run's first version
+            specs.append(ChildSpec("gate", base + ["gate"], env, c.run.max_restarts, logs / "gate.log"))
         if c.run.simulate:
             specs.append(ChildSpec("simulate", base + ["simulate"], env, c.run.max_restarts, logs / "simulate.log"))
         if c.run.studio:

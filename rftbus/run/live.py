@@ -46,5 +46,32 @@ def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int]
                 "feedback.rating", "feedback.thumbs", "feedback.correction", "feedback.preference",
                 "feedback.duplicate", "feedback_unposted_at_stop", "request_errors")
         out["simulated"] = {k: sum(int(s.get(k) or 0) for s in sims) for k in keys}
+    if cfg.gate.enabled:
+        out["gate"] = gate_summary(cfg)
     plots = plot_live(out["live_reward_by_minute"], out_dir, f"{cfg.taskset.name}: live reward of served answers")
     return out, plots
+
+
+def gate_summary(cfg: Config) -> dict:
+    """The gate's decisions of this run (topics.decisions): how many of each, what serves at the end, and each
+    promote, rollback and canary in order with its reason."""
+    from rftbus.kafka.read import read_to_end
+    from rftbus.schemas import DecodeError, GateDecision, make_codec
+
+    decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(GateDecision)
+    made: list[GateDecision] = []
+    for m in read_to_end(cfg, cfg.topics.decisions.name, strict=False, timeout_s=30):
+        try:
+            d = decode(m.value(), None)
+        except DecodeError:
+            continue
+        if d is not None and d.model == cfg.model.name:
+            made.append(d)
+    counts: dict[str, int] = {}
+    for d in made:
+        counts[d.decision] = counts.get(d.decision, 0) + 1
+    last = made[-1] if made else None
+    return {"decisions": counts, "serving": last.serving if last else None,
+            "candidate": last.candidate if last else None,
+            "timeline": [{"t": d.created_at / 1000, "decision": d.decision, "version": d.version,
+                          "serving": d.serving, "reason": d.reason[:200]} for d in made if d.decision != "hold"]}

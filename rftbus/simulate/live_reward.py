@@ -50,4 +50,13 @@ def summary(rows: list[dict], start: float, min_answers: int = 20) -> dict:
     return {"live_reward_initial": full[0]["reward"] if full else None,
             "live_reward_final": full[-1]["reward"] if full else None,
             "live_reward_best": max((b["reward"] for b in full), default=None),
-            "live_answers": len(rows), "live_reward_by_minute": curve}
+            "live_answers": len(rows), "live_reward_by_minute": curve, "live_reward_by_version": per_version(rows)}
+
+
+def per_version(rows: list[dict]) -> list[dict]:
+    """[{version, answers, reward}]: what each served version earned from the graders (the gate's evidence,
+    and what a version's held-out eval is read beside)."""
+    by: dict[int, list[float]] = {}
+    for r in rows:
+        by.setdefault(int(r["v"]), []).append(float(r["r"]))
+    return [{"version": v, "answers": len(rs), "reward": round(sum(rs) / len(rs), 4)} for v, rs in sorted(by.items())]

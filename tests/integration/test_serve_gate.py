@@ -71,7 +71,7 @@ def test_serve_follows_the_gate_canary_sessions_keep_their_version_and_a_rollbac
                 assert time.monotonic() < deadline + 60, "serve never put v1 on canary"
                 time.sleep(0.2)
             answers: dict[str, list[tuple[int, str]]] = {f"s{i}": [] for i in range(40)}
-            for turn in range(2):
+            for _turn in range(2):
                 for session, got in answers.items():
                     got.append(ask(c, session))
             versions = {s: {v for v, _ in got} for s, got in answers.items()}

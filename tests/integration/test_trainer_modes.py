@@ -200,3 +200,22 @@ def test_gc_never_deletes_versions_an_explorer_may_load():
     assert got == {2, 3, 4}  # 3, 2: within η+1 of the newest; 2 is also inside the grace period
     got = protected_versions([0, 1, 2, 3, 4], newest=4, eta=0, superseded_at=superseded, grace_s=1.0, now=100.0)
     assert got == {3, 4}
+
+
+def test_gc_keeps_what_the_gate_serves(tmp_path):
+    """A version the gate has serving (or on canary) keeps its file however far behind the newest it falls: a serve
+    that restarts loads it again."""
+    import torch
+
+    from rftbus.trainer.publish import WeightPublisher
+
+    served = {2}
+    pub = WeightPublisher(str(tmp_path / "store"), "m", None, None, "t", eta=0, keep=1, grace_s=0.0,
+                          serving=lambda: set(served))
+    for v in range(8):
+        pub.store.save("m", v, {"w": torch.zeros(1)})
+    pub.gc(7)
+    assert pub.store.versions("m") == [2, 6, 7]
+    served.clear()
+    pub.gc(7)
+    assert pub.store.versions("m") == [6, 7]
