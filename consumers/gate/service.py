@@ -10,12 +10,10 @@ decode is counted and skipped (the streams reject it with its reason; the gate o
 
 from __future__ import annotations
 
-import json
 import threading
 from functools import partial
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from confluent_kafka import KafkaError, TopicPartition
 
@@ -27,12 +25,13 @@ from rftbus.kafka.read import consume_ready, read_to_end
 from rftbus.kafka.retry import retry_kafka
 from rftbus.schemas import DecodeError, ExperienceGroup, Feedback, GateDecision, Source, TrainerMetric, WeightVersion
 from rftbus.schemas import make_codec
+from rftbus.status import write_status
 from rftbus.streams.feedback import BadFeedback, grades
 
 
 class Gate:
-    def __init__(self, cfg: Config, report: Callable[[str], None] = print, status_path: Path | None = None):
-        self.cfg, self.report, self.status_path = cfg, report, status_path
+    def __init__(self, cfg: Config, report: Callable[[str], None] = print):
+        self.cfg, self.report = cfg, report
         self.state = GateState(cfg.model.name, cfg.gate, cfg.gate.id)
         codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
         self.decode = codec.deserializer()
@@ -157,12 +156,8 @@ class Gate:
         self._stop.set()
 
     def _write_status(self) -> None:
-        if self.status_path is None:
-            return
         s = self.state
-        body = {"serving": s.serving, "candidate": s.candidate, "canary_share": self.cfg.gate.canary_share,
-                "looks": s.looks, "newest": s.newest, "caught_up": not self.ends, **self.counts,
-                "arms": {str(v): {"n": a.n, "mean": a.mean} for v, a in s.arms.items()}}
-        tmp = self.status_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(body))
-        tmp.replace(self.status_path)
+        write_status(self.cfg.state_dir, "gate", self.cfg.gate.id, {
+            "serving": s.serving, "candidate": s.candidate, "canary_share": self.cfg.gate.canary_share,
+            "looks": s.looks, "newest": s.newest, "caught_up": not self.ends, **self.counts,
+            "arms": {str(v): {"n": a.n, "mean": round(a.mean, 4)} for v, a in s.arms.items()}})

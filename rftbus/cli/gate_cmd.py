@@ -9,6 +9,7 @@ import typer
 
 from rftbus.cli.context import state
 from rftbus.kafka.clients import check_reachable
+from rftbus.kafka.topics import create_topics
 
 
 def gate(ctx: typer.Context) -> None:
@@ -17,10 +18,8 @@ def gate(ctx: typer.Context) -> None:
 
     st = state(ctx)
     cfg = st.config()
-    check_reachable(cfg)
-    status = cfg.state_dir / "status"
-    status.mkdir(parents=True, exist_ok=True)
-    g = Gate(cfg, lambda m: st.err.print(m, markup=False, highlight=False), status / f"gate-{cfg.gate.id}.json")
+    create_topics(cfg, check_reachable(cfg))  # started beside the broker (rftbus run): its topics may be new
+    g = Gate(cfg, lambda m: st.err.print(m, markup=False, highlight=False))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: g.stop())
     st.err.print(f"gate {cfg.gate.id}: {cfg.model.name}, canary share {cfg.gate.canary_share:g}, "

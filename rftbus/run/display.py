@@ -74,6 +74,10 @@ def progress_line(*, started: float, statuses: list[dict], lags: dict[str, int],
         groups = sum(int(s.get("groups_produced") or 0) for s in explorers)
         waiting = sum(1 for s in explorers if s.get("waiting_for_admission"))
         parts.append(f"explorers {groups} groups" + (f" ({waiting} waiting)" if waiting else ""))
+    gate = next((s for s in statuses if s.get("role") == "gate"), None)
+    if gate is not None and gate.get("serving") is not None:
+        parts.append(f"serving v{gate['serving']}" + (f", v{gate['candidate']} on canary" if gate.get("candidate")
+                                                      is not None else ""))
     if lags:
         parts.append("lag " + " ".join(f"{k}={v}" for k, v in lags.items()))
     down = {n: st for n, st in children.items() if st != "running"}
