@@ -81,6 +81,9 @@ def test_live_reward_per_minute_and_summary():
     assert [b["whole"] for b in curve] == [True, True, False]
     s = live_reward.summary(rows, start=100, min_answers=20)
     assert (s["live_reward_initial"], s["live_reward_final"]) == (0.1, 0.9)  # the unfinished last minute is left out
+    assert s["live_reward_by_version"] == [{"version": 0, "answers": 60, "reward": 0.1},
+                                           {"version": 1, "answers": 60, "reward": 0.9},
+                                           {"version": 2, "answers": 30, "reward": 0.9}]
 
 
 def _live_group(gid: str, task: str, rewards: list[float], cls: str | None = None):

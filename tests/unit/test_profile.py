@@ -54,3 +54,6 @@ def test_a_headless_run_prints_one_plain_progress_line():
     assert line.startswith("[95 s] step 12 v12 | eval v9 0.625 (initial 0.250, best 0.625)")
     assert "explorers 118 groups (1 waiting)" in line and "lag raw=3 curated=0" in line
     assert "explorer-0: restarting" in line and "\n" not in line
+    gated = progress_line(started=time.time(), lags={}, events=[], evals=[], children={},
+                          statuses=[{"role": "gate", "serving": 4, "candidate": 7}])
+    assert "serving v4, v7 on canary" in gated
