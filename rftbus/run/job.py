@@ -341,7 +341,7 @@ class MainJob:
         self.pace.see(time.time(), read_statuses(self.cfg.state_dir), last=True)
         pace = pace_summary(self.pace, evals, rec, self.started, self.broker_ready, time.time())
         plots += plot_steps(pace["steps_timeline"], self.run_dir, title=f"{self.cfg.taskset.name}: trainer steps")
-        live, live_plots = live_summary(self.cfg, self.started, rec.rejected_by_reason, self.run_dir)
+        live, live_plots = live_summary(self.cfg, self.started, rec.rejected_by_reason, self.run_dir, evals)
         plots += live_plots
         best = read_best(self.run_dir)
         prof = collect_profile(self.cfg.state_dir, self.started,

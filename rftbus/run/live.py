@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rftbus.config import Config
-from rftbus.run.plots import plot_live
+from rftbus.run.plots import plot_gate, plot_live
 from rftbus.simulate import live_reward
 from rftbus.status import read_statuses
 
@@ -23,7 +23,8 @@ def _join_latency(streams: list[dict]) -> dict:
     return {"feedback_join_p50_s": best["feedback_join_p50_s"], "feedback_join_p99_s": best["feedback_join_p99_s"]}
 
 
-def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int], out_dir: Path) -> tuple[dict, list[Path]]:
+def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int], out_dir: Path,
+                 evals: list[dict] | None = None) -> tuple[dict, list[Path]]:
     if not cfg.run.serve:
         return {}, []
     statuses = read_statuses(cfg.state_dir)
@@ -46,9 +47,11 @@ def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int]
                 "feedback.rating", "feedback.thumbs", "feedback.correction", "feedback.preference",
                 "feedback.duplicate", "feedback_unposted_at_stop", "request_errors")
         out["simulated"] = {k: sum(int(s.get(k) or 0) for s in sims) for k in keys}
+    plots = plot_live(out["live_reward_by_minute"], out_dir, f"{cfg.taskset.name}: live reward of served answers")
     if cfg.gate.enabled:
         out["gate"] = gate_summary(cfg)
-    plots = plot_live(out["live_reward_by_minute"], out_dir, f"{cfg.taskset.name}: live reward of served answers")
+        plots += plot_gate(out["live_reward_by_minute"], evals or [], out["gate"]["timeline"], started, out_dir,
+                           f"{cfg.taskset.name}: served behind the promotion gate")
     return out, plots
 
 

@@ -61,6 +61,31 @@ def plot_live(curve: list[dict], out_dir: Path, title: str) -> list[Path]:
     return [_save(fig, ax, title, out_dir / "live_reward.png")]
 
 
+def plot_gate(curve: list[dict], evals: list[dict], timeline: list[dict], started: float, out_dir: Path,
+              title: str) -> list[Path]:
+    """gate.png: what users were served (live reward per minute) beside the held-out eval of the newest version,
+    with each promote (green) and rollback (red) of the promotion gate where it happened."""
+    curve = [b for b in curve if b.get("whole", True)] or curve
+    if not curve:
+        return []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, ax = plt.subplots(figsize=(7.2, 4.2), dpi=110)
+    ax.plot([b["minute"] for b in curve], [b["reward"] for b in curve], marker="o", linewidth=1.5,
+            label="live reward of the answers served")
+    if evals:
+        ax.plot([e["seconds"] / 60 for e in evals], [e["reward"] for e in evals], marker=".", linewidth=1,
+                alpha=0.8, label="held-out eval of the newest version")
+    for kind, color in (("promote", "tab:green"), ("rollback", "tab:red")):
+        xs = [(d["t"] - started) / 60 for d in timeline if d["decision"] == kind]
+        for i, x in enumerate(xs):
+            ax.axvline(x, color=color, alpha=0.35, linewidth=1, label=f"{kind} ({len(xs)})" if i == 0 else None)
+    ax.set_xlabel("minute of the run")
+    ax.set_ylabel("mean reward")
+    ax.set_ylim(-0.02, 1.02)
+    ax.legend(loc="upper left", fontsize=8)
+    return [_save(fig, ax, title, out_dir / "gate.png")]
+
+
 def _save(fig, ax, title: str, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.set_title(title)
