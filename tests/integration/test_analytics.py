@@ -31,18 +31,19 @@ from rftbus.consumers.analytics.rows import Position, to_rows
 from rftbus.consumers.analytics.schema import TABLES, ddl_statements
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.kafka.topics import create_topics
+from rftbus.config import TopicsConfig
 from rftbus.schemas import (
-    SCHEMA_DIR, DecodeError, Experience, ExperienceGroup, Feedback, FeedbackKind, Rejection, Task, TrainerMetric,
+    SCHEMA_DIR, DecodeError, Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Rejection, Task, TrainerMetric,
     WeightVersion, make_codec,
 )
 from tests.conftest import make_config, rftbus_cli
 
 CODEC = make_codec(None)
 DECODE = CODEC.deserializer(None)
-TOPIC_KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
+TOPIC_KEYS = list(TopicsConfig.model_fields)
 RECORD = {"tasks": Task, "raw": ExperienceGroup, "curated": ExperienceGroup, "curated_priority": ExperienceGroup,
           "expert": ExperienceGroup, "rejected": Rejection, "feedback": Feedback, "weights": WeightVersion,
-          "metrics": TrainerMetric}
+          "metrics": TrainerMetric, "decisions": GateDecision}
 CURATED = ("curated", "curated_priority")
 
 
@@ -54,7 +55,7 @@ def record_ids(rec, key: str) -> list[str]:
     if isinstance(rec, ExperienceGroup):
         return [s.experience_id for s in rec.kept()] if key in CURATED else rec.experience_ids()
     return [getattr(rec, {Task: "task_id", Rejection: "rejection_id", Feedback: "feedback_id",
-                          TrainerMetric: "metric_id"}[type(rec)])]
+                          TrainerMetric: "metric_id", GateDecision: "decision_id"}[type(rec)])]
 
 
 def read_all_topics(cfg, timeout_s: float = 60.0):

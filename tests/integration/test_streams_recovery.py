@@ -13,6 +13,7 @@ from collections import Counter
 
 import pytest
 
+from rftbus.config import TopicsConfig
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import make_codec
@@ -20,7 +21,7 @@ from rftbus.bench.processes import WorkerProcess, read_all
 from rftbus.bench.synthetic import make_group
 from tests.conftest import make_config
 
-TOPIC_KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
+TOPIC_KEYS = list(TopicsConfig.model_fields)
 CODEC = make_codec(None)
 GROUPS, N = 500, 4
 

@@ -22,6 +22,7 @@ import pytest
 import yaml
 from confluent_kafka import TopicPartition
 
+from rftbus.config import TopicsConfig
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.kafka.read import read_to_end
 from rftbus.kafka.topics import create_topics
@@ -31,7 +32,7 @@ from rftbus.schemas import Experience, ExperienceGroup, Source, make_codec
 from rftbus.trainer.checkpoint import read_lineage
 from tests.conftest import JARS, make_config
 
-TOPIC_KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
+TOPIC_KEYS = list(TopicsConfig.model_fields)
 TOK = load_tokenizer(ModelConfig())
 CODEC = make_codec(None)
 
