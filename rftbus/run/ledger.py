@@ -17,7 +17,7 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_admin
 from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.read import read_to_end
-from rftbus.schemas import (DecodeError, ExperienceGroup, Feedback, Rejection, Task, TrainerMetric, WeightVersion,
+from rftbus.schemas import (DecodeError, ExperienceGroup, Feedback, GateDecision, Rejection, Task, TrainerMetric, WeightVersion,
                             make_codec)
 
 Pos = tuple[str, int, int]  # topic, partition, offset
@@ -125,6 +125,7 @@ ID_OF = {
     "expert": (ExperienceGroup, lambda r: r.experience_ids()), "rejected": (Rejection, lambda r: [r.rejection_id]),
     "feedback": (Feedback, lambda r: [r.feedback_id]),
     "weights": (WeightVersion, lambda r: [f"{r.model}:{r.version}"]), "metrics": (TrainerMetric, lambda r: [r.metric_id]),
+    "decisions": (GateDecision, lambda r: [r.decision_id]),
 }
 
 
