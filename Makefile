@@ -81,7 +81,7 @@ test: install
 	$(VENV)/bin/ruff check --quiet .
 	$(PY) scripts/typecheck.py
 	@# two workers, each with its own session broker: most tests wait on brokers and children, not on the CPU.
-	@# The whole runs first, dealt out one by one to the two workers (tests/conftest.py)
+	@# Two workers, tests dealt out in collection order (the schedules measured: tests/conftest.py)
 	$(PY) -m pytest -n 2 --dist load $(PYTEST_ARGS)
 
 # The contributor's fast loop: pure logic, no broker, no subprocess (tests/unit, under a minute).

@@ -56,7 +56,7 @@ def test_bus_check_compares_whole_records(broker):
     results = round_trip(broker)
     assert {r.record_type for r in results} == {
         "rftbus.Task", "rftbus.ExperienceGroup", "rftbus.Feedback", "rftbus.WeightVersion", "rftbus.TrainerMetric",
-        "rftbus.Rejection"}
+        "rftbus.Rejection", "rftbus.GateDecision"}
     assert all(r.equal for r in results)
 
 
