@@ -21,12 +21,13 @@ from rftbus.config import Config
 from rftbus.consumers.gate.state import GateState
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_consumer, make_producer
-from rftbus.kafka.read import consume_ready, read_to_end
+from rftbus.kafka.read import consume_ready
 from rftbus.kafka.retry import retry_kafka
 from rftbus.schemas import DecodeError, ExperienceGroup, Feedback, GateDecision, Source, TrainerMetric, WeightVersion
 from rftbus.schemas import make_codec
 from rftbus.status import write_status
 from rftbus.streams.feedback import BadFeedback, grades
+from rftbus.weights.decisions import decisions_so_far
 
 
 class Gate:
@@ -46,12 +47,11 @@ class Gate:
     def read_decisions(self) -> int:
         """Adopt every decision on topics.decisions about this model; how many."""
 
-        def read() -> list[GateDecision]:
-            found = [self._decoded(m.value()) for m in read_to_end(self.cfg, self.cfg.topics.decisions.name,
-                                                                     timeout_s=120)]
-            return [d for d in found if isinstance(d, GateDecision) and d.model == self.state.model]
+        def undecodable() -> None:
+            self.counts["undecodable"] += 1
 
-        mine = retry_kafka(read, f"reading the gate's decisions back from {self.cfg.topics.decisions.name}")
+        mine = retry_kafka(lambda: decisions_so_far(self.cfg, on_undecodable=undecodable),
+                           f"reading the gate's decisions back from {self.cfg.topics.decisions.name}")
         for d in mine:
             self.state.adopt(d)
         return len(mine)

@@ -100,23 +100,14 @@ class GatedVersions:
 
     def _route_of(self, version: int, decision: str, arm: str) -> Route:
         if version not in self.loaded:  # loaded once: the store may drop old files, the engine keeps the adapter
-            waited = 0.0
-            while True:  # its weights record may still be on its way: the gate can read it first
-                try:
-                    payload = self.weights.load(version)
-                    break
-                except RftbusError:
-                    if waited >= 30.0 or self._stop.is_set():
-                        raise
-                    self._stop.wait(0.5)
-                    waited += 0.5
-            self.add_adapter(adapter_name(version), payload, version)
+            self.add_adapter(adapter_name(version), self.weights.load(version), version)
             self.loaded.add(version)
         return Route(adapter_name(version), version, decision, arm)
 
     def _apply(self, d: GateDecision) -> None:
         """One decision: load what now serves, then switch new sessions to it (sessions keep theirs). Weights that
-        cannot be loaded yet are retried (decisions apply in order: a later one never jumps an earlier one)."""
+        cannot be loaded yet (their record may still be on its way: the gate can read it first) are retried:
+        decisions apply in order, a later one never jumps an earlier one."""
         said = False
         while not self._stop.is_set():
             try:
@@ -131,7 +122,7 @@ class GatedVersions:
                     self.report(f"gate decision {d.decision_id}: its weights cannot be served yet ({e}); serving as "
                                 f"before, retrying")
                     said = True
-                self._stop.wait(2.0)
+                self._stop.wait(0.5)
         else:
             return
         with self._lock:

@@ -58,18 +58,9 @@ def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int]
 def gate_summary(cfg: Config) -> dict:
     """The gate's decisions of this run (topics.decisions): how many of each, what serves at the end, and each
     promote, rollback and canary in order with its reason."""
-    from rftbus.kafka.read import read_to_end
-    from rftbus.schemas import DecodeError, GateDecision, make_codec
+    from rftbus.weights.decisions import decisions_so_far
 
-    decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(GateDecision)
-    made: list[GateDecision] = []
-    for m in read_to_end(cfg, cfg.topics.decisions.name, strict=False, timeout_s=30):
-        try:
-            d = decode(m.value(), None)
-        except DecodeError:
-            continue
-        if d is not None and d.model == cfg.model.name:
-            made.append(d)
+    made = decisions_so_far(cfg, timeout_s=30, strict=False)
     counts: dict[str, int] = {}
     for d in made:
         counts[d.decision] = counts.get(d.decision, 0) + 1

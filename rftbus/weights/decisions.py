@@ -94,3 +94,22 @@ class ServedVersions:
     def versions(self) -> set[int]:
         with self._lock:
             return set(self._now)
+
+
+def decisions_so_far(cfg: Config, timeout_s: float = 120.0, strict: bool = True,
+                     on_undecodable: Callable[[], None] = lambda: None) -> list[GateDecision]:
+    """Every decision about `model.name` on topics.decisions now, in order (the topic read to its end once): the
+    gate's state after a restart, a run's summary."""
+    from rftbus.kafka.read import read_to_end
+
+    decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(GateDecision)
+    out: list[GateDecision] = []
+    for m in read_to_end(cfg, cfg.topics.decisions.name, timeout_s=timeout_s, strict=strict):
+        try:
+            d = decode(m.value() or b"", None)
+        except DecodeError:
+            on_undecodable()
+            continue
+        if d is not None and d.model == cfg.model.name:
+            out.append(d)
+    return out
