@@ -265,6 +265,8 @@ class GateDecision(AvroRecord):
     test: str = ""
     evidence: dict[str, float] = field(default_factory=dict)
     created_at: int = field(default_factory=now_ms)
+    lineage: str = ""  # whose `version` (and `candidate`) is: trainer.lineage; "" the first trainer
+    serving_lineage: str = ""  # whose `serving` is
 
 
 @_record

@@ -19,7 +19,8 @@ from rftbus.trainer.losses import Loss, make_loss
 from rftbus.trainer.metrics import MetricsSink
 from rftbus.trainer.publish import WeightPublisher
 from rftbus.weights.decisions import ServedVersions
-from rftbus.weights.follower import latest_published
+from rftbus.models.lineage import weights_key
+from rftbus.weights.follower import WeightFollower, latest_published
 from rftbus.trainer.rejects import Rejector
 from rftbus.status import StatusFile
 
@@ -47,7 +48,14 @@ class Components:
     metrics: MetricsSink | None
     status: StatusFile
     checkpoint_dir: Path
+    first_lineage: WeightFollower | None = None  # another lineage's trainer: the versions the rollouts are made with
     _scorer: Any = None  # scorer(), built on first use
+
+    def staleness_reference(self, own: int) -> int:
+        """The newest version experiences are judged stale against: the trainer's own, or, for another lineage's
+        trainer (run.trainers), the first lineage's newest published, whose numbers the explorers' rollouts carry
+        (its own may run ahead of or behind them: rftbus/models/lineage.py)."""
+        return self.first_lineage.version if self.first_lineage is not None else own
 
     def assigned_partitions(self) -> list[tuple[str, int]]:
         """This rank's share of every lane: partition p of each topic goes to rank p % world."""
@@ -133,25 +141,30 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     lanes = {"priority": topics.curated_priority.name, "curated": topics.curated.name, "expert": topics.expert.name}
     wanted = (("priority", "curated") if "rl" in loss.lanes else ()) + (("expert",) if "expert" in loss.lanes else ())
     lane_topics = {lane: lanes[lane] for lane in wanted}
-    rejector = Rejector(producer, codec.serializer(Rejection), topics.rejected.name)
+    rejector = Rejector(producer, codec.serializer(Rejection), topics.rejected.name,
+                        f"trainer@{tc.lineage}" if tc.lineage else "trainer")
+    weights_model = weights_key(cfg.model.name, tc.lineage)  # this trainer's versions (rftbus/models/lineage.py)
     publisher = metrics = None
     if rank == 0:
         store_url = tc.store_url or str(cfg.state_dir / "weights")
-        served = ServedVersions(cfg).start() if cfg.gate.enabled else None
-        publisher = WeightPublisher(store_url, cfg.model.name, producer, codec.serializer(WeightVersion),
+        served = ServedVersions(cfg, tc.lineage).start() if cfg.gate.enabled else None
+        publisher = WeightPublisher(store_url, weights_model, producer, codec.serializer(WeightVersion),
                                     topics.weights.name, cfg.rl.max_staleness, tc.keep_versions, tc.gc_grace_s,
                                     served.versions if served is not None else set)
-        metrics = MetricsSink(producer, codec.serializer(TrainerMetric), topics.metrics.name, cfg.model.name,
+        metrics = MetricsSink(producer, codec.serializer(TrainerMetric), topics.metrics.name, weights_model,
                               cfg.state_dir / "tensorboard")
     ident = tc.id or str(rank)  # a restarted rank overwrites its own status file
-    status = StatusFile(cfg.state_dir, "trainer", ident, tc.status_interval_s)
-    status.update(rank=rank, world=world, loss_name=loss.name, off_policy=loss.off_policy, step=0, version=0)
+    # another lineage's trainer is not the run's trainer (its step, its books): a role of its own
+    status = StatusFile(cfg.state_dir, "trainer" if not tc.lineage else "lineage-trainer", ident, tc.status_interval_s)
+    status.update(lineage=tc.lineage, rank=rank, world=world, loss_name=loss.name, off_policy=loss.off_policy,
+                  step=0, version=0)
     ckpt_dir = Path(tc.checkpoint_dir) if tc.checkpoint_dir else cfg.state_dir / "checkpoints"
+    first = WeightFollower(cfg, prefetch=False).start() if tc.lineage else None
     return Components(
         cfg=cfg, rank=rank, world=world, loss=loss, tokenizer=tokenizer, prompt=prompt,
         engine=engine, ref_model=ref_model,
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, max_len=max_len, limits=limits,
         producer=producer, consumer=consumer, codec=codec, deserializer=codec.deserializer(ExperienceGroup),
         lane_topics=lane_topics, rejector=rejector, publisher=publisher, metrics=metrics, status=status,
-        checkpoint_dir=ckpt_dir,
+        checkpoint_dir=ckpt_dir, first_lineage=first,
     )

@@ -160,7 +160,8 @@ class Trainer:
             idx = self.verdicts[key] = v.train
         check_expert = self.tc.staleness_for_expert
         if idx and r.group is not None and self.opts.enforce_staleness and (r.lane != "expert" or check_expert):
-            fresh, rejects = by_version(r.group, idx, self.version, self.cfg.rl.max_staleness)
+            fresh, rejects = by_version(r.group, idx, self.c.staleness_reference(self.version),
+                                        self.cfg.rl.max_staleness)
             if rejects:  # rejected once, and never trained
                 self._reject(r, rejects)
                 idx = self.verdicts[key] = fresh
@@ -230,13 +231,14 @@ class Trainer:
         self.step += 1
         self.last_step_at = time.monotonic()
         rl = [row for row in rows if not row.expert]
-        stal = [staleness(self.version, row.sample.model_version) for row in rl]
+        ref = self.c.staleness_reference(self.version)
+        stal = [staleness(ref, row.sample.model_version) for row in rl]
         rewards = [row.sample.reward for row in rl if row.sample.reward is not None]
         tokens = int(batch.attention_mask.sum())
         self.pending_lineage.append({
             "step": self.step, "rank": self.rank, "version": self.version,
             "experience_ids": [row.sample.experience_id for row in rows],
-            "staleness": [staleness(self.version, row.sample.model_version) for row in rows],  # per id (analytics)
+            "staleness": [staleness(ref, row.sample.model_version) for row in rows],  # per id (analytics)
             "groups": [g.group_id for _, g, _ in groups],
             "offsets": [[r.topic, r.partition, r.offset] for r, _ in take],
             "staleness_max": max(stal, default=0), "time_ms": int(time.time() * 1000),

@@ -1,4 +1,5 @@
-"""Routing what the trainer will not train to the rejected topic (stage `trainer`).
+"""Routing what the trainer will not train to the rejected topic (stage `trainer`; `trainer@<lineage>` for another
+trainer on the same stream, whose books are its own: rftbus/models/lineage.py).
 
 The rejection id is derived from where the record was read and why, so a rejection produced again
 after a crash (before its offset reached a checkpoint) is recognisably the same rejection.
@@ -14,13 +15,13 @@ from rftbus.schemas import REJECTION_MAX_BYTES, bound_key, fitted_rejection, top
 ORIGINAL_MAX_BYTES = 512 * 1024  # a rejection must fit the rejected topic; bigger originals are referenced
 
 
-def rejection_id(topic: str, partition: int, offset: int, reason: str) -> str:
-    return hashlib.sha1(f"trainer\x00{topic}\x00{partition}\x00{offset}\x00{reason}".encode()).hexdigest()[:32]
+def rejection_id(topic: str, partition: int, offset: int, reason: str, stage: str = "trainer") -> str:
+    return hashlib.sha1(f"{stage}\x00{topic}\x00{partition}\x00{offset}\x00{reason}".encode()).hexdigest()[:32]
 
 
 class Rejector:
-    def __init__(self, producer, serializer, topic: str):
-        self.producer = producer
+    def __init__(self, producer, serializer, topic: str, stage: str = "trainer"):
+        self.producer, self.stage = producer, stage
         self.serialize = serializer
         self.topic = topic
         self.count: dict[str, int] = {}
@@ -32,10 +33,10 @@ class Rejector:
         # Bounded by construction (schemas/bounds.py): a multi-MB id or key in the record must not make its
         # rejection too large to write, which crash-looped the trainer (#36).
         rec = fitted_rejection(max_bytes=REJECTION_MAX_BYTES, original=original,
-                               rejection_id=rejection_id(r.topic, r.partition, r.offset, reason),
+                               rejection_id=rejection_id(r.topic, r.partition, r.offset, reason, self.stage),
                                experience_id=experience_ids[0] if len(experience_ids) == 1 else None,
                                group_id=r.group.group_id if r.group is not None else None,
-                               experience_ids=list(experience_ids), reason=reason, detail=detail, stage="trainer",
+                               experience_ids=list(experience_ids), reason=reason, detail=detail, stage=self.stage,
                                source_topic=r.topic, partition=r.partition, offset=r.offset)
         self.producer.produce(self.topic, key=bound_key(r.key), value=self.serialize(rec, topic_context(self.topic)))
         self.producer.poll(0)

@@ -207,6 +207,34 @@ class Config(_Strict):
             self.model.cache_dir = self.state_dir / "models"
         return self
 
+    @model_validator(mode="after")
+    def _more_trainers(self) -> Config:
+        seen = {""}
+        for i, _ in enumerate(self.run.trainers):
+            t = self.lineage_trainer(i)
+            if t.lineage in seen:
+                raise ValueError(f"run.trainers[{i}]: lineage {t.lineage!r} is "
+                                 + ("missing (each further trainer names its own)" if not t.lineage else "taken"))
+            seen.add(t.lineage)
+        if self.run.trainers and not self.gate.enabled:
+            raise ValueError("run.trainers: more than one trainer needs the promotion gate (gate.enabled) to choose "
+                             "among their versions")
+        return self
+
+    def lineage_trainer(self, i: int) -> TrainerConfig:
+        """run.trainers[i] as a whole trainer: section: the first trainer's, with the entry's changes, its own
+        consumer group, status id and checkpoints (so the two never share offsets or state)."""
+        over = dict(self.run.trainers[i])
+        lineage = str(over.get("lineage") or "")
+        base = self.trainer.model_dump()
+        base.update(group_id=f"{self.trainer.group_id}-{lineage}", id=lineage or None,
+                    checkpoint_dir=str(Path(self.trainer.checkpoint_dir or self.state_dir / "checkpoints")
+                                       / f"lineage-{lineage}"))
+        try:
+            return TrainerConfig.model_validate({**base, **over})
+        except ValidationError as e:
+            raise ValueError(f"run.trainers[{i}]: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from None
+
     @property
     def replicas(self) -> int:
         """Copies of each partition on the embedded cluster (3 with three nodes), else as each topic declares."""

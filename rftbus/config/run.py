@@ -59,6 +59,10 @@ class RunConfig(BaseModel):
     eval_n: int = Field(64, ge=1, description="held-out eval tasks scored per evaluation")
     eval_device: str = Field("auto", description="where the run's held-out eval generates (in the run's process): "
                              "auto (a GPU when there is one, else the CPU), cpu, mps, cuda or cuda:N")
+    trainers: list[dict[str, Any]] = Field(
+        default_factory=list, description="more trainers on the same stream, each its own consumer group and weight "
+        "lineage, gated with the first by the promotion gate (gate.enabled): each entry names its `lineage` and "
+        "the trainer: fields it changes, e.g. [{lineage: lr-high, lr: 0.025}]")
     eval_engine: Literal["policy", "explorer"] = Field(
         "policy", description="policy: greedy transformers generate on eval_device; explorer: the explorers' engine "
         "kind (explorer.engine, e.g. vllm) built on eval_device, greedy (top_k 1)")

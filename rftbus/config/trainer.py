@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from rftbus.models.devices import DESCRIBED, check_spec
 
 from rftbus.models.config import LoraSpec
+from rftbus.models.lineage import check_lineage
 
 LossName = Literal["sft", "grpo", "ppo", "mix", "dpo"]
 
@@ -16,6 +17,10 @@ LossName = Literal["sft", "grpo", "ppo", "mix", "dpo"]
 class TrainerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     group_id: str = "rftbus-trainer"
+    lineage: str = Field("", description="whose weight versions these are: empty for the run's first trainer; "
+                         "another trainer on the same stream (run.trainers) publishes under <model>@<lineage>, "
+                         "so the promotion gate can choose among several trainers' versions (rftbus/models/"
+                         "lineage.py)")
     id: str | None = Field(None, description="status-file id; default the process rank")
 
     # What is learned.
@@ -106,6 +111,11 @@ class TrainerConfig(BaseModel):
     eval_max_new_tokens: int | None = Field(None, ge=1, description="new tokens a held-out eval answer may have "
                                             "(the run's eval, the trainer's, `rftbus eval`); None: the explorers' "
                                             "explorer.sampling.max_new_tokens")
+
+    @field_validator("lineage")
+    @classmethod
+    def _lineage(cls, v: str) -> str:
+        return check_lineage(v)
 
     @field_validator("device")
     @classmethod

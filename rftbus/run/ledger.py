@@ -201,6 +201,8 @@ def _keep(led: Ledger, cfg: Config, key: str, msg, rec) -> None:
         if not isinstance(rec, Rejection):
             led.undecodable_rejections += 1
             return
+        if rec.stage.startswith("trainer@"):
+            return  # another lineage's trainer (run.trainers): its own consumer group, not these books
         src = ((rec.source_topic, rec.partition or 0, rec.offset)
                if rec.source_topic is not None and rec.offset is not None else None)
         led.rejections.append(RejRecord(rec.rejection_id, rec.covers(), rec.reason, rec.stage, src))

@@ -76,9 +76,11 @@ class DecisionFollower:
 
 
 class ServedVersions:
-    """The versions the gate has serving or on canary now (the trainer's garbage collection keeps their files)."""
+    """The versions of `lineage` the gate has serving or on canary now (the trainer's garbage collection keeps their
+    files)."""
 
-    def __init__(self, cfg: Config, report: Callable[[str], None] = lambda m: None):
+    def __init__(self, cfg: Config, lineage: str = "", report: Callable[[str], None] = lambda m: None):
+        self.lineage = lineage
         self._now: set[int] = set()
         self._lock = threading.Lock()
         self.follower = DecisionFollower(cfg, self._on, report)
@@ -89,7 +91,8 @@ class ServedVersions:
 
     def _on(self, d: GateDecision) -> None:
         with self._lock:
-            self._now = {d.serving} | ({d.candidate} if d.candidate is not None else set())
+            self._now = ({d.serving} if d.serving_lineage == self.lineage else set()) \
+                | ({d.candidate} if d.candidate is not None and d.lineage == self.lineage else set())
 
     def versions(self) -> set[int]:
         with self._lock:
