@@ -23,6 +23,7 @@ from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_consumer, make_producer
 from rftbus.kafka.read import consume_ready
 from rftbus.kafka.retry import retry_kafka
+from rftbus.models.lineage import label, lineage_of
 from rftbus.schemas import DecodeError, ExperienceGroup, Feedback, GateDecision, Source, TrainerMetric, WeightVersion
 from rftbus.schemas import make_codec
 from rftbus.status import write_status
@@ -67,8 +68,9 @@ class Gate:
         kind = self.topics.get(topic)
         rec = self._decoded(value)
         if kind == "raw" and isinstance(rec, ExperienceGroup) and rec.source == Source.live:
+            lineage = rec.metadata.get("gate_lineage", "")  # serve names whose version answered
             for e in rec.samples:
-                self.state.served(e.experience_id, e.model_version, rec.created_at)
+                self.state.served(e.experience_id, e.model_version, rec.created_at, lineage)
                 self.counts["answers"] += 1
         elif kind == "feedback" and isinstance(rec, Feedback):
             try:
@@ -79,11 +81,14 @@ class Gate:
             for g in found:
                 self.counts["grades"] += 1
                 self.counts["evidence"] += int(self.state.graded(g.experience_id, g.reward))
-        elif kind == "weights" and isinstance(rec, WeightVersion) and rec.model == self.state.model:
-            self.state.published(rec.version)
-        elif kind == "metrics" and isinstance(rec, TrainerMetric) and rec.kind == "eval" \
-                and rec.model == self.state.model and "reward" in rec.values:
-            self.state.evaluated(rec.version, float(rec.values["reward"]))
+        elif kind == "weights" and isinstance(rec, WeightVersion):
+            whose = lineage_of(rec.model, self.state.model)
+            if whose is not None:
+                self.state.published(rec.version, whose)
+        elif kind == "metrics" and isinstance(rec, TrainerMetric) and rec.kind == "eval" and "reward" in rec.values:
+            whose = lineage_of(rec.model, self.state.model)
+            if whose is not None:
+                self.state.evaluated(rec.version, float(rec.values["reward"]), whose)
 
     # -- deciding ------------------------------------------------------------------------------------------
     def decide(self, producer) -> list[GateDecision]:
@@ -91,8 +96,9 @@ class Gate:
         for d in made:
             self._write(producer, d)
             self.counts["decisions"] += 1
-            self.report(f"gate: {d.decision} v{d.version} (serving v{d.serving}"
-                        + (f", v{d.candidate} on canary" if d.candidate is not None else "") + f"): {d.reason}")
+            self.report(f"gate: {d.decision} {label(d.lineage, d.version)} (serving {label(d.serving_lineage, d.serving)}"
+                        + (f", {label(d.lineage, d.candidate)} on canary" if d.candidate is not None else "")
+                        + f"): {d.reason}")
         return made
 
     def _write(self, producer, d: GateDecision) -> None:
@@ -117,7 +123,7 @@ class Gate:
     def run(self, until: Callable[[], bool] = lambda: False) -> None:
         adopted = self.read_decisions()
         self.report(f"gate: {adopted} earlier decision(s) read back; serving "
-                    f"{'v%d' % self.state.serving if self.state.serving is not None else 'not chosen yet'}")
+                    f"{self.state.serving if self.state.serving is not None else 'not chosen yet'}")
         consumer = make_consumer(self.cfg, f"{self.cfg.gate.id}-reader", **{"enable.auto.commit": False})
         producer = make_producer(self.cfg)
         try:
@@ -158,6 +164,9 @@ class Gate:
     def _write_status(self) -> None:
         s = self.state
         write_status(self.cfg.state_dir, "gate", self.cfg.gate.id, {
-            "serving": s.serving, "candidate": s.candidate, "canary_share": self.cfg.gate.canary_share,
-            "looks": s.looks, "newest": s.newest, "caught_up": not self.ends, **self.counts,
+            "serving": s.serving.version if s.serving else None, "serving_lineage": s.serving.lineage if s.serving
+            else None, "candidate": s.candidate.version if s.candidate else None,
+            "candidate_lineage": s.candidate.lineage if s.candidate else None,
+            "canary_share": self.cfg.gate.canary_share, "looks": s.looks, "newest": s.newest.get("", -1),
+            "newest_by_lineage": dict(s.newest), "caught_up": not self.ends, **self.counts,
             "arms": {str(v): {"n": a.n, "mean": round(a.mean, 4)} for v, a in s.arms.items()}})

@@ -199,7 +199,7 @@ class LiveService:
             texts.append(text)
         meta = {**metadata, "served_model": self.model_name if route is not None else adapter or self.model_name}
         if route is not None:  # the decision that let this version serve, and which arm the call was on
-            meta.update(gate_decision=route.decision, gate_arm=route.arm)
+            meta.update(gate_decision=route.decision, gate_arm=route.arm, gate_lineage=route.lineage)
         if session_id is not None:
             meta.update(session_id=session_id, session_turn=str(self.sessions.next_turn(session_id, client)))
         if sampling.temperature != self.cfg.explorer.sampling.temperature:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 
 import typer
@@ -12,12 +13,22 @@ from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.topics import create_topics
 
 
-def gate(ctx: typer.Context) -> None:
+def gate(ctx: typer.Context,
+         audit: bool = typer.Option(False, "--audit", help="instead: check the log (every served answer's version "
+                                    "has a promote or canary decision before it, no session switched version, each "
+                                    "rollback's time after its first canary answer); JSON out, exit 1 if not ok")) -> None:
     """Decide which weight version serves users: canary, promote, hold or roll back, on live grades and eval."""
     from rftbus.consumers.gate.service import Gate
 
     st = state(ctx)
     cfg = st.config()
+    if audit:
+        from rftbus.consumers.gate.audit import audit_log
+
+        check_reachable(cfg)
+        found = audit_log(cfg)
+        print(json.dumps(found, indent=2))
+        raise typer.Exit(0 if found["ok"] else 1)
     create_topics(cfg, check_reachable(cfg))  # started beside the broker (rftbus run): its topics may be new
     g = Gate(cfg, lambda m: st.err.print(m, markup=False, highlight=False))
     for sig in (signal.SIGTERM, signal.SIGINT):

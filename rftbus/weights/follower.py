@@ -39,8 +39,9 @@ MAX_SEEN = 10_000  # version records kept for `load` (a record is ~200 bytes)
 
 
 class WeightFollower:
-    def __init__(self, cfg: Config, report: Callable[[str], None] | None = None, prefetch: bool = True):
-        self.cfg, self.model = cfg, cfg.model.name
+    def __init__(self, cfg: Config, report: Callable[[str], None] | None = None, prefetch: bool = True,
+                 model: str | None = None):
+        self.cfg, self.model = cfg, model or cfg.model.name  # model: another lineage's key (serve behind the gate)
         self.topic = cfg.topics.weights.name
         self.report = report or log.warning
         self.prefetch = prefetch

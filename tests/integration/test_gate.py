@@ -36,14 +36,15 @@ def decisions(cfg) -> list[GateDecision]:
     return retry_kafka(read, "reading the decisions")
 
 
-def wait_for(cfg, kind: str, version: int, timeout: float = 90.0) -> list[GateDecision]:
+def wait_for(cfg, kind: str, version: int, timeout: float = 90.0, lineage: str = "") -> list[GateDecision]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = decisions(cfg)
-        if any(d.decision == kind and d.version == version for d in got):
+        if any(d.decision == kind and d.version == version and d.lineage == lineage for d in got):
             return got
         time.sleep(0.5)
-    raise AssertionError(f"no {kind} of v{version}: {[(d.decision, d.version) for d in decisions(cfg)]}")
+    raise AssertionError(f"no {kind} of {lineage}:v{version}: "
+                         f"{[(d.decision, d.lineage, d.version) for d in decisions(cfg)]}")
 
 
 def publish(cfg, *records) -> None:

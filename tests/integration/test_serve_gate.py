@@ -11,9 +11,11 @@ import time
 import httpx
 import torch
 
+from rftbus.consumers.gate.audit import audit_log
 from rftbus.consumers.gate.service import Gate
 from rftbus.kafka.clients import make_producer
 from rftbus.models.config import LoraSpec
+from rftbus.models.lineage import weights_key
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.models.lora import adapter_payload, wrap
 from rftbus.producers.serve.sessions import SESSION_HEADER
@@ -26,8 +28,9 @@ from tests.integration.test_serve import CODEC, FB, INF, recorded, serving
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
 
 
-def publish_adapter(cfg, version: int, scale: float) -> None:
-    """Adapter version `version` of the tiny model in the store and on the weights topic (scale 0: the seed's)."""
+def publish_adapter(cfg, version: int, scale: float, lineage: str = "") -> None:
+    """Adapter version `version` of the tiny model in the store and on the weights topic (scale 0: the seed's), of
+    `lineage` (another trainer's, rftbus/models/lineage.py)."""
     tok = load_tokenizer(cfg.model)
     model = wrap(load_policy(cfg.model, tok), LoraSpec(**LORA))
     with torch.no_grad():
@@ -35,8 +38,9 @@ def publish_adapter(cfg, version: int, scale: float) -> None:
             if "lora_B" in name:
                 p.fill_(scale)
     tensors, meta = adapter_payload(model)
-    saved = WeightStore(store_url(cfg)).save(cfg.model.name, version, tensors, meta)
-    rec = WeightVersion(model=cfg.model.name, version=version, step=version, uri=saved.uri, sha256=saved.sha256,
+    key = weights_key(cfg.model.name, lineage)
+    saved = WeightStore(store_url(cfg)).save(key, version, tensors, meta)
+    rec = WeightVersion(model=key, version=version, step=version, uri=saved.uri, sha256=saved.sha256,
                         bytes=saved.bytes)
     p = make_producer(cfg)
     p.produce(cfg.topics.weights.name, key=rec.model.encode(), value=CODEC.encode(rec))
@@ -102,6 +106,33 @@ def test_serve_follows_the_gate_canary_sessions_keep_their_version_and_a_rollbac
             assert {ask(c, f"after-{i}")[0] for i in range(12)} == {0}
             pinned = sorted(on)[0]
             assert ask(c, pinned)[0] == 1  # no version change mid-session
+            # a second trainer's version (run.trainers): its own lineage though its number, 1, is the rolled-back
+            # one's; the graders like it as well as v0: promoted, and every new session is served by it
+            publish_adapter(cfg, 1, 0.02, lineage="hot")
+            wait_for(cfg, "canary", 1, lineage="hot")
+            while server.service.gated.canary is None:  # type: ignore[union-attr]
+                assert time.monotonic() < deadline + 60, "serve never put hot:v1 on canary"
+                time.sleep(0.2)
+            hot = [ask(c, f"hot-{i}") for i in range(40)]
+            rec = recorded(cfg, [e for _, e in hot])
+            lineages = {rec[e].metadata["gate_lineage"] for _, e in hot}
+            assert lineages == {"", "hot"}, lineages
+            assert all(rec[e].metadata["gate_decision"] == f"{cfg.model.name}:hot:v1:canary"
+                       for _, e in hot if rec[e].metadata["gate_lineage"] == "hot")
+            for _, e in hot:
+                assert f.post("/v1/feedback", json={"experience_id": e, "reward": 1.0}).status_code in (200, 202)
+            got = wait_for(cfg, "promote", 1, lineage="hot")
+            pr = next(d for d in got if d.decision == "promote" and d.lineage == "hot")
+            assert (pr.serving, pr.serving_lineage) == (1, "hot")
+            while server.service.gated.serving.lineage != "hot":  # type: ignore[union-attr]
+                assert time.monotonic() < deadline + 120, "serve never served hot:v1"
+                time.sleep(0.2)
+            after = [ask(c, f"after-hot-{i}") for i in range(6)]
+            rec = recorded(cfg, [e for _, e in after])
+            assert {(v, rec[e].metadata["gate_lineage"]) for v, e in after} == {(1, "hot")}
+            found = audit_log(cfg)  # the log's own account: every answer licensed before it, no session switched
+            assert found["ok"] and found["unlicensed_answers"] == 0 and found["sessions_that_switched_version"] == 0
+            assert found["promotes_by_lineage"] == {"": 1, "hot": 1} and found["rollbacks"][0]["version"] == "v1"
         finally:
             gate.stop()
             thread.join(30)

@@ -8,7 +8,7 @@ import pytest
 
 from rftbus.config.gate import GateConfig
 from rftbus.consumers.gate.rule import Arm, decide
-from rftbus.consumers.gate.state import GateState
+from rftbus.consumers.gate.state import GateState, Ref
 
 RULE = GateConfig(min_answers=30, margin=0.05, alpha=0.05, max_looks=10)
 
@@ -85,12 +85,12 @@ def test_seed_then_canary_then_promote_then_the_next_canary():
     assert d.decision in ("promote", "hold") and d.evidence["look"] == 2, d.reason
     s.published(5)
     for k in range(3, 11):  # more evidence, a look each 30 answers an arm, until the looks decide
-        if s.candidate != 3:
+        if s.candidate != Ref("", 3):
             break
         feed(s, 0, [0.0, 1.0] * 15, 4100, f"s{k}")  # the candidate answers better: promoted at a look
         feed(s, 3, [1.0] * 30, 4100, f"c{k}")
         s.look(now=5000 + k)
-    assert s.serving == 3 and s.candidate is None
+    assert s.serving == Ref("", 3) and s.candidate is None
     [d] = s.look(now=9000)
     assert (d.decision, d.version, d.serving) == ("canary", 5, 3)
 
@@ -106,9 +106,9 @@ def test_answers_served_before_the_canary_and_other_versions_are_not_evidence():
     assert s.arms == {}
     s.graded("late", 1.0)  # a grade before its answer is read: kept, counted when the answer comes
     s.served("late", 1, 10_002)
-    assert s.arms[1].n == 1
+    assert s.arms[Ref("", 1)].n == 1
     s.graded("late", 0.0)  # a second grade of the same answer does not count again
-    assert s.arms[1].n == 1 and s.arms[1].mean == 1.0
+    assert s.arms[Ref("", 1)].n == 1 and s.arms[Ref("", 1)].mean == 1.0
 
 
 def test_a_restart_adopts_the_decisions_and_decides_nothing_twice():
@@ -127,7 +127,7 @@ def test_a_restart_adopts_the_decisions_and_decides_nothing_twice():
     b.published(2)
     feed(b, 0, [1.0] * 30, 1500, "s")
     feed(b, 2, [0.0] * 30, 1500, "c")
-    assert b.look(now=3000) == [] and (b.serving, b.candidate, b.rolled_back) == (0, None, {2})
+    assert b.look(now=3000) == [] and (b.serving, b.candidate, b.rolled_back) == (Ref("", 0), None, {Ref("", 2)})
     b.published(4)
     [d] = b.look(now=4000)
     assert (d.decision, d.version) == ("canary", 4)
@@ -146,3 +146,62 @@ def test_no_traffic_holds_once_and_a_long_hold_is_replaced_by_the_newest():
     s.published(4)
     [d] = s.look(now=1000 + 300_000)
     assert (d.decision, d.version, d.candidate) == ("canary", 4, 4) and "replaces v1" in d.reason
+
+
+def feed_lineage(s: GateState, ref: Ref, rewards: list[float], at: int, tag: str) -> None:
+    for i, r in enumerate(rewards):
+        s.served(f"{tag}-{i}", ref.version, at, ref.lineage)
+        s.graded(f"{tag}-{i}", r)
+
+
+def test_two_trainers_take_turns_the_bad_one_is_rolled_back_and_the_good_one_promoted():
+    """Two lineages (run.trainers): their versions are told apart by lineage though their numbers collide; the
+    lineage whose last canary is oldest goes next, so neither starves the other."""
+    s = GateState("m", RULE)
+    log: list = []
+
+    def look(now: int) -> list:
+        made = s.look(now=now)
+        log.extend(made)
+        return made
+
+    s.published(0)
+    s.published(0, "hot")  # the second trainer's seed is never a candidate
+    [d] = look(0)
+    assert (d.decision, d.version, d.lineage) == ("promote", 0, "")
+    s.published(3)
+    s.published(3, "hot")
+    [d] = look(1000)  # a tie (neither tried yet): the first lineage
+    assert (d.decision, d.lineage, d.version, d.candidate) == ("canary", "", 3, 3)
+    feed_lineage(s, Ref("", 0), [0.0, 1.0] * 15, 1500, "s")
+    feed_lineage(s, Ref("hot", 3), [0.0] * 30, 1500, "wrong-lineage")  # not the candidate: no evidence
+    feed_lineage(s, Ref("", 3), [1.0] * 30, 1500, "c")
+    [d] = look(2000)
+    assert (d.decision, d.version, d.serving, d.serving_lineage) == ("promote", 3, 3, "")
+    [d] = look(2001)  # the other lineage's turn
+    assert (d.decision, d.lineage, d.version, d.serving, d.serving_lineage) == ("canary", "hot", 3, 3, "")
+    assert d.decision_id == "m:hot:v3:canary" and "hot:v3 serves" in d.reason
+    s.published(5)
+    feed_lineage(s, Ref("", 3), [1.0, 0.0, 1.0] * 10, 2500, "s2")
+    feed_lineage(s, Ref("hot", 3), [0.0] * 30, 2500, "h")
+    [d] = look(3000)
+    assert (d.decision, d.lineage, d.version, d.serving, d.serving_lineage) == ("rollback", "hot", 3, 3, "")
+    assert Ref("hot", 3) in s.rolled_back and s.serving == Ref("", 3)
+    [d] = look(3001)  # the first lineage's next version
+    assert (d.decision, d.lineage, d.version) == ("canary", "", 5)
+    s.published(6, "hot")
+    feed_lineage(s, Ref("", 3), [0.0] * 30, 3500, "s3")
+    feed_lineage(s, Ref("", 5), [0.0] * 30, 3500, "c5")
+    [d] = look(4000)
+    assert (d.decision, d.version) == ("promote", 5)
+    [d] = look(4001)  # "hot" waited longest: its newest
+    assert (d.decision, d.lineage, d.version) == ("canary", "hot", 6)
+    feed_lineage(s, Ref("", 5), [0.0] * 30, 4500, "s4")
+    feed_lineage(s, Ref("hot", 6), [1.0] * 30, 4500, "h6")
+    [d] = look(5000)  # a better second trainer ends up serving: its lineage is on the record
+    assert (d.decision, d.lineage, d.serving, d.serving_lineage) == ("promote", "hot", 6, "hot")
+    b = GateState("m", RULE)  # restarted: the decisions read back leave the same state
+    for x in log:
+        b.adopt(x)
+    assert (b.serving, b.candidate, b.rolled_back, b.tried) == (s.serving, None, {Ref("hot", 3)}, {"": 5, "hot": 6})
+    assert len(log) == 9 and len({x.decision_id for x in log}) == 9
