@@ -168,6 +168,8 @@ CREATE TABLE IF NOT EXISTS rftbus.decisions (
   `test` String,
   `evidence` Map(String, Float64),
   `created_at` DateTime64(3, 'UTC'),
+  `lineage` LowCardinality(String),
+  `serving_lineage` LowCardinality(String),
   `ingested_at` DateTime64(3, 'UTC') DEFAULT now64(3)
 )
 ENGINE = ReplacingMergeTree
@@ -574,7 +576,9 @@ CREATE TABLE IF NOT EXISTS rftbus.kafka_decisions (
   `reason` String,
   `test` String,
   `evidence` Map(String, Float64),
-  `created_at` DateTime64(3, 'UTC')
+  `created_at` DateTime64(3, 'UTC'),
+  `lineage` String,
+  `serving_lineage` String
 ) ENGINE = Kafka
 SETTINGS
   kafka_broker_list = 'kafka:9092',
@@ -604,7 +608,9 @@ SELECT
   src.`reason` AS `reason`,
   src.`test` AS `test`,
   src.`evidence` AS `evidence`,
-  src.`created_at` AS `created_at`
+  src.`created_at` AS `created_at`,
+  src.`lineage` AS `lineage`,
+  src.`serving_lineage` AS `serving_lineage`
 FROM rftbus.kafka_decisions AS src
 WHERE length(src._error) = 0;
 

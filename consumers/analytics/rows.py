@@ -119,7 +119,8 @@ def _metric(m: TrainerMetric) -> Row:
 def _decision(d: GateDecision) -> Row:
     return {"decision_id": d.decision_id, "model": d.model, "decision": d.decision, "version": d.version,
             "serving": d.serving, "candidate": d.candidate, "canary_share": d.canary_share, "gate": d.gate,
-            "reason": d.reason, "test": d.test, "evidence": _fmap(d.evidence), "created_at": ts(d.created_at)}
+            "reason": d.reason, "test": d.test, "evidence": _fmap(d.evidence), "created_at": ts(d.created_at),
+            "lineage": d.lineage, "serving_lineage": d.serving_lineage}
 
 
 def _trained(m: TrainerMetric) -> list[Row]:

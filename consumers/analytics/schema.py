@@ -92,7 +92,7 @@ TABLES: dict[str, Table] = {t.name: t for t in [
         ("decision_id", "String"), ("model", "LowCardinality(String)"), ("decision", "LowCardinality(String)"),
         ("version", "Int64"), ("serving", "Int64"), ("candidate", "Nullable(Int64)"), ("canary_share", "Float64"),
         ("gate", "String"), ("reason", "String"), ("test", "String"), ("evidence", "Map(String, Float64)"),
-        _CREATED]),
+        _CREATED, ("lineage", "LowCardinality(String)"), ("serving_lineage", "LowCardinality(String)")]),
     # One row per experience of a trainer `trained` metric (a durable checkpoint's lineage): what was
     # trained, at which step/version, how stale. Derived from the metrics topic, so topic = "metrics".
     Table("trained", "experience_id", [

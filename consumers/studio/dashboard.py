@@ -97,6 +97,7 @@ def build(cfg: Config, r: Reader, lags: list[dict[str, Any]] | None, since_ms: i
         _by(tp, "stage", "b", "n", minutes), "throughput per stage", "minutes into the run",
         f"experiences per {b // 1000} s", markers=False), _totals(tp, "stage")))
 
+    d.panels.append(gate_panel(r.rows(S.DECISIONS, params), t0))
     d.panels.append(lag_panel(lags))
     d.built_ms = (time.perf_counter() - t_start) * 1000
     return d
@@ -115,6 +116,33 @@ def _totals(rows: list[dict[str, Any]], key: str) -> str:
     for r in rows:
         tot[str(r[key])] += int(r["n"])
     return ", ".join(f"{k} {v}" for k, v in sorted(tot.items(), key=lambda kv: -kv[1]))
+
+
+def gate_panel(rows: list[dict[str, Any]], t0: int) -> Panel:
+    """What the promotion gate decided: each canary, promote and rollback, and the numbers it decided on."""
+    from html import escape
+
+    from rftbus.models.lineage import label
+
+    if not rows:
+        return Panel("gate", "Promotion gate", '<p class="empty">no gate decisions (gate.enabled is off, or no '
+                     'version published yet)</p>')
+    out = []
+    for r in rows:
+        version = label(str(r["lineage"] or ""), int(r["version"]))
+        serving = label(str(r["serving_lineage"] or ""), int(r["serving"]))
+        test = (f"{float(r['mean_c']):.3f} (n={int(r['n_c'])}) vs {float(r['mean_s']):.3f} (n={int(r['n_s'])}), "
+                f"z={float(r['z']):.2f} / {float(r['z_crit']):.2f}") if r["tested"] else ""
+        out.append(f'<tr class="{escape(str(r["decision"]))}"><td class="num">{(int(r["ms"]) - t0) / 60_000:.1f}</td>'
+                   f"<td>{escape(str(r['decision']))}</td><td>{escape(version)}</td><td>{escape(serving)}</td>"
+                   f"<td>{escape(test)}</td><td>{escape(str(r['reason'])[:160])}</td></tr>")
+    counts: dict[str, int] = defaultdict(int)
+    for r in rows:
+        counts[str(r["decision"])] += 1
+    return Panel("gate", "Promotion gate",
+                 "<table><thead><tr><th>min</th><th>decision</th><th>version</th><th>serving after</th>"
+                 f"<th>live test</th><th>reason</th></tr></thead><tbody>{''.join(out)}</tbody></table>",
+                 ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + " (the latest 30, newest first)")
 
 
 def lag_panel(lags: list[dict[str, Any]] | None, waited_s: float | None = None) -> Panel:

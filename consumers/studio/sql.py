@@ -51,6 +51,15 @@ WHERE topic IN ('curated', 'curated_priority') AND source = 'live' AND reward IS
   AND {MS}(kafka_ts) >= {since:Int64}
 GROUP BY b ORDER BY b"""
 
+# The promotion gate's decisions (newest first; an inconclusive look is left out), with the test's numbers.
+DECISIONS = """
+SELECT decision, version, lineage, serving, serving_lineage, candidate, canary_share, reason,
+       evidence['n_serving'] AS n_s, evidence['n_candidate'] AS n_c, evidence['mean_serving'] AS mean_s,
+       evidence['mean_candidate'] AS mean_c, evidence['z'] AS z, evidence['z_crit'] AS z_crit,
+       mapContains(evidence, 'z') AS tested, {MS}(created_at) AS ms
+FROM {db}.decisions FINAL WHERE decision != 'hold' AND {MS}(kafka_ts) >= {since:Int64}
+ORDER BY created_at DESC LIMIT 30"""
+
 # Kafka timestamps of everything the dashboard draws: its time axis.
 SPAN = """
 SELECT min(ms) AS t0, max(ms) AS t1 FROM (

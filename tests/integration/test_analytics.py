@@ -414,3 +414,30 @@ def test_query_errors_are_clear(tmp_path):
     out = rftbus_cli(cfg, "analytics", "query", "SELECT (1")
     assert out.returncode == 1 and out.stderr.startswith("error:") and "Syntax error" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) <= 2, out.stderr
+
+
+def test_a_store_an_older_rftbus_made_gains_the_new_columns_and_keeps_its_rows(tmp_path):
+    """decisions gained `lineage` and `serving_lineage` (GateDecision v2): the table a v1 sink made is altered at
+    start, its rows kept with the defaults, and v2 rows insert."""
+    from rftbus.schemas import GateDecision
+
+    t = TABLES["decisions"]
+    old = [(n, ty) for n, ty in t.all_columns if n not in ("lineage", "serving_lineage")]
+    b = ChdbBackend(tmp_path / "db", "old", writable=True)
+    try:
+        b.execute("CREATE DATABASE IF NOT EXISTS old")
+        b.execute(t.ddl("old").replace(",\n  ".join(f"`{n}` {ty}" for n, ty in t.all_columns),
+                                       ",\n  ".join(f"`{n}` {ty}" for n, ty in old)))
+        b.execute("INSERT INTO old.decisions (topic, partition, offset, decision_id, model, decision, version, serving, "
+                  "gate, reason, created_at) VALUES ('rft.decisions', 0, 0, 'm:v1:canary', 'm', 'canary', 1, 0, 'g', "
+                  "'r', now64(3))")
+        b.ensure_schema()
+        d = GateDecision(decision_id="m:hot:v2:canary", model="m", decision="canary", version=2, serving=1, gate="g",
+                         reason="r", lineage="hot")
+        for table, row in to_rows(DECODE, Position("decisions", "rft.decisions", 0, 1, 1_700_000_000_000, b"m"),
+                                  CODEC.encode(d)):
+            b.insert(table, [row])
+        rows = b.query("SELECT decision_id, lineage, serving_lineage FROM old.decisions ORDER BY offset").rows
+        assert [list(r) for r in rows] == [["m:v1:canary", "", ""], ["m:hot:v2:canary", "hot", ""]]
+    finally:
+        b.close()

@@ -23,7 +23,9 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from rftbus.bench.processes import read_all
 from rftbus.bench.studio import chrome, load_ms
-from rftbus.schemas import make_codec
+from confluent_kafka import Producer
+
+from rftbus.schemas import GateDecision, make_codec
 from test_run import _env
 from test_serve import free_port
 
@@ -86,6 +88,14 @@ def test_studio_in_a_browser_during_a_real_run(broker, tmp_path):
             assert r.status_code == 200, r.text
             ids.append(r.headers["X-Rftbus-Experience-Id"].split(","))
         (one,), (two,), (pa, pb) = ids
+        # a promotion gate's rollback of another trainer's version, as `rftbus gate` writes it
+        gate = Producer({"bootstrap.servers": broker.bootstrap_servers})
+        gate.produce(f"e2e{tag}.rft.decisions", key=b"tiny", value=make_codec(None).serializer(GateDecision)(
+            GateDecision(decision_id="tiny:hot:v3:rollback", model="tiny", decision="rollback", version=3, serving=2,
+                         gate="gate", reason="worse than the serving version by more than the margin", lineage="hot",
+                         evidence={"n_serving": 30, "n_candidate": 30, "mean_serving": 0.6, "mean_candidate": 0.1,
+                                   "z": -5.1, "z_crit": 2.3}), None))
+        assert gate.flush(30) == 0
 
         d = chrome()
         d.get(studio + "/login")
@@ -150,10 +160,12 @@ def test_studio_in_a_browser_during_a_real_run(broker, tmp_path):
         panels = d.find_elements(By.CSS_SELECTOR, "#panels figure.panel")
         assert {p.get_attribute("id") for p in panels} >= {"panel-eval", "panel-live_reward", "panel-reward_version",
                                                           "panel-staleness", "panel-rejections", "panel-throughput",
-                                                          "panel-lag"}
+                                                          "panel-gate", "panel-lag"}
         assert d.find_elements(By.CSS_SELECTOR, "#panel-eval svg circle"), "no eval point drawn"
         assert d.find_elements(By.CSS_SELECTOR, "#panel-staleness svg rect[fill]"), "no trained staleness drawn"
         assert "e2e" + tag in d.find_element(By.ID, "panel-lag").text  # the run's consumer groups
+        said = d.find_element(By.ID, "panel-gate").text  # the gate's decision, with the numbers it decided on
+        assert "rollback" in said and "hot:v3" in said and "z=-5.10" in said and "n=30" in said, said
         d.get(studio + "/experience")
         d.find_element(By.ID, "lookup-id").send_keys(trained[0][0] + "\n")
         WebDriverWait(d, 20).until(lambda _: d.find_elements(By.CSS_SELECTOR, ".step.trained"))

@@ -121,8 +121,13 @@ class Backend(ABC):
 
     # -- shared ------------------------------------------------------------------------------------
     def ensure_schema(self) -> None:
+        """Create what is missing; a table an older rftbus made gains the columns added since (each added column
+        has a default, as every field added to a schema does), so an existing store keeps its rows."""
         for stmt in ddl_statements(self.database):
             self.execute(stmt)
+        for t in TABLES.values():
+            for n, ty in t.all_columns:
+                self.execute(f"ALTER TABLE {self.database}.{t.name} ADD COLUMN IF NOT EXISTS `{n}` {ty}")
 
     def insert(self, table: str, rows: list[dict[str, Any]]) -> None:
         if rows:
