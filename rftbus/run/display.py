@@ -9,6 +9,8 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from rftbus.models.lineage import label
+
 # Fields worth showing first when a status file has them; anything else numeric follows.
 PREFERRED = ["step", "version", "model_version", "reward", "live_reward_recent", "requests", "feedback_posted",
              "joined", "feedback_join_p50_s", "feedback_join_p99_s", "loss", "staleness", "max_staleness_trained",
@@ -76,8 +78,9 @@ def progress_line(*, started: float, statuses: list[dict], lags: dict[str, int],
         parts.append(f"explorers {groups} groups" + (f" ({waiting} waiting)" if waiting else ""))
     gate = next((s for s in statuses if s.get("role") == "gate"), None)
     if gate is not None and gate.get("serving") is not None:
-        parts.append(f"serving v{gate['serving']}" + (f", v{gate['candidate']} on canary" if gate.get("candidate")
-                                                      is not None else ""))
+        parts.append(f"serving {label(gate.get('serving_lineage') or '', gate['serving'])}"
+                     + (f", {label(gate.get('candidate_lineage') or '', gate['candidate'])} on canary"
+                        if gate.get("candidate") is not None else ""))
     if lags:
         parts.append("lag " + " ".join(f"{k}={v}" for k, v in lags.items()))
     down = {n: st for n, st in children.items() if st != "running"}

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.live import Live
 
 from rftbus.broker import embedded
-from rftbus.config import Config, write_config
+from rftbus.config import Config, load_config, write_config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import BrokerUnreachable, check_reachable
 from rftbus.kafka.committed import CommittedOffsets
@@ -104,6 +104,12 @@ class MainJob:
         child = self.cfg.model_copy(update={"kafka": self.cfg.kafka.model_copy(update={"wait_s": wait})})
         return write_config(child, self.run_dir / "config.yaml")
 
+    def lineage_configs(self, config_path: Path) -> list[Path]:
+        """The config of each further trainer (run.trainers): the children's, with its trainer: section."""
+        child = load_config(config_path)
+        return [write_config(child.model_copy(update={"trainer": child.lineage_trainer(i)}),
+                             config_path.with_name(f"config-trainer-{i}.yaml")) for i in range(len(child.run.trainers))]
+
     def child_specs(self, config_path: Path) -> list[ChildSpec]:
         c = self.cfg
         base = [sys.executable, "-m", "rftbus", "--config", str(config_path)]
@@ -113,6 +119,12 @@ class MainJob:
         threads = split_cores(c)
         specs = [ChildSpec("trainer", base + ["train"], {**env, "OMP_NUM_THREADS": str(threads.trainer)},
                            c.run.max_restarts, logs / "trainer.log")]
+        for i, path in enumerate(self.lineage_configs(config_path)):  # run.trainers: each its own lineage
+            t = c.lineage_trainer(i)
+            specs.append(ChildSpec(f"trainer-{t.lineage}", [sys.executable, "-m", "rftbus", "--config", str(path),
+                                                            "train"],
+                                   {**env, "OMP_NUM_THREADS": str(t.threads or threads.trainer)}, c.run.max_restarts,
+                                   logs / f"trainer-{t.lineage}.log"))
         for i in range(c.run.streams_workers):
             specs.append(ChildSpec(f"streams-{i}", base + ["streams", "--worker-id", f"s{i}"], env,
                                    c.run.max_restarts, logs / f"streams-{i}.log"))
@@ -146,7 +158,9 @@ class MainJob:
     def _lags(self, admin, last: dict[str, int]) -> dict[str, int]:
         """Consumer lags for the live view; while the broker is unreachable (a restart), the last ones."""
         wanted = {self.cfg.streams.app_id: "streams", self.cfg.trainer.group_id: "trainer",
-                  self.cfg.explorer.group_id: "explorers"}
+                  self.cfg.explorer.group_id: "explorers",
+                  **{self.cfg.lineage_trainer(i).group_id: f"trainer-{self.cfg.lineage_trainer(i).lineage}"
+                     for i in range(len(self.cfg.run.trainers))}}
         try:
             topics = {t.name for t in self.cfg.topics.all().values()}
             return {wanted[g.group_id]: g.lag

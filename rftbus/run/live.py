@@ -58,6 +58,8 @@ def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int]
 def gate_summary(cfg: Config) -> dict:
     """The gate's decisions of this run (topics.decisions): how many of each, what serves at the end, and each
     promote, rollback and canary in order with its reason."""
+    from rftbus.consumers.gate.audit import audit_log
+    from rftbus.models.lineage import label
     from rftbus.weights.decisions import decisions_so_far
 
     made = decisions_so_far(cfg, timeout_s=30, strict=False)
@@ -65,7 +67,9 @@ def gate_summary(cfg: Config) -> dict:
     for d in made:
         counts[d.decision] = counts.get(d.decision, 0) + 1
     last = made[-1] if made else None
-    return {"decisions": counts, "serving": last.serving if last else None,
-            "candidate": last.candidate if last else None,
+    return {"decisions": counts, "serving": label(last.serving_lineage, last.serving) if last else None,
+            "candidate": label(last.lineage, last.candidate) if last and last.candidate is not None else None,
             "timeline": [{"t": d.created_at / 1000, "decision": d.decision, "version": d.version,
-                          "serving": d.serving, "reason": d.reason[:200]} for d in made if d.decision != "hold"]}
+                          "lineage": d.lineage, "serving": d.serving, "serving_lineage": d.serving_lineage,
+                          "reason": d.reason[:200]} for d in made if d.decision != "hold"],
+            "audit": audit_log(cfg, timeout_s=30)}

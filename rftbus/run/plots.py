@@ -75,10 +75,14 @@ def plot_gate(curve: list[dict], evals: list[dict], timeline: list[dict], starte
     if evals:
         ax.plot([e["seconds"] / 60 for e in evals], [e["reward"] for e in evals], marker=".", linewidth=1,
                 alpha=0.8, label="held-out eval of the newest version")
+    lineages = sorted({d.get("lineage", "") for d in timeline})
     for kind, color in (("promote", "tab:green"), ("rollback", "tab:red")):
-        xs = [(d["t"] - started) / 60 for d in timeline if d["decision"] == kind]
-        for i, x in enumerate(xs):
-            ax.axvline(x, color=color, alpha=0.35, linewidth=1, label=f"{kind} ({len(xs)})" if i == 0 else None)
+        for lineage in lineages:  # another trainer's versions (run.trainers) dashed
+            xs = [(d["t"] - started) / 60 for d in timeline if d["decision"] == kind and d.get("lineage", "") == lineage]
+            whose = f" {lineage}" if lineage else (" (first trainer)" if len(lineages) > 1 else "")
+            for i, x in enumerate(xs):
+                ax.axvline(x, color=color, alpha=0.35, linewidth=1, linestyle="--" if lineage else "-",
+                           label=f"{kind}{whose} ({len(xs)})" if i == 0 else None)
     ax.set_xlabel("minute of the run")
     ax.set_ylabel("mean reward")
     ax.set_ylim(-0.02, 1.02)
