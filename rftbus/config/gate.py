@@ -29,6 +29,10 @@ class GateConfig(BaseModel):
                            "answers, k = 1..max_looks; past them the candidate holds until a newer one replaces it")
     eval_margin: float = Field(0.1, ge=0, description="a candidate whose held-out eval is this much below the serving "
                                "version's is rolled back whatever the live evidence (when both are scored)")
+    eval_candidates: bool = Field(True, description="rftbus run scores each version the gate puts on canary (any "
+                                  "trainer's) on the held-out split as soon as it is on canary, so the eval_margin "
+                                  "rule has the candidate's eval (the run's eval otherwise scores every "
+                                  "run.eval_every_versions-th version of the first trainer only)")
     hold_every_s: float = Field(30.0, gt=0, description="a candidate with no look yet this long after its canary began "
                                 "(little or no traffic) gets one hold on the record, with the evidence so far")
     replace_after_s: float = Field(300.0, gt=0, description="a candidate still held this long after its canary began is "

@@ -1,4 +1,5 @@
-"""Held-out eval during the main job: v0 at start, every k-th published version, the last one at the end.
+"""Held-out eval during the main job: v0 at start, every k-th published version, the last one at the end, and
+(gate.enabled with gate.eval_candidates) each version the promotion gate puts on canary, of any trainer's lineage.
 
 It runs in the main job's process, beside (not inside) the trainer, so eval never delays a training
 step; v0 too is scored in its thread while the loop starts (it used to stand in front of everything).
@@ -7,13 +8,16 @@ published on the metrics topic (kind="eval"), so analytics and the studio's dash
 version's weights are kept in `<state_dir>/run/best.safetensors` (+ `best.json`): the store keeps only
 the newest few versions, and a run's last eval is not always its best (`rftbus export OUT --best`).
 It generates on `run.eval_device` (a GPU when there is one), with transformers' greedy `generate` or, under
-`run.eval_engine: explorer`, on an engine of the explorers' kind (vLLM) built there.
+`run.eval_engine: explorer`, on an engine of the explorers' kind (vLLM) built there. A candidate is scored on a
+transformers model of its own (built at the first candidate), so the newest version's model is never disturbed; its
+point goes on the metrics topic under its lineage's weights key, where the gate's eval rule reads it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import queue
 import threading
 import time
 from pathlib import Path
@@ -24,7 +28,9 @@ from confluent_kafka import KafkaException
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_producer
+from rftbus.weights.decisions import DecisionFollower
 from rftbus.weights.follower import WeightFollower
+from rftbus.models.lineage import label, weights_key
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.models.devices import resolve
 from rftbus.models.lora import Adapter, load_version, stored, version_payload
@@ -80,6 +86,64 @@ class Evaluator:
         self._thread = threading.Thread(target=self._run, name="evaluator", daemon=True)
         self.producer = make_producer(cfg)
         self.encode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).serializer(TrainerMetric)
+        # the gate's candidates: (lineage, version, when asked) to score, each once
+        self.candidates: queue.Queue[tuple[str, int, float]] = queue.Queue()
+        self.candidate_points: list[dict] = []
+        self._candidate_model = None
+        self._lineages: dict[str, WeightFollower] = {"": WeightFollower(cfg, report=report, prefetch=False)}
+        self.decisions = DecisionFollower(cfg, self._on_decision, report) \
+            if cfg.gate.enabled and cfg.gate.eval_candidates else None
+
+    def _on_decision(self, d) -> None:
+        if d.decision == "canary" and d.candidate is not None:
+            self.candidates.put((d.lineage, d.candidate, time.monotonic()))
+
+    def _score_candidate(self, lineage: str, version: int, asked: float) -> bool:
+        """One candidate's eval point; False while its weights record is not read yet (retried for a minute)."""
+        follower = self._lineages.get(lineage)
+        if follower is None:
+            follower = self._lineages[lineage] = WeightFollower(self.cfg, report=self.report, prefetch=False,
+                                                                model=weights_key(self.cfg.model.name, lineage)).start()
+        try:
+            payload = follower.load(version)
+        except RftbusError as e:
+            if time.monotonic() - asked > 60:
+                self.report(f"eval of candidate {label(lineage, version)} given up: {e}")
+                return True
+            return False
+        with self._lock, phase("eval"), torch.no_grad():
+            if self._candidate_model is None:
+                self._candidate_model = load_policy(self.cfg.model, self.tokenizer).to(self.device)
+            self._candidate_model = load_version(self._candidate_model, payload)
+            res = evaluate(self._candidate_model, self.prompt, self.taskset, self.cfg.run.eval_n,
+                           max_new_tokens=self.cfg.trainer.eval_max_new_tokens
+                           or self.cfg.explorer.sampling.max_new_tokens, scorer=self.scorer)
+        point = {"version": version, "lineage": lineage, "seconds": round(time.time() - self.started, 2),
+                 "reward": res["mean_reward"], "candidate": 1}
+        self.candidate_points.append(point)
+        self._publish(point, weights_key(self.cfg.model.name, lineage))
+        self.report(f"eval of candidate {label(lineage, version)}: {point['reward']:.3f}")
+        return True
+
+    def _candidates(self) -> None:
+        """Score the candidates waiting (a version already scored is not scored again)."""
+        done = {(p["lineage"], p["version"]) for p in self.candidate_points} \
+            | {("", p["version"]) for p in self.points}
+        later = []
+        while not self._stop.is_set():
+            try:
+                lineage, version, asked = self.candidates.get_nowait()
+            except queue.Empty:
+                break
+            if (lineage, version) in done:
+                continue
+            try:
+                if not self._score_candidate(lineage, version, asked):
+                    later.append((lineage, version, asked))
+            except Exception as e:  # noqa: BLE001 - user rewards run here; one bad point must not end the eval
+                self.report(f"eval of candidate {label(lineage, version)} failed: {type(e).__name__}: {str(e)[:300]}")
+        for item in later:
+            self.candidates.put(item)
 
     def _score(self, version: int) -> dict:
         with self._lock, phase("eval"):
@@ -100,10 +164,10 @@ class Evaluator:
         self._publish(point)
         return point
 
-    def _publish(self, point: dict) -> None:
+    def _publish(self, point: dict, model: str | None = None) -> None:
         """The point on the metrics topic (best effort: eval.jsonl and the summary keep it either way)."""
         values = {k: float(v) for k, v in point.items() if isinstance(v, (int, float)) and k != "version"}
-        rec = TrainerMetric(model=self.cfg.model.name, kind="eval", step=self.step, version=point["version"],
+        rec = TrainerMetric(model=model or self.cfg.model.name, kind="eval", step=self.step, version=point["version"],
                             values=values)
         topic = self.cfg.topics.metrics.name
         try:
@@ -159,6 +223,9 @@ class Evaluator:
         if self.device.type == "cpu":
             torch.set_num_threads(1)  # the cores are shared with the explorers and the trainer
         self.follower.start()
+        if self.decisions is not None:
+            self._lineages[""].start()
+            self.decisions.start()
         self._thread.start()
         return self
 
@@ -173,6 +240,7 @@ class Evaluator:
             scored = self.points[-1]["version"] if self.points else -1
             if self._swap(self.version) and due(scored, self.version, self.cfg.run.eval_every_versions):
                 self._try_score(self.version)
+            self._candidates()
 
     def _try_score(self, version: int) -> None:
         """One eval point; a failure (a reward that raises on some answer) is reported and the next version is
@@ -192,6 +260,10 @@ class Evaluator:
                 break
             time.sleep(0.2)
         self.follower.stop()
+        if self.decisions is not None:
+            self.decisions.stop()
+            for w in self._lineages.values():
+                w.stop()
         if not self.points or self.points[-1]["version"] != self.version:
             self._try_score(self.version)
         self.producer.flush(5)

@@ -62,6 +62,7 @@ class MainJob:
         self.committed = CommittedOffsets(cfg)  # the live view's lags (kept: read every 2 s)
         self.lags: dict[str, int] = {}  # the last ones read (the live view and /metrics)
         self.eval_points: list[dict] = []  # the evaluator's, once it is loaded (/metrics)
+        self.candidate_evals: list[dict] = []  # the gate's candidates scored by the evaluator (gate.eval_candidates)
         self._stop_requested = False
         self.exit_codes: dict[str, int | None] = {}
         self.broker: BrokerWatch | None = None  # the embedded broker this job started
@@ -235,6 +236,7 @@ class MainJob:
             if not self._stop_requested:
                 admin, evaluator = bus.result(), loading.result()
                 self.eval_points = evaluator.points
+                self.candidate_evals = evaluator.candidate_points
                 stop_tracking = start_tracking(self.cfg, lambda m: self.events.append(m))
                 # beside training, not in front of it (#19): v0 is scored in the evaluator's thread
                 self.console.print("evaluating the initial weights (v0) on the held-out split beside training ...")
@@ -355,7 +357,8 @@ class MainJob:
         self.pace.see(time.time(), read_statuses(self.cfg.state_dir), last=True)
         pace = pace_summary(self.pace, evals, rec, self.started, self.broker_ready, time.time())
         plots += plot_steps(pace["steps_timeline"], self.run_dir, title=f"{self.cfg.taskset.name}: trainer steps")
-        live, live_plots = live_summary(self.cfg, self.started, rec.rejected_by_reason, self.run_dir, evals)
+        live, live_plots = live_summary(self.cfg, self.started, rec.rejected_by_reason, self.run_dir, evals,
+                                        self.candidate_evals)
         plots += live_plots
         best = read_best(self.run_dir)
         prof = collect_profile(self.cfg.state_dir, self.started,

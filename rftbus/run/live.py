@@ -24,7 +24,7 @@ def _join_latency(streams: list[dict]) -> dict:
 
 
 def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int], out_dir: Path,
-                 evals: list[dict] | None = None) -> tuple[dict, list[Path]]:
+                 evals: list[dict] | None = None, candidate_evals: list[dict] | None = None) -> tuple[dict, list[Path]]:
     if not cfg.run.serve:
         return {}, []
     statuses = read_statuses(cfg.state_dir)
@@ -49,9 +49,9 @@ def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int]
         out["simulated"] = {k: sum(int(s.get(k) or 0) for s in sims) for k in keys}
     plots = plot_live(out["live_reward_by_minute"], out_dir, f"{cfg.taskset.name}: live reward of served answers")
     if cfg.gate.enabled:
-        out["gate"] = gate_summary(cfg)
+        out["gate"] = {**gate_summary(cfg), "candidate_evals": candidate_evals or []}
         plots += plot_gate(out["live_reward_by_minute"], evals or [], out["gate"]["timeline"], started, out_dir,
-                           f"{cfg.taskset.name}: served behind the promotion gate")
+                           f"{cfg.taskset.name}: served behind the promotion gate", candidate_evals or [])
     return out, plots
 
 

@@ -62,7 +62,7 @@ def plot_live(curve: list[dict], out_dir: Path, title: str) -> list[Path]:
 
 
 def plot_gate(curve: list[dict], evals: list[dict], timeline: list[dict], started: float, out_dir: Path,
-              title: str) -> list[Path]:
+              title: str, candidate_evals: list[dict] | None = None) -> list[Path]:
     """gate.png: what users were served (live reward per minute) beside the held-out eval of the newest version,
     with each promote (green) and rollback (red) of the promotion gate where it happened."""
     curve = [b for b in curve if b.get("whole", True)] or curve
@@ -75,6 +75,12 @@ def plot_gate(curve: list[dict], evals: list[dict], timeline: list[dict], starte
     if evals:
         ax.plot([e["seconds"] / 60 for e in evals], [e["reward"] for e in evals], marker=".", linewidth=1,
                 alpha=0.8, label="held-out eval of the newest version")
+    by: dict[str, list[dict]] = {}
+    for p in candidate_evals or []:
+        by.setdefault(p.get("lineage", ""), []).append(p)
+    for lineage, points in sorted(by.items()):  # each candidate's eval when it went on canary
+        ax.scatter([p["seconds"] / 60 for p in points], [p["reward"] for p in points], marker="x", s=30,
+                   label=f"eval of a candidate{' of ' + lineage if lineage else ''} ({len(points)})")
     lineages = sorted({d.get("lineage", "") for d in timeline})
     for kind, color in (("promote", "tab:green"), ("rollback", "tab:red")):
         for lineage in lineages:  # another trainer's versions (run.trainers) dashed

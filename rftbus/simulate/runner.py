@@ -3,7 +3,9 @@ late to `/v1/feedback`; the live reward of what was served goes to answers.jsonl
 
 An agent asks a train task of the configured taskset (n=1 mostly, n=2 for `n2_share`), scores each
 choice with the taskset's scorer (what the live reward is), hands the answers to the graders (graders.py),
-and with `multi_turn_share` follows a wrong answer with a second turn carrying the tool's verdict.
+and with `multi_turn_share` follows a wrong answer with a second turn carrying the tool's verdict. Each task an
+agent asks is one session (`X-Rftbus-Session-Id`, its turns included), as a user's conversation is: behind the
+promotion gate a session keeps the version it started with.
 Feedback posts are retried with the same feedback_id while the proxy answers 503 or is down (a restart).
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 import httpx
 
 from rftbus.config import Config
+from rftbus.producers.serve.sessions import SESSION_HEADER
 from rftbus.simulate.graders import Answer, Post, plan
 from rftbus.simulate.live_reward import answers_path
 from rftbus.status import StatusFile
@@ -44,7 +47,7 @@ def _token(tokens) -> str:
 
 class Simulator:
     def __init__(self, cfg: Config, ident: str = "sim"):
-        self.cfg, self.sc = cfg, cfg.simulate
+        self.cfg, self.sc, self.ident = cfg, cfg.simulate, ident
         self.rng = random.Random(self.sc.seed)
         ts = get_taskset(cfg.taskset.name, **cfg.taskset.params)
         self.taskset = ts
@@ -77,20 +80,23 @@ class Simulator:
 
     async def agent(self, client: Any, k: int) -> None:
         rng = random.Random(f"{self.sc.seed}:agent:{k}")
+        episode = 0
         while not self.stop.is_set():
             await self._pace()
             task = rng.choice(self.tasks)
+            episode += 1
+            session = f"{self.ident}-{k}-{episode}-{rng.getrandbits(32):08x}"
             n = 2 if rng.random() < self.sc.n2_share else 1
             messages = [{"role": "user", "content": task.prompt}]
             try:
-                answers = await self.ask(client, task, messages, n, rng, prompt=task.prompt)
+                answers = await self.ask(client, task, messages, n, rng, prompt=task.prompt, session=session)
                 if (self.sc.multi_turn_share and answers and not answers[0].exact
                         and rng.random() < self.sc.multi_turn_share):
                     self.counts["multi_turn"] += 1
                     # (short: the toy model's context is 64 tokens)
                     messages += [{"role": "assistant", "content": answers[0].text},
                                  {"role": "tool", "content": "wrong"}]
-                    await self.ask(client, task, messages, 1, rng, prompt=None)
+                    await self.ask(client, task, messages, 1, rng, prompt=None, session=session)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # one failed request is reported; the agent goes on
@@ -99,12 +105,12 @@ class Simulator:
                 await asyncio.sleep(min(2.0, 0.1 * (1 + self.counts["request_errors"] % 10)))
 
     async def ask(self, client: Any, task: Task, messages: list[dict], n: int, rng: random.Random,
-                  prompt: str | None) -> list[Answer]:
+                  prompt: str | None, session: str | None = None) -> list[Answer]:
         t = time.monotonic()
         resp = await client.chat.completions.create(
             model=self.cfg.serve.served_model or self.cfg.model.name, messages=messages, n=n,
             max_tokens=self.sc.max_tokens, temperature=self.sc.temperature, metadata={"task_class": self.taskset.name},
-            extra_body={"task_id": task.task_id})
+            extra_body={"task_id": task.task_id}, extra_headers={SESSION_HEADER: session} if session else None)
         self.latency_ms.append((time.monotonic() - t) * 1000)
         version = int((resp.model_extra or {}).get("rftbus", {}).get("model_version", -1))
         answers = []
