@@ -137,9 +137,11 @@ class Evaluator:
                 break
             if (lineage, version) in done:
                 continue
+            done.add((lineage, version))  # a decision read twice (a restarted gate wrote it again): scored once
             try:
                 if not self._score_candidate(lineage, version, asked):
                     later.append((lineage, version, asked))
+                    done.discard((lineage, version))
             except Exception as e:  # noqa: BLE001 - user rewards run here; one bad point must not end the eval
                 self.report(f"eval of candidate {label(lineage, version)} failed: {type(e).__name__}: {str(e)[:300]}")
         for item in later:
