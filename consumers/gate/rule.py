@@ -64,8 +64,11 @@ def decide(serving: Arm, candidate: Arm, rule: GateConfig, look: int, eval_servi
         return Verdict("rollback", f"held-out eval {eval_candidate:.3f} is more than {rule.eval_margin:g} below the "
                        f"serving version's {eval_serving:.3f}", ev)
     if look < 1:
-        return Verdict("hold", f"{candidate.n} graded answers of the candidate and {serving.n} of the serving version "
-                       f"since the canary began; the first look needs {rule.min_answers} each", ev)
+        said = f"{candidate.n} graded answers of the candidate and {serving.n} of the serving version since the canary began"
+        if min(candidate.n, serving.n) >= rule.min_answers:  # between looks, or past the last one
+            return Verdict("hold", f"{said}: no look due (one at each multiple of {rule.min_answers} an arm, "
+                           f"{rule.max_looks} at most)", ev)
+        return Verdict("hold", f"{said}; the first look needs {rule.min_answers} each", ev)
     se = math.sqrt(candidate.var / candidate.n + serving.var / serving.n)
     diff = candidate.mean - serving.mean
     ev.update(diff=diff, se=se)

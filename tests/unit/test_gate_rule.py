@@ -205,3 +205,8 @@ def test_two_trainers_take_turns_the_bad_one_is_rolled_back_and_the_good_one_pro
         b.adopt(x)
     assert (b.serving, b.candidate, b.rolled_back, b.tried) == (s.serving, None, {Ref("hot", 3)}, {"": 5, "hot": 6})
     assert len(log) == 9 and len({x.decision_id for x in log}) == 9
+
+
+def test_a_hold_between_looks_says_so():
+    v = decide(arm([1.0] * 40), arm([1.0, 0.0] * 25), RULE, look=0)
+    assert v.decision == "hold" and "no look due (one at each multiple of 30 an arm, 10 at most)" in v.reason
