@@ -31,6 +31,7 @@ RFTBUS_SERVICES = {
     "streams": ["streams", "--metrics-port", "9464"],
     "trainer": ["train", "--metrics-port", "9464"],
     "serve": ["serve"],
+    "gate": ["gate"],
     "analytics-sink": ["analytics", "sink"],
 }
 # Long-running services that load checkpoints by the path the trainer publishes.
