@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from rftbus.weights.store import sha256_hex, state_bytes
 from rftbus.config import Config
 from rftbus.errors import RftbusError, SwapDeferred
 from rftbus.models.lora import Adapter, write_peft_folder
@@ -50,7 +51,8 @@ class OpenAIEngine(RolloutEngine):
         self.served = self.model  # the name requests ask for: the base model, or the newest pushed adapter
         self.lora_dir = Path(e.lora_dir) if e.lora_dir else Path(cfg.state_dir) / "upstream-lora"
         self.keep = e.keep_adapters
-        self.loaded: list[str] = []
+        self.loaded: list[str] = []  # pushed and not unloaded, least recently served first
+        self.pushed: dict[str, str] = {}  # adapter name -> sha256 of what was pushed under it
         self._retry_at = 0.0
 
     def _token_id(self, token: str) -> int:
@@ -103,6 +105,15 @@ class OpenAIEngine(RolloutEngine):
         if time.monotonic() < self._retry_at:
             raise SwapDeferred(f"{self.client.base_url} did not answer the last push; trying again shortly")
         name = f"{self.model}-v{version}"
+        digest = sha256_hex(state_bytes(state_dict.state))
+        if self.pushed.setdefault(name, digest) != digest:  # another trainer's v<version> (run.trainers, behind the
+            name = f"{name}-{digest[:8]}"                     # gate): its own name, never the other's adapter
+            self.pushed[name] = digest
+        if name in self.loaded:  # still loaded there (serve behind the gate switches between two): no new push
+            self.loaded.remove(name)
+            self.loaded.append(name)
+            self.served, self.version = name, version
+            return
         folder = self.lora_dir / name
         write_peft_folder(state_dict, folder)
         resp = self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(folder.resolve())})

@@ -88,6 +88,16 @@ def test_each_published_lora_version_is_pushed_to_the_upstream_and_served(broker
         names = [m["id"] for m in httpx.get(up.url + "/v1/models", headers={"Authorization": f"Bearer {KEY}"}).json()["data"]]
         assert names == ["tiny", "tiny-v2", "tiny-v3"], names
         assert sorted(p.name for p in (tmp_path / "lora").iterdir()) == ["tiny-v2", "tiny-v3"]
+        # behind the gate with two trainers (run.trainers), another lineage's v3 is pushed under a name of its own,
+        # and the first one's v3, still loaded, is served again without a push
+        from rftbus.models.lora import Adapter, base_fingerprint
+
+        eng = front.service.engine
+        spec, base = LoraSpec(r=4, alpha=8), base_fingerprint(model)
+        eng.load_weights(Adapter(spec, base, {k: t + 0.01 for k, t in published[3].items()}), 3)
+        assert eng.served.startswith("tiny-v3-") and eng.loaded[-1] == eng.served
+        eng.load_weights(Adapter(spec, base, published[3]), 3)
+        assert eng.served == "tiny-v3" and eng.loaded == [eng.loaded[0], "tiny-v3"]
         # the base model by name is the base model (a zero adapter), and an unknown name is a 404
         base = httpx.post(up.url + "/v1/completions", headers={"Authorization": f"Bearer {KEY}"},
                           json={"model": "tiny", "prompt": "1+1=", "max_tokens": 2})
