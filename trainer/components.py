@@ -51,11 +51,12 @@ class Components:
     first_lineage: WeightFollower | None = None  # another lineage's trainer: the versions the rollouts are made with
     _scorer: Any = None  # scorer(), built on first use
 
-    def staleness_reference(self, own: int) -> int:
+    def staleness_reference(self, own: int, versions: list[int] | tuple[int, ...] = ()) -> int:
         """The newest version experiences are judged stale against: the trainer's own, or, for another lineage's
         trainer (run.trainers), the first lineage's newest published, whose numbers the explorers' rollouts carry
-        (its own may run ahead of or behind them: rftbus/models/lineage.py)."""
-        return self.first_lineage.version if self.first_lineage is not None else own
+        (its own may run ahead of or behind them: rftbus/models/lineage.py), or a newer one a group of `versions`
+        names (its record may not have reached this trainer's follower yet; the streams checked it exists)."""
+        return max([self.first_lineage.version, *versions]) if self.first_lineage is not None else own
 
     def assigned_partitions(self) -> list[tuple[str, int]]:
         """This rank's share of every lane: partition p of each topic goes to rank p % world."""
@@ -160,6 +161,8 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
                   step=0, version=0)
     ckpt_dir = Path(tc.checkpoint_dir) if tc.checkpoint_dir else cfg.state_dir / "checkpoints"
     first = WeightFollower(cfg, prefetch=False).start() if tc.lineage else None
+    if first is not None:
+        first.caught_up.wait(cfg.kafka.request_timeout_s * 3)  # the versions so far, before the first group is judged
     return Components(
         cfg=cfg, rank=rank, world=world, loss=loss, tokenizer=tokenizer, prompt=prompt,
         engine=engine, ref_model=ref_model,

@@ -160,8 +160,8 @@ class Trainer:
             idx = self.verdicts[key] = v.train
         check_expert = self.tc.staleness_for_expert
         if idx and r.group is not None and self.opts.enforce_staleness and (r.lane != "expert" or check_expert):
-            fresh, rejects = by_version(r.group, idx, self.c.staleness_reference(self.version),
-                                        self.cfg.rl.max_staleness)
+            ref = self.c.staleness_reference(self.version, [r.group.samples[i].model_version for i in idx])
+            fresh, rejects = by_version(r.group, idx, ref, self.cfg.rl.max_staleness)
             if rejects:  # rejected once, and never trained
                 self._reject(r, rejects)
                 idx = self.verdicts[key] = fresh

@@ -57,3 +57,15 @@ def test_each_trainer_keeps_only_its_own_served_versions_out_of_gc(tmp_path):
     for s in (first, hot):
         s._on(d)
     assert first.versions() == {5} and hot.versions() == {7}
+
+
+def test_a_further_trainer_judges_staleness_in_the_first_lineages_numbers():
+    from types import SimpleNamespace
+
+    from rftbus.trainer.components import Components
+
+    first = SimpleNamespace(first_lineage=None)
+    assert Components.staleness_reference(first, 7, [9]) == 7  # its own version: a newer group is unknown_version
+    other = SimpleNamespace(first_lineage=SimpleNamespace(version=12))
+    assert Components.staleness_reference(other, 3) == 12  # not its own 3: the rollouts carry the first one's
+    assert Components.staleness_reference(other, 3, [11, 13]) == 13  # a record its follower has not read yet
