@@ -3,7 +3,8 @@
 - every served answer's version (lineage and number) has a promote or canary decision that precedes it, and the
   decision its record names (`gate_decision`) is on the log and precedes it too;
 - no session saw two versions (a session keeps the version it started with);
-- each rollback: how long after its candidate's first canary answer it came.
+- each rollback: how long after its candidate's first canary answer it came, and until when new sessions still
+  started on the candidate (serve re-pointing to the serving version).
 Pure over records (tested without a broker); `audit_log` reads the two topics once to their ends.
 """
 
@@ -48,6 +49,7 @@ def audit(answers: list[Answer], decisions: list[GateDecision], examples: int = 
     unlicensed: list[str] = []
     unnamed = 0
     by_session: dict[str, set[tuple[str, int]]] = defaultdict(set)
+    session_start: dict[str, tuple[int, tuple[str, int]]] = {}  # session -> (its first answer, its version)
     first_canary_answer: dict[tuple[str, int], int] = {}
     for a in answers:
         key = (a.lineage, a.version)
@@ -59,6 +61,8 @@ def audit(answers: list[Answer], decisions: list[GateDecision], examples: int = 
             unnamed += 1
         if a.session is not None:
             by_session[a.session].add(key)
+            if a.session not in session_start or a.at_ms < session_start[a.session][0]:
+                session_start[a.session] = (a.at_ms, key)
         if a.arm == "canary":
             first_canary_answer[key] = min(first_canary_answer.get(key, a.at_ms), a.at_ms)
     switched = {s: v for s, v in by_session.items() if len(v) > 1}
@@ -67,10 +71,15 @@ def audit(answers: list[Answer], decisions: list[GateDecision], examples: int = 
         if d.decision == "rollback":
             key = (d.lineage, d.version)
             first = first_canary_answer.get(key)
+            late = [t for t, k in session_start.values() if k == key and t >= d.created_at]
             rollbacks.append({"version": label(*key), "lineage": d.lineage, "rolled_back_ms": d.created_at,
                               "first_canary_answer_ms": first,
                               "s_after_first_canary_answer": round((d.created_at - first) / 1000, 1)
-                              if first is not None else None, "reason": d.reason[:200]})
+                              if first is not None else None,
+                              # new sessions still started on it after the rollback (serve re-points in seconds)
+                              "new_sessions_after": len(late),
+                              "last_new_session_s_after": round((max(late) - d.created_at) / 1000, 1) if late else 0.0,
+                              "reason": d.reason[:200]})
     promotes: dict[str, int] = defaultdict(int)
     for d in decisions:
         if d.decision == "promote":

@@ -29,6 +29,9 @@ def test_a_clean_log_passes_and_the_rollback_is_timed_from_its_first_canary_answ
     assert got["sessions"] == 4 and got["promotes_by_lineage"] == {"": 2}
     [rb] = got["rollbacks"]
     assert rb["version"] == "hot:v3" and rb["first_canary_answer_ms"] == 600 and rb["s_after_first_canary_answer"] == 0.3
+    assert rb["new_sessions_after"] == 0 and rb["last_new_session_s_after"] == 0.0
+    late = audit(answers + [ans(2900, 3, "m:hot:v3:canary", "hot", "late", "canary")], DECISIONS)  # 2 s after it
+    assert late["rollbacks"][0]["new_sessions_after"] == 1 and late["rollbacks"][0]["last_new_session_s_after"] == 2.0
 
 
 def test_an_answer_before_its_license_a_foreign_lineage_and_a_switched_session_fail():
