@@ -22,12 +22,13 @@ LICENSING = ("promote", "canary")
 
 @dataclass(frozen=True)
 class Answer:
-    at_ms: int
+    at_ms: int  # when it was recorded (after its generation)
     lineage: str
     version: int
     session: str | None
     decision: str | None  # the decision id its record names
     arm: str | None
+    started_ms: int | None = None  # when its generation began (routed before that); None: at_ms
 
 
 def answers_of(group: ExperienceGroup) -> list[Answer]:
@@ -35,7 +36,8 @@ def answers_of(group: ExperienceGroup) -> list[Answer]:
         return []
     m = group.metadata
     return [Answer(group.created_at, m.get("gate_lineage", ""), s.model_version, m.get("session_id"),
-                   m.get("gate_decision"), m.get("gate_arm")) for s in group.samples]
+                   m.get("gate_decision"), m.get("gate_arm"), group.created_at - int(s.generation_ms))
+            for s in group.samples]
 
 
 def audit(answers: list[Answer], decisions: list[GateDecision], examples: int = 5) -> dict:
@@ -61,8 +63,9 @@ def audit(answers: list[Answer], decisions: list[GateDecision], examples: int = 
             unnamed += 1
         if a.session is not None:
             by_session[a.session].add(key)
-            if a.session not in session_start or a.at_ms < session_start[a.session][0]:
-                session_start[a.session] = (a.at_ms, key)
+            began = a.started_ms if a.started_ms is not None else a.at_ms
+            if a.session not in session_start or began < session_start[a.session][0]:
+                session_start[a.session] = (began, key)
         if a.arm == "canary":
             first_canary_answer[key] = min(first_canary_answer.get(key, a.at_ms), a.at_ms)
     switched = {s: v for s, v in by_session.items() if len(v) > 1}
@@ -76,7 +79,8 @@ def audit(answers: list[Answer], decisions: list[GateDecision], examples: int = 
                               "first_canary_answer_ms": first,
                               "s_after_first_canary_answer": round((d.created_at - first) / 1000, 1)
                               if first is not None else None,
-                              # new sessions still started on it after the rollback (serve re-points in seconds)
+                              # sessions whose first generation began after the rollback and still ran on it
+                              # (serve re-points within seconds; a call routed before it may wait in the batch queue)
                               "new_sessions_after": len(late),
                               "last_new_session_s_after": round((max(late) - d.created_at) / 1000, 1) if late else 0.0,
                               "reason": d.reason[:200]})
