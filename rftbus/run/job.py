@@ -107,6 +107,8 @@ class MainJob:
 
     def lineage_configs(self, config_path: Path) -> list[Path]:
         """The config of each further trainer (run.trainers): the children's, with its trainer: section."""
+        if not self.cfg.run.trainers:
+            return []
         child = load_config(config_path)
         return [write_config(child.model_copy(update={"trainer": child.lineage_trainer(i)}),
                              config_path.with_name(f"config-trainer-{i}.yaml")) for i in range(len(child.run.trainers))]

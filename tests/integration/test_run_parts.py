@@ -42,3 +42,20 @@ def test_the_summary_names_paths_under_the_working_directory_relatively(tmp_path
     assert shown(".rftbus/r/run/best.safetensors") == ".rftbus/r/run/best.safetensors"
     elsewhere = tmp_path.parent / "other" / "x.png"
     assert shown(elsewhere) == str(elsewhere)  # outside it: as it was
+
+
+def test_further_trainers_are_children_with_their_own_config(tmp_path):
+    """run.trainers: one more trainer child each, its config the children's with that trainer's section (lineage,
+    consumer group, checkpoints), its threads its own when set."""
+    from rftbus.config import load_config, write_config
+
+    cfg = make_config(tmp_path, 9, **{"gate.enabled": True, "run.trainers": [{"lineage": "hot", "lr": 0.5,
+                                                                               "threads": 1}]})
+    path = write_config(cfg, tmp_path / "config.yaml")
+    quiet = Console(file=io.StringIO())
+    specs = {s.name: s for s in MainJob(cfg, quiet, quiet).child_specs(path)}
+    hot = specs["trainer-hot"]
+    assert hot.env["OMP_NUM_THREADS"] == "1" and hot.argv[-1] == "train"
+    t = load_config(hot.argv[hot.argv.index("--config") + 1]).trainer
+    assert (t.lineage, t.lr, t.group_id) == ("hot", 0.5, f"{cfg.trainer.group_id}-hot")
+    assert specs["trainer"].argv[specs["trainer"].argv.index("--config") + 1] == str(path)
