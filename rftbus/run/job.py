@@ -7,10 +7,8 @@ so what `rftbus run` does is reproducible piece by piece.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
@@ -23,13 +21,14 @@ from rich.console import Console
 from rich.live import Live
 
 from rftbus.broker import embedded
-from rftbus.config import Config, load_config, write_config
+from rftbus.config import Config, write_config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import BrokerUnreachable, check_reachable
 from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.inspect import groups_info
 from rftbus.kafka.topics import create_topics
 from rftbus.run.broker_watch import BrokerWatch
+from rftbus.run.children import child_specs
 from rftbus.run.cores import split as split_cores
 from rftbus.run.display import progress_line, render
 from rftbus.run.feed import TaskFeed
@@ -63,6 +62,9 @@ class MainJob:
         self.lags: dict[str, int] = {}  # the last ones read (the live view and /metrics)
         self.eval_points: list[dict] = []  # the evaluator's, once it is loaded (/metrics)
         self.candidate_evals: list[dict] = []  # the gate's candidates scored by the evaluator (gate.eval_candidates)
+        further = [cfg.lineage_trainer(i) for i in range(len(cfg.run.trainers))]
+        self.lag_groups = {cfg.streams.app_id: "streams", cfg.trainer.group_id: "trainer",  # group -> live view's name
+                           cfg.explorer.group_id: "explorers", **{t.group_id: f"trainer-{t.lineage}" for t in further}}
         self._stop_requested = False
         self.exit_codes: dict[str, int | None] = {}
         self.broker: BrokerWatch | None = None  # the embedded broker this job started
@@ -105,65 +107,13 @@ class MainJob:
         child = self.cfg.model_copy(update={"kafka": self.cfg.kafka.model_copy(update={"wait_s": wait})})
         return write_config(child, self.run_dir / "config.yaml")
 
-    def lineage_configs(self, config_path: Path) -> list[Path]:
-        """The config of each further trainer (run.trainers): the children's, with its trainer: section."""
-        if not self.cfg.run.trainers:
-            return []
-        child = load_config(config_path)
-        return [write_config(child.model_copy(update={"trainer": child.lineage_trainer(i)}),
-                             config_path.with_name(f"config-trainer-{i}.yaml")) for i in range(len(child.run.trainers))]
-
     def child_specs(self, config_path: Path) -> list[ChildSpec]:
-        c = self.cfg
-        base = [sys.executable, "-m", "rftbus", "--config", str(config_path)]
-        logs = c.state_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a native crash leaves a traceback
-        threads = split_cores(c)
-        specs = [ChildSpec("trainer", base + ["train"], {**env, "OMP_NUM_THREADS": str(threads.trainer)},
-                           c.run.max_restarts, logs / "trainer.log")]
-        for i, path in enumerate(self.lineage_configs(config_path)):  # run.trainers: each its own lineage
-            t = c.lineage_trainer(i)
-            specs.append(ChildSpec(f"trainer-{t.lineage}", [sys.executable, "-m", "rftbus", "--config", str(path),
-                                                            "train"],
-                                   {**env, "OMP_NUM_THREADS": str(t.threads or threads.trainer)}, c.run.max_restarts,
-                                   logs / f"trainer-{t.lineage}.log"))
-        for i in range(c.run.streams_workers):
-            specs.append(ChildSpec(f"streams-{i}", base + ["streams", "--worker-id", f"s{i}"], env,
-                                   c.run.max_restarts, logs / f"streams-{i}.log"))
-        for i in range(c.run.explorers):
-            # Static members: a crashed explorer's restart (same id) gets its partitions back at once.
-            specs.append(ChildSpec(f"explorer-{i}", base + ["explore", "--id", f"e{i}"],
-                                   {**env, "OMP_NUM_THREADS": str(threads.explorer),
-                                    "RFTBUS_EXPLORER__STATIC_MEMBERSHIP": "true"},
-                                   c.run.max_restarts, logs / f"explorer-{i}.log"))
-        if c.run.analytics and importlib.util.find_spec("rftbus.consumers.analytics.sink") is not None:
-            specs.append(ChildSpec("analytics", base + ["analytics", "sink"], env, c.run.max_restarts,
-                                   logs / "analytics.log"))
-        if c.run.serve and importlib.util.find_spec("rftbus.producers.serve.service") is not None:
-            # (warning: no access line per request in its log at tens of requests a second)
-            specs.append(ChildSpec("serve", base + ["serve", "--log-level", "warning"], env, c.run.max_restarts,
-                                   logs / "serve.log"))
-        if c.gate.enabled and c.run.serve:  # serve follows its decisions: it starts with the run's first version
-            specs.append(ChildSpec("gate", base + ["gate"], env, c.run.max_restarts, logs / "gate.log"))
-        if c.run.simulate:
-            specs.append(ChildSpec("simulate", base + ["simulate"], env, c.run.max_restarts, logs / "simulate.log"))
-        if c.run.studio:
-            # optional: a console that cannot start (its port taken) must not stop the training it shows
-            specs.append(ChildSpec("studio", base + ["studio"], env, c.run.max_restarts, logs / "studio.log",
-                                   optional=True))
-        for spec in specs:
-            spec.restart_window_s = c.run.restart_window_minutes * 60
-            spec.term_held = True  # each is `python -m rftbus`, which unblocks SIGTERM once its handler is in
-        return specs
+        return child_specs(self.cfg, config_path)
 
     # ---- the loop ----------------------------------------------------------------------------
     def _lags(self, admin, last: dict[str, int]) -> dict[str, int]:
         """Consumer lags for the live view; while the broker is unreachable (a restart), the last ones."""
-        wanted = {self.cfg.streams.app_id: "streams", self.cfg.trainer.group_id: "trainer",
-                  self.cfg.explorer.group_id: "explorers",
-                  **{self.cfg.lineage_trainer(i).group_id: f"trainer-{self.cfg.lineage_trainer(i).lineage}"
-                     for i in range(len(self.cfg.run.trainers))}}
+        wanted = self.lag_groups
         try:
             topics = {t.name for t in self.cfg.topics.all().values()}
             return {wanted[g.group_id]: g.lag
