@@ -17,6 +17,8 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_admin
 from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.read import read_to_end
+from rftbus.kafka.retry import retrying
+from rftbus.models.lineage import is_further_trainer_stage
 from rftbus.schemas import (DecodeError, ExperienceGroup, Feedback, GateDecision, Rejection, Task, TrainerMetric, WeightVersion,
                             make_codec)
 
@@ -91,8 +93,8 @@ def _header(msg, name: str) -> str | None:
 def committed(cfg: Config, group: str, topics: list[str]) -> dict[tuple[str, int], int]:
     md = make_admin(cfg).list_topics(timeout=10)
     tps = [TopicPartition(t, p) for t in topics if t in md.topics for p in md.topics[t].partitions]
-    with CommittedOffsets(cfg) as read:
-        return read(group, tps, timeout=30)
+    with CommittedOffsets(cfg) as read:  # a coordinator still moving after the run's stop answers NOT_COORDINATOR
+        return retrying(lambda: read(group, tps, timeout=30), timeout_s=60)
 
 
 def final_checkpoint(checkpoint_dir: Path) -> Checkpoint | None:
@@ -201,7 +203,7 @@ def _keep(led: Ledger, cfg: Config, key: str, msg, rec) -> None:
         if not isinstance(rec, Rejection):
             led.undecodable_rejections += 1
             return
-        if rec.stage.startswith("trainer@"):
+        if is_further_trainer_stage(rec.stage):
             return  # another lineage's trainer (run.trainers): its own consumer group, not these books
         src = ((rec.source_topic, rec.partition or 0, rec.offset)
                if rec.source_topic is not None and rec.offset is not None else None)
