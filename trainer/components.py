@@ -19,7 +19,7 @@ from rftbus.trainer.losses import Loss, make_loss
 from rftbus.trainer.metrics import MetricsSink
 from rftbus.trainer.publish import WeightPublisher
 from rftbus.weights.decisions import ServedVersions
-from rftbus.models.lineage import weights_key
+from rftbus.models.lineage import trainer_stage, weights_key
 from rftbus.weights.follower import WeightFollower, latest_published
 from rftbus.trainer.rejects import Rejector
 from rftbus.status import StatusFile
@@ -143,7 +143,7 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     wanted = (("priority", "curated") if "rl" in loss.lanes else ()) + (("expert",) if "expert" in loss.lanes else ())
     lane_topics = {lane: lanes[lane] for lane in wanted}
     rejector = Rejector(producer, codec.serializer(Rejection), topics.rejected.name,
-                        f"trainer@{tc.lineage}" if tc.lineage else "trainer")
+                        trainer_stage(tc.lineage))
     weights_model = weights_key(cfg.model.name, tc.lineage)  # this trainer's versions (rftbus/models/lineage.py)
     publisher = metrics = None
     if rank == 0:

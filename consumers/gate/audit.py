@@ -96,12 +96,13 @@ def audit(answers: list[Answer], decisions: list[GateDecision], examples: int = 
             "ok": not unlicensed and not switched}
 
 
-def audit_log(cfg: Config, timeout_s: float = 60.0) -> dict:
-    """The audit of everything on topics.raw and topics.decisions now."""
+def audit_log(cfg: Config, timeout_s: float = 60.0, decisions: list[GateDecision] | None = None) -> dict:
+    """The audit of everything on topics.raw and topics.decisions now (`decisions`: already read by the caller)."""
     from rftbus.kafka.read import read_to_end
     from rftbus.weights.decisions import decisions_so_far
 
-    decisions = decisions_so_far(cfg, timeout_s=timeout_s, strict=False)
+    if decisions is None:
+        decisions = decisions_so_far(cfg, timeout_s=timeout_s, strict=False)
     decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer()
     answers: list[Answer] = []
     for m in read_to_end(cfg, cfg.topics.raw.name, timeout_s=timeout_s, strict=False):

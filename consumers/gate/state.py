@@ -29,7 +29,7 @@ MAX_ANSWERS = 1_000_000  # served answers remembered for their grades (the oldes
 MAX_EARLY = 100_000  # grades that came before their answer (another topic, another partition)
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Ref:
     """One version of one lineage."""
 
@@ -133,11 +133,11 @@ class GateState:
         self.last_canary[ref.lineage] = at_ms
         self.arms = {}
 
-    def _next(self, besides: Ref | None = None) -> Ref | None:
-        """The next candidate: each lineage's newest version newer than what it tried (its seed, v0, is never
-        one), the lineage whose last canary is oldest first."""
-        ready = [Ref(lin, v) for lin, v in self.newest.items()
-                 if v > self.tried.get(lin, 0) and Ref(lin, v) not in self.rolled_back and Ref(lin, v) != besides]
+    def _next(self) -> Ref | None:
+        """The next candidate: each lineage's newest version newer than what it tried (its seed, v0, is never one;
+        the candidate on canary and every version rolled back were tried), the lineage whose last canary is oldest
+        first."""
+        ready = [Ref(lin, v) for lin, v in self.newest.items() if v > self.tried.get(lin, 0)]
         return min(ready, key=lambda r: (self.last_canary.get(r.lineage, 0), r.lineage), default=None)
 
     # -- what it decides -----------------------------------------------------------------------------------
@@ -171,7 +171,7 @@ class GateState:
         k = min(s.n, c.n) // self.rule.min_answers  # the look both arms have reached
         tested = self.looks < k <= self.rule.max_looks
         v = decide(s, c, self.rule, k if tested else 0, self.evals.get(serving), self.evals.get(cand))
-        newer = self._next(besides=cand)
+        newer = self._next()
         if v.decision == "promote":
             emit("promote", cand, cand, None, v.reason, v.evidence)
         elif v.decision == "rollback":

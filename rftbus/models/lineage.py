@@ -39,3 +39,13 @@ def lineage_of(key: str, model: str) -> str | None:
 def label(lineage: str, version: int) -> str:
     """How a version is named to people and to the serving engine: `v12`, or `lr-high:v12`."""
     return f"{lineage}:v{version}" if lineage else f"v{version}"
+
+
+def trainer_stage(lineage: str) -> str:
+    """The stage a lineage's trainer names on its rejections: `trainer`, or `trainer@<lineage>` (another trainer's
+    books: the run's reconciliation of the first trainer leaves them out)."""
+    return f"trainer{_SEP}{lineage}" if lineage else "trainer"
+
+
+def is_further_trainer_stage(stage: str) -> bool:
+    return stage.startswith(f"trainer{_SEP}")

@@ -90,7 +90,7 @@ class Evaluator:
         self.candidates: queue.Queue[tuple[str, int, float]] = queue.Queue()
         self.candidate_points: list[dict] = []
         self._candidate_model = None
-        self._lineages: dict[str, WeightFollower] = {"": WeightFollower(cfg, report=report, prefetch=False)}
+        self._lineages: dict[str, WeightFollower] = {}  # another trainer's versions (the first's: self.follower)
         self.decisions = DecisionFollower(cfg, self._on_decision, report) \
             if cfg.gate.enabled and cfg.gate.eval_candidates else None
 
@@ -100,10 +100,13 @@ class Evaluator:
 
     def _score_candidate(self, lineage: str, version: int, asked: float) -> bool:
         """One candidate's eval point; False while its weights record is not read yet (retried for a minute)."""
-        follower = self._lineages.get(lineage)
-        if follower is None:
+        if not lineage:
+            follower = self.follower  # it keeps every version record it read, not only the newest
+        elif lineage not in self._lineages:
             follower = self._lineages[lineage] = WeightFollower(self.cfg, report=self.report, prefetch=False,
                                                                 model=weights_key(self.cfg.model.name, lineage)).start()
+        else:
+            follower = self._lineages[lineage]
         try:
             payload = follower.load(version)
         except RftbusError as e:
@@ -115,9 +118,7 @@ class Evaluator:
             if self._candidate_model is None:
                 self._candidate_model = load_policy(self.cfg.model, self.tokenizer).to(self.device)
             self._candidate_model = load_version(self._candidate_model, payload)
-            res = evaluate(self._candidate_model, self.prompt, self.taskset, self.cfg.run.eval_n,
-                           max_new_tokens=self.cfg.trainer.eval_max_new_tokens
-                           or self.cfg.explorer.sampling.max_new_tokens, scorer=self.scorer)
+            res = self._evaluate(self._candidate_model)
         point = {"version": version, "lineage": lineage, "seconds": round(time.time() - self.started, 2),
                  "reward": res["mean_reward"], "candidate": 1}
         self.candidate_points.append(point)
@@ -147,12 +148,15 @@ class Evaluator:
         for item in later:
             self.candidates.put(item)
 
+    def _evaluate(self, policy) -> dict:
+        """One pass over the held-out split: the same tasks, budget and rewards for every point."""
+        return evaluate(policy, self.prompt, self.taskset, self.cfg.run.eval_n,
+                        max_new_tokens=self.cfg.trainer.eval_max_new_tokens or self.cfg.explorer.sampling.max_new_tokens,
+                        scorer=self.scorer)
+
     def _score(self, version: int) -> dict:
         with self._lock, phase("eval"):
-            res = evaluate(engine_greedy(self.engine) if self.engine is not None else self.model, self.prompt,
-                           self.taskset, self.cfg.run.eval_n,
-                           max_new_tokens=self.cfg.trainer.eval_max_new_tokens or self.cfg.explorer.sampling.max_new_tokens,
-                           scorer=self.scorer)
+            res = self._evaluate(engine_greedy(self.engine) if self.engine is not None else self.model)
             now = round(time.time() - self.started, 2)
             point = {"version": version, "seconds": now,
                      "published_s": round(self.published_at - self.started, 2) if self.published_at else 0.0,
@@ -226,7 +230,6 @@ class Evaluator:
             torch.set_num_threads(1)  # the cores are shared with the explorers and the trainer
         self.follower.start()
         if self.decisions is not None:
-            self._lineages[""].start()
             self.decisions.start()
         self._thread.start()
         return self

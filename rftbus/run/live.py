@@ -72,4 +72,4 @@ def gate_summary(cfg: Config) -> dict:
             "timeline": [{"t": d.created_at / 1000, "decision": d.decision, "version": d.version,
                           "lineage": d.lineage, "serving": d.serving, "serving_lineage": d.serving_lineage,
                           "reason": d.reason[:200]} for d in made if d.decision != "hold"],
-            "audit": audit_log(cfg, timeout_s=30)}
+            "audit": audit_log(cfg, timeout_s=30, decisions=made)}
