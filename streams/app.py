@@ -21,15 +21,14 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import max_message_bytes
 from rftbus.schemas import make_codec
-from rftbus.streams import fastpath, idempotent, offsets
-from rftbus.streams.delivery import Deliveries
-from rftbus.streams.faust_conf import faust_settings
-from rftbus.streams.ingest import Ingest
+from rftbus.streams import faust_patches
+from rftbus.streams.checkpoint import Checkpoint, Deliveries
+from rftbus.streams.faust_conf import faust_settings, join_timeout_s
+from rftbus.streams.ingest import Ingest, output_partitions
 from rftbus.streams.join import FeedbackFanout, Join, ScanClock
 from rftbus.streams.live import LiveGroups
 from rftbus.streams.outputs import H_KIND, Emitter, value_limits
 from rftbus.streams.priority import PassRates
-from rftbus.streams.redelivery import DeliveryGuard
 from rftbus.streams.telemetry import Counters, StatusFile, flat_counts, metric
 from rftbus.streams.topology import Topology
 from rftbus.weights.follower import WeightFollower
@@ -62,7 +61,6 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     topic_limits = max_message_bytes(make_admin(cfg), list(topo.names.values()))
     emit = Emitter(app, codec.encode, topo.names, topo.partitions, sc.rejection_original_max_bytes,
                    value_limits(topic_limits, topo.names, settings.kwargs["producer_max_request_size"]))
-    emit.deliveries = Deliveries(emit.write, cfg.state_dir, counters, sc.write_retries, sc.write_retry_backoff_s)
     n = topo.raw_partitions
     # key/value type bytes: raw bytes in and out of the store (rocksdb encodes what it keeps, memory does not)
     pending = app.Table("pending", partitions=n, key_type=bytes, value_type=bytes,
@@ -71,6 +69,12 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                      changelog_topic=app.topic(topo.live_changelog, partitions=n, compacting=True))
     live = LiveGroups(cfg, held, emit, codec, counters)
     ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw, live, n)
+    # Transaction markers (exactly_once) are real gaps in joined: every fetched offset must arrive only at least once.
+    watched = {topo.raw} | ({topo.joined} if sc.processing_guarantee == "at_least_once" else set())
+    checkpoint = Checkpoint(cfg, {topo.raw, topo.joined}, watched, output_partitions(emit),
+                            Deliveries(emit.write, cfg.state_dir, counters, sc.write_retries, sc.write_retry_backoff_s),
+                            counters)
+    emit.checkpoint = ingest.checkpoint = checkpoint
     join = Join(cfg, pending, emit, counters, topo.partitions["joined"])
     fanout = FeedbackFanout(cfg, emit, codec, counters)
     # Ticks, status and metrics go through a plain confluent producer: they are not part of any input
@@ -78,22 +82,19 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     side = make_producer(cfg)
     status = StatusFile(cfg, wid)
 
-    offsets.install({topo.raw, topo.joined})
-    fastpath.install()
-    idempotent.install()  # before the producer starts: a broker kill -9 cannot append a retried batch twice
-    fastpath.tune_fetch(sc.fetch_min_bytes, sc.fetch_max_wait_ms)
+    # before the consumer and producer start (the idempotent producer, the fetch settings, the join timeout)
+    faust_patches.install(commit_rules=checkpoint.commit_rules(), fetch_min_bytes=sc.fetch_min_bytes,
+                          fetch_max_wait_ms=sc.fetch_max_wait_ms, join_timeout_s=join_timeout_s(settings.kwargs))
 
     async def ingest_agent(stream: Any) -> None:
         stream = stream.noack()
         ingest.stream = stream
-        # Transaction markers (exactly_once) are real gaps in joined: watch it only at least once.
-        watched = {topo.raw} | ({topo.joined} if sc.processing_guarantee == "at_least_once" else set())
-        ingest.watch(DeliveryGuard.for_faust(app.consumer, watched, quiet_s=sc.redelivery_quiet_s), watched)
+        checkpoint.attach(app.consumer)
         async for event in stream.events():
             for attempt in itertools.count(1):
                 try:
                     await ingest.handle(event)
-                except KafkaException as exc:
+                except (KafkaException, KafkaError) as exc:
                     # The broker, not the record (a recovery scan while it restarts): the same record
                     # again once it answers. Rejecting it here lost it: the rejection could not be
                     # written either, and the offset was acked (found by tests/system/test_run.py's broker kill -9).
@@ -135,11 +136,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     app.agent(app.topic(topo.feedback), name="feedback")(feedback_agent)
 
     async def on_revoked(sender: Any, revoked: Any, **kw: Any) -> None:
-        mine = {tp for tp in revoked if tp.topic in (topo.raw, topo.joined)}
-        offsets.forget(mine)
-        if ingest.guard is not None:
-            ingest.guard.forget(mine)
-        ingest.revoke({tp.partition for tp in mine})
+        checkpoint.revoke(set(revoked))
 
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]  # faust's signal typing
 
@@ -160,12 +157,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
 
     @app.timer(2.0, name="redelivery")
     async def redelivery_check() -> None:
-        if ingest.guard is not None:
-            try:
-                await ingest.guard.learn_starts()
-            except (KafkaError, asyncio.TimeoutError) as exc:  # the broker: the next check asks again
-                log.warning("delivery guard: log start offsets not read (%s); checking again in 2 s", exc)
-            ingest.guard.check()
+        await checkpoint.check()
 
     started = time.time()
     last_metrics = [0.0]
@@ -183,7 +175,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                       "started_at": started, "updated_at": time.time(), "cpu_s": round(time.process_time(), 3),
                       "assigned": assigned,
                       "untranslated_kafka_settings": settings.untranslated,
-                      "redelivery": dict(ingest.guard.stats) if ingest.guard else {}, **snap})
+                      "redelivery": checkpoint.stats(), **snap})
         if time.time() - last_metrics[0] >= sc.metrics_interval_s:
             last_metrics[0] = time.time()
             metrics_topic = cfg.topics.metrics.name

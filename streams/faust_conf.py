@@ -1,5 +1,10 @@
 """rftbus Config -> faust.App settings, including what of `kafka.client` aiokafka can take.
 
+Faust's aiokafka clients wait for a broker's answer as long as every other client: `kafka.request_timeout_s`
+(Faust's own defaults, 90 s for the consumer and 1,200 s for the producer, let a frozen node stall the worker
+for the whole freeze). A JoinGroup waits longer (`join_timeout_s`), as the coordinator may hold it for the
+rebalance timeout.
+
 librdkafka settings are translated where aiokafka has the same thing (security protocol, SASL
 PLAIN/SCRAM/GSSAPI credentials, TLS CA / client certificate / key); everything else is listed in
 `untranslated` and logged at start, so a secured cluster that needs more fails visibly, not silently.
@@ -87,6 +92,9 @@ def faust_settings(cfg: Config, datadir: str) -> FaustSettings:
         broker_session_timeout=sc.session_timeout_s,
         broker_heartbeat_interval=min(3.0, sc.session_timeout_s / 4),
         broker_rebalance_timeout=max(10.0, sc.session_timeout_s * 2),
+        # (Faust refuses a session timeout over the request timeout)
+        broker_request_timeout=max(cfg.kafka.request_timeout_s, sc.session_timeout_s),
+        producer_request_timeout=cfg.kafka.request_timeout_s,
         # ~6 KB experiences: aiokafka's 16 KB default batch holds two, and one request is in flight per broker
         producer_max_batch_size=1024 * 1024,
         producer_max_request_size=max(16 * 1024 * 1024, sc.max_message_bytes + 65536),
@@ -107,3 +115,11 @@ def faust_settings(cfg: Config, datadir: str) -> FaustSettings:
     )
     untranslated = sorted(k for k in client if k not in TRANSLATED | HARMLESS)
     return FaustSettings(kwargs, untranslated)
+
+
+def join_timeout_s(kwargs: dict[str, Any]) -> float:
+    """How long the worker's JoinGroup may wait (faust_patches.py, `join_group_timeout`): the rebalance timeout
+    and 5 s, or the request timeout if that is longer (Kafka's Java client, KAFKA-5570)."""
+    from rftbus.streams.faust_patches import JOIN_GROUP_LAPSE_S
+
+    return max(kwargs["broker_request_timeout"], kwargs["broker_rebalance_timeout"] + JOIN_GROUP_LAPSE_S)

@@ -8,27 +8,26 @@ come back on `<app_id>-joined`, which raw is co-partitioned with.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections import defaultdict
 from typing import Any
 
-from aiokafka.errors import KafkaError
-from confluent_kafka import KafkaException
-
-from rftbus.streams import offsets
+from rftbus.streams.checkpoint import Checkpoint, Landed
 from rftbus.streams.curate import Decision, decide
 from rftbus.streams.join import ScanClock
 from rftbus.streams.live import Late, LiveGroups
 from rftbus.streams.outputs import H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0, Output
-from rftbus.streams.recovery import Landed, scan
-from rftbus.streams.redelivery import DeliveryGuard
 from rftbus.streams.verify import Drop, Verdict, needs_feedback, placement, read_group, sample_drops
 from rftbus.streams.view import GroupReader, GroupView
 
 log = logging.getLogger("rftbus.streams.ingest")
 OUTPUT_ROLES = ("curated", "curated_priority", "expert", "rejected")
+
+
+def output_partitions(emit) -> Any:
+    """p -> the (topic, partition) input partition p writes to: what its recovery scan reads."""
+    return lambda p: [(emit.names[role], emit.part(role, p)) for role in OUTPUT_ROLES]
 
 
 class Ingest:
@@ -44,51 +43,18 @@ class Ingest:
         self.raw_topic = raw_topic
         self.raw_partitions = raw_partitions
         self.live = live
-        self.landed: dict[int, Landed] = {}  # from the recovery scan, per input partition
+        self.checkpoint: Checkpoint | None = None  # what went out, what may be committed (set by the app)
         self.stream: Any = None  # the noack Faust stream, set by the agent
-        self.guard: DeliveryGuard | None = None  # every fetched offset of `watched` topics must arrive here
-        self.watched: set[str] = set()
         self.scans = ScanClock(self.sc)  # expiry scans of the live table, per partition
-
-    def watch(self, guard, topics: set[str]) -> None:
-        self.guard, self.watched = guard, topics
-
-    # -- partition lifecycle -------------------------------------------------------------------
-    def revoke(self, partitions: set[int]) -> None:
-        """Forget the recovery scans of partitions this worker no longer owns."""
-        for p in partitions:
-            self.landed.pop(p, None)
-
-    async def _recover(self, p: int, first_ts_ms: int) -> Landed:
-        outputs = [(self.emit.names[role], self.emit.part(role, p)) for role in OUTPUT_ROLES]
-        since = first_ts_ms - int(self.sc.recovery_margin_s * 1000)
-        t = time.monotonic()
-        landed = await asyncio.get_running_loop().run_in_executor(None, scan, self.cfg, outputs, p, since)
-        self.landed[p] = landed
-        self.counters.inc("recovery_scans")
-        log.info("partition %s: recovery scan read %s records in %.2fs, %s sources already out",
-                 p, landed.scanned, time.monotonic() - t, len(landed.done))
-        return landed
 
     # -- events --------------------------------------------------------------------------------
     async def handle(self, event) -> None:
         msg = event.message
         p = msg.partition
-        guard = self.guard if msg.topic in self.watched else None
-        if not offsets.seen_before(msg.tp):
-            begin = None
-            if guard is not None:  # the commit rule and the guard both count from where this assignment began
-                try:  # (all assigned partitions at once: one request at start-up, not one per partition)
-                    await guard.learn_starts({msg.tp} | guard.assigned())
-                except (KafkaError, asyncio.TimeoutError) as exc:  # the broker: the agent retries the record
-                    raise KafkaException(f"log start of {msg.topic}[{p}] not read: {exc}") from exc
-                begin = guard.begin(msg.tp)
-            offsets.seen(msg.tp, msg.offset if begin is None else min(begin, msg.offset))
-        if guard is not None:
-            guard.delivered(msg.tp, msg.offset)
+        assert self.checkpoint is not None, "the app sets the checkpoint before the agent runs"
+        landed = await self.checkpoint.begin(msg)
         headers = dict(msg.headers or [])
         kind = headers.get(H_KIND)
-        landed = self.landed.get(p) or await self._recover(p, int((msg.timestamp or time.time()) * 1000))
         if kind == b"tick":
             # (a tick scans too: after a restart, a partition with no new records still has held groups
             # whose TTL must pass; their release outputs are found by the scan if a crash cut them short)
@@ -265,7 +231,8 @@ class Ingest:
         await self.stream.ack(event)
 
     async def tick(self, p: int) -> None:
-        landed = self.landed[p]
+        assert self.checkpoint is not None
+        landed = self.checkpoint.landed[p]
         if not self.scans.due(p):
             return
         for h in self.live.expired(p):

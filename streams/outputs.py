@@ -3,7 +3,7 @@
 Every output of an input record carries `rftbus-src` (that record), `rftbus-in` (its partition),
 `rftbus-n` / `rftbus-k` (how many outputs it has, and which this is) and `rftbus-latest` (the weight
 version its decision used). After a crash or rebalance the new owner of a partition reads these headers
-back (recovery.py) instead of trusting its memory: a record whose outputs all landed is skipped, one
+back (checkpoint/landed.py) instead of trusting its memory: a record whose outputs all landed is skipped, one
 partly written gets the missing outputs only, decided again with the same version.
 Outputs of input partition p go to partition p mod N of each output topic, so that scan reads one
 partition per topic. Keys stay group_id (the contract); only the partition is chosen explicitly.
@@ -17,30 +17,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from rftbus.schemas import bound_key, fitted_rejection
-from rftbus.streams.delivery import Deliveries, Write, split_src
+from rftbus.streams.headers import (H_EXP, H_FBID, H_IN, H_K, H_KIND, H_LATEST, H_N, H_RESEND, H_SAMPLE, H_SRC,
+                                   H_T0, header)
+from rftbus.streams.checkpoint.deliveries import Write, split_src
 
-H_KIND = "rftbus-kind"
-H_SRC = "rftbus-src"
-H_IN = "rftbus-in"
-H_N = "rftbus-n"
-H_K = "rftbus-k"
-H_LATEST = "rftbus-latest"
-H_T0 = "rftbus-t0"  # ms timestamp of the raw record (latency accounting)
-H_EXP = "rftbus-exp"  # internal join records: the experience a record is about
-H_SAMPLE = "rftbus-sample"  # internal join records: that experience's index in its group
-H_FBID = "rftbus-fb"  # internal join records: the feedback_id (a retry of the same feedback is not a duplicate)
-H_RESEND = "rftbus-resend"  # internal join records: a grade sent again (it may have landed already)
-
-
-def header(headers: Any, name: str) -> bytes | None:
-    if not headers:
-        return None
-    items = headers.items() if isinstance(headers, dict) else headers
-    for k, v in items:
-        if k == name:
-            return v
-    return None
-
+__all__ = ["H_EXP", "H_FBID", "H_IN", "H_K", "H_KIND", "H_LATEST", "H_N", "H_RESEND", "H_SAMPLE", "H_SRC", "H_T0",
+           "Emitter", "Output", "header", "rejection_id", "value_limits"]
 
 def rejection_id(stage: str, src: str, reason: str) -> str:
     """Derived from where the record was read: a rejection written again after a crash is the same one."""
@@ -79,7 +61,7 @@ class Emitter:
         # a rejection's copy of the original must leave room for the rest of the rejection
         self.original_max_bytes = min(original_max_bytes, room - REJECTION_ROOM) if room else original_max_bytes
         self.topics = {role: app.topic(name) for role, name in names.items()}
-        self.deliveries: Deliveries | None = None  # set by the app: failed writes retried, then quarantined
+        self.checkpoint: Any = None  # set by the app: each write's delivery watched (retried, then quarantined)
         self._producer: Any = None
 
     def fits(self, role: str, value: bytes) -> bool:
@@ -103,10 +85,10 @@ class Emitter:
         return await producer.send(self.names[role], key, value, self.part(role, p), None, headers)
 
     async def send(self, role: str, key: bytes | None, value: bytes, p: int, headers: list, src: str) -> None:
-        """One output of input `src`; its delivery is watched (delivery.py): retried, else quarantined."""
+        """One output of input `src`; the checkpoint watches its delivery: retried, else quarantined."""
         fut = await self.write(role, key, value, p, headers)
-        if self.deliveries is not None:
-            self.deliveries.watch(fut, Write(role, self.names[role], key, value, p, headers, src))
+        if self.checkpoint is not None:
+            self.checkpoint.watch(fut, Write(role, self.names[role], key, value, p, headers, src))
 
     def rejection(self, *, reason: str, detail: str, stage: str, src: str, original: bytes | None,
                   group_id: str | None = None, experience_ids: Sequence[str] = ()) -> bytes:

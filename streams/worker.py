@@ -22,9 +22,9 @@ def run(cfg: Config, wid: str | None = None, on_ready=None) -> int:
     from faust import Worker
 
     from rftbus.streams.app import build
-    from rftbus.streams.fastpath import require_faust
+    from rftbus.streams.faust_patches import require_versions
 
-    require_faust()
+    require_versions()  # before anything is built: a wrong faust-streaming or aiokafka is one clear line
     wid = wid or worker_id(cfg)
     topo = prepare(cfg)
     sa = build(cfg, topo, wid)

@@ -98,4 +98,4 @@ class StreamsConfig(BaseModel):
                                         "external, off on one embedded node (where it only costs start-up time)")
     redelivery_quiet_s: float = Field(10.0, gt=0, description="a partition fetched past what reached the "
                                       "ingest agent, with nothing delivered for this long, is fetched again "
-                                      "from the first missing offset (streams/redelivery.py)")
+                                      "from the first missing offset (streams/checkpoint/holes.py)")

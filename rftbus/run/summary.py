@@ -17,7 +17,7 @@ from pathlib import Path
 from rftbus.config import Config
 from rftbus.run.ledger import read_ledger
 from rftbus.run.tally import tally
-from rftbus.streams.delivery import read_quarantine
+from rftbus.streams.checkpoint.deliveries import read_quarantine
 
 
 def shown(path: str | Path) -> str:
@@ -50,7 +50,7 @@ class Reconciliation:
     expert_trained: int = 0
     explorer_versions: list[int] = field(default_factory=list)  # weight versions experiences were made with
     dead: list[str] = field(default_factory=list)  # stages the supervisor gave up on
-    quarantined: list[dict] = field(default_factory=list)  # outcomes streams could not write (streams/delivery.py)
+    quarantined: list[dict] = field(default_factory=list)  # outcomes streams could not write (streams/checkpoint/deliveries.py)
 
     @property
     def balances(self) -> bool:

@@ -116,7 +116,7 @@ waits for every replica in the ISR, and the stopped one stays there for replica.
     import signal
 
     from rftbus.streams.outputs import H_IN, H_K, H_N, H_SRC
-    from rftbus.streams.recovery import scan
+    from rftbus.streams.checkpoint.landed import scan
 
     topic = f"fence-{uuid.uuid4().hex[:6]}"
     admin = make_admin(cluster)

@@ -1,5 +1,6 @@
-"""The two Faust workarounds the streams keep, each shown to be needed (and to work) on faust-streaming
-itself: the commit rule (streams/offsets.py) and the delivery guard (streams/redelivery.py)."""
+"""The streams checkpoint's two answers to Faust's delivery, each shown to be needed (and to work) on
+faust-streaming itself: the commit rule (streams/checkpoint/commit_rule.py, routed by faust_patches.py) and the
+hole finder (streams/checkpoint/holes.py)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,14 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
-import pytest
-from faust.transport.consumer import Consumer
 from faust.types import TP
 from intervaltree import IntervalTree
 
-from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import make_codec
-from rftbus.streams import fastpath, offsets
+from rftbus.streams import faust_patches
+from rftbus.streams.checkpoint.commit_rule import next_commit
 from rftbus.bench.processes import WorkerProcess, read_all
 from rftbus.bench.synthetic import make_group
 from tests.conftest import make_config
@@ -40,31 +39,31 @@ class _Bookkeeping:
 def test_faust_commits_past_an_unacked_record_and_the_rule_does_not():
     # faust-streaming#606: 2585 was never acked (Faust skipped it), 2586..2589 were. Kafka's committed
     # offset is the next one to read, so committing 2590 loses 2585 on the next restart.
-    assert offsets._original(_Bookkeeping(2585, [2586, 2587, 2588, 2589]), RAW) == 2590
-    offsets.FIRST_SEEN[RAW] = 2585
-    try:
-        offsets.GUARDED.add("raw")
-        book = _Bookkeeping(2585, [2586, 2587, 2588, 2589])
-        assert offsets._new_offset(book, RAW) is None  # held at 2585 until it is acked
-        book._acked[RAW].append(2585)
-        assert offsets._new_offset(book, RAW) == 2590
-        # before anything was committed, the first offset seen since assignment is the head
-        assert offsets._new_offset(_Bookkeeping(None, [2586, 2587]), RAW) is None
-        assert offsets._new_offset(_Bookkeeping(None, [2585, 2586]), RAW) == 2587
-    finally:
-        offsets.GUARDED.discard("raw")
-        offsets.FIRST_SEEN.pop(RAW, None)
+    faust_rule = faust_patches.original("_new_offset")
+    assert faust_rule(_Bookkeeping(2585, [2586, 2587, 2588, 2589]), RAW) == 2590
+    book = _Bookkeeping(2585, [2586, 2587, 2588, 2589])
+    assert next_commit(book, RAW, 2585) is None  # held at 2585 until it is acked
+    book._acked[RAW].append(2585)
+    assert next_commit(book, RAW, 2585) == 2590
+    # before anything was committed, the first offset seen since assignment is the head
+    assert next_commit(_Bookkeeping(None, [2586, 2587]), RAW, 2585) is None
+    assert next_commit(_Bookkeeping(None, [2585, 2586]), RAW, 2585) == 2587
 
 
-def test_install_replaces_fausts_rule():
-    offsets.install(set())
-    assert Consumer._new_offset is offsets._new_offset
+def test_the_patch_routes_faust_commits_of_the_ingest_topics_to_the_rule():
+    """faust_patches' commit_rule: Faust's consumer asks the checkpoint's rule for the topics it names, and
+    keeps its own for the others."""
+    from faust.transport.consumer import Consumer
 
-
-def test_the_worker_refuses_another_faust_release():
-    fastpath.require_faust(fastpath.FAUST_VERSION)
-    with pytest.raises(RftbusError, match=r"patches faust-streaming 0\.15\.3 internals .* but 0\.15\.4 is installed"):
-        fastpath.require_faust("0.15.4")
+    asked = []
+    with faust_patches.installed(commit_rules={"raw": lambda consumer, tp: asked.append(tp) or None}):
+        assert Consumer._new_offset(_Bookkeeping(2585, [2586, 2587]), RAW) is None
+        assert asked == [RAW]
+        other = TP("feedback", 0)
+        book = _Bookkeeping(None, [])
+        book._acked[other], book._committed_offset[other] = [4, 5], 4
+        assert Consumer._new_offset(book, other) == 6  # Faust's own rule
+        assert asked == [RAW]
 
 
 def _skip_worker(broker, tmp_path, skip: str, prefix: str):

@@ -14,7 +14,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from rftbus.bench.synthetic import make_group
 from rftbus.kafka.clients import make_admin
 from rftbus.schemas import Feedback, FeedbackKind, Rejection
-from rftbus.streams.delivery import read_quarantine
+from rftbus.streams.checkpoint.deliveries import read_quarantine
 from tests.integration.test_streams import LATEST, curated_of, feedback, send, streams_worker, wait_outputs
 
 

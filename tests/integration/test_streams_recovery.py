@@ -1,6 +1,6 @@
 """No loss, no duplicate in the curated lanes across kill -9 of a worker and across two workers.
 
-Delivery here is at-least-once + output dedupe (streams/recovery.py): the assertions are on the
+Delivery here is at-least-once + output dedupe (streams/checkpoint/landed.py): the assertions are on the
 topics themselves, read back in full after the run. Each raw record is one group of N.
 """
 
@@ -166,7 +166,7 @@ def test_two_workers_share_partitions_and_one_is_killed(broker, tmp_path):
                                                   f"{_where_missing(cfg)}; survivor: {st}")
         _assert_exactly_once(cfg, groups, curated)
         assert st["curated"] > 0
-        # Faust drops some records of a partition taken over in a rebalance (streams/redelivery.py):
+        # Faust drops some records of a partition taken over in a rebalance (streams/checkpoint/holes.py):
         # when it did, the guard must have fetched them again, and nothing may be left unresolved.
         assert st["redelivery"]["gaps_accepted"] == 0, st["redelivery"]
     finally:

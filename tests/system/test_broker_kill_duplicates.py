@@ -2,7 +2,7 @@
 
 Its own broker (it is killed five times), a real Faust worker, a producer writing valid groups to raw the
 whole time. A batch the broker had appended but not yet acknowledged when it died is sent again by the
-worker's producer; only an idempotent producer (streams/idempotent.py) has the broker drop the copy. The
+worker's producer; only an idempotent producer (streams/faust_patches.py, `idempotent_producer`) has the broker drop the copy. The
 kills are counted, every group must come out exactly once, and every batch on the output topics must carry
 a producer id (the idempotent form: Kafka's own DumpLogSegments reads it from the log), so the test fails
 without the patch even on a run where no kill happened to land inside a write.

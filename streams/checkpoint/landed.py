@@ -23,7 +23,7 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
 from rftbus.kafka.fence import fence
 from rftbus.kafka.read import read_to_end
-from rftbus.streams.outputs import H_IN, H_K, H_LATEST, H_N, H_SRC
+from rftbus.streams.headers import H_IN, H_K, H_LATEST, H_N, H_SRC
 
 
 class Recent:

@@ -7,6 +7,8 @@ acknowledged input without an outcome (#36). Each write's delivery future is wat
 again `tries` times with doubling backoff, and if it still cannot be written the input's position, the
 output's role and the error are appended to the quarantine file (`<state_dir>/streams/quarantine.jsonl`),
 logged, and counted (`quarantined`), and the stage moves on. The run's summary reads that file.
+While a write of input partition p is being retried, the checkpoint commits nothing of p (`holds`): a
+crash meanwhile replays the input, and the replay writes the outcome again (what landed is skipped).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ import asyncio
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("rftbus.streams.delivery")
+log = logging.getLogger("rftbus.streams.checkpoint.deliveries")
 
 QUARANTINE_FILE = Path("streams") / "quarantine.jsonl"
 
@@ -62,6 +65,11 @@ class Deliveries:
         self.path = quarantine_path(state_dir)
         self.tries, self.backoff_s = tries, backoff_s
         self.retrying: set[asyncio.Task] = set()
+        self.pending: Counter[int] = Counter()  # input partition -> its writes being retried
+
+    def holds(self, partition: int) -> bool:
+        """Whether a write of this input partition is still being retried (its commit must wait)."""
+        return self.pending[partition] > 0
 
     def watch(self, fut: Any, w: Write) -> None:
         """Look after one write's delivery future."""
@@ -74,9 +82,17 @@ class Deliveries:
             return
         self.counters.inc("delivery_failures")
         log.warning("write of %s's %s output to %s failed: %r; retrying", w.src, w.role, w.topic, fut.exception())
+        part = split_src(w.src)[1]
+        self.pending[part] += 1
         task = asyncio.ensure_future(self._retry(w, fut.exception()))
         self.retrying.add(task)
-        task.add_done_callback(self.retrying.discard)
+        task.add_done_callback(lambda t: self._settled(t, part))
+
+    def _settled(self, task: asyncio.Task, part: int) -> None:
+        self.retrying.discard(task)
+        self.pending[part] -= 1
+        if self.pending[part] <= 0:
+            del self.pending[part]
 
     async def _retry(self, w: Write, first: BaseException) -> None:
         error: BaseException = first

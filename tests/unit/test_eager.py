@@ -1,4 +1,4 @@
-"""streams/fastpath.py: eager delivery keeps a coroutine's semantics; the stream's sleep yields every n-th time."""
+"""streams/eager.py: eager delivery keeps a coroutine's semantics; the stream's sleep yields every n-th time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from rftbus.streams.fastpath import YieldEvery, run_eager
+from rftbus.streams.eager import YieldEvery, run_eager
 
 
 def test_completes_inline_without_a_loop_turn():
@@ -135,62 +135,3 @@ def test_yield_every_counts_turns():
     # callbacks scheduled before sleeps 0,1,2 run only at sleep 2 (the third), those of 3,4,5 at sleep 5
     assert seen.index(0) > seen.index("after1") and seen.index(0) < seen.index("after2")
     assert seen.index(3) > seen.index("after4") and seen.index(3) < seen.index("after5")
-
-
-def test_install_patches_faust_and_uninstall_restores():
-    from faust.transport.consumer import Consumer
-
-    from rftbus.streams import fastpath
-
-    original = Consumer._drain_messages
-    try:
-        fastpath.install()
-        assert Consumer._drain_messages is fastpath._drain_messages
-        try:
-            from faust._cython import streams as cstreams
-        except ImportError:
-            cstreams = None
-        if cstreams is not None:
-            assert isinstance(cstreams.sleep, YieldEvery)
-            fastpath.install()  # idempotent: the counter object is kept
-            assert isinstance(cstreams.sleep, YieldEvery)
-    finally:
-        fastpath.uninstall()
-    assert Consumer._drain_messages is original
-    if cstreams is not None:
-        assert cstreams.sleep is asyncio.sleep
-
-
-def test_tune_fetch_sets_the_consumer_fetch_settings():
-    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
-
-    from rftbus.streams import fastpath
-
-    original = AIOKafkaConsumerThread._create_worker_consumer
-
-    class FakeConsumer:
-        _fetch_min_bytes, _fetch_max_wait_ms = 1, 1500
-
-    try:
-        AIOKafkaConsumerThread._create_worker_consumer = lambda self, transport: FakeConsumer()
-        fastpath._original_create = None
-        fastpath.tune_fetch(4096, 50)
-        c = AIOKafkaConsumerThread._create_worker_consumer(object(), None)
-        assert (c._fetch_min_bytes, c._fetch_max_wait_ms) == (4096, 50)
-        fastpath.uninstall()
-        c = AIOKafkaConsumerThread._create_worker_consumer(object(), None)
-        assert (c._fetch_min_bytes, c._fetch_max_wait_ms) == (1, 1500)
-    finally:
-        AIOKafkaConsumerThread._create_worker_consumer = original
-        fastpath._original_create = None
-
-
-def test_aiokafka_still_reads_the_patched_attributes():
-    """tune_fetch sets private AIOKafkaConsumer attributes; an aiokafka that stops reading them at start
-    would silently drop the settings."""
-    import inspect
-
-    from aiokafka.consumer.consumer import AIOKafkaConsumer
-
-    src = inspect.getsource(AIOKafkaConsumer.start)
-    assert "fetch_min_bytes=self._fetch_min_bytes" in src and "fetch_max_wait_ms=self._fetch_max_wait_ms" in src

@@ -11,7 +11,7 @@ partition it took over, never 152..355, then 356 onwards; the commit stuck at 15
 never reached the curated topic (2 of 14 runs); in the chaos run a restarted worker stopped
 curating while raw lag stayed at 135.
 
-Rather than patch each path, the agent reports every delivered offset here. A delivered offset past
+Rather than patch each path, the checkpoint reports every delivered offset here (`Checkpoint.begin`). A delivered offset past
 the next expected one, a fetch position past it with nothing delivered for `quiet_s`, or a fetch position
 past the committed offset (or the log start, for a partition the app never committed) of a partition
 that delivered nothing at all since it was assigned, means a hole: the partition is sought back to the
@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Mapping
 
-log = logging.getLogger("rftbus.streams.redelivery")
+log = logging.getLogger("rftbus.streams.checkpoint.holes")
 
 
 @dataclass

@@ -1,0 +1,123 @@
+"""The streams worker's checkpoint: the one object that decides what an ingest partition may commit.
+
+The shape is quixstreams' `Checkpoint`: outputs are flushed before offsets are committed, and an offset is
+committed only when every input below it has its outcome in the log. Faust drives the commit (every
+`streams.commit_interval_s` it flushes the producer, then asks `_new_offset` per partition; faust_patches.py
+routes that question here for the ingest topics), so this object keeps the state the answer needs and the
+order of the steps:
+
+1. **begin** (each record, `begin`): the first offset this assignment read (where the commit rule counts
+   from; for a partition this app never committed, its log start), the record reported to the hole finder,
+   and the partition's recovery scan on its first record (what already went out, read back from the
+   outputs' headers, behind a fence where partitions are replicated).
+2. **write** (`watch`): each output's delivery is watched; a refused write is retried, then quarantined.
+3. **commit** (`next_offset`, from Faust): nothing of a partition while one of its writes is being retried;
+   else the run of acked offsets from the next offset to read, never past one that was not delivered.
+4. **revoke** (`revoke`): what this worker knew of the partitions it lost is forgotten; the next owner
+   scans again.
+5. **check** (`check`, every 2 s): offsets fetched but never delivered are fetched again.
+
+Its parts: commit_rule.py, holes.py (DeliveryGuard), landed.py (recovery scan), deliveries.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any, Callable
+
+from aiokafka.errors import KafkaError
+from confluent_kafka import KafkaException
+
+from rftbus.streams.checkpoint.commit_rule import next_commit
+from rftbus.streams.checkpoint.deliveries import Deliveries, Write
+from rftbus.streams.checkpoint.holes import DeliveryGuard
+from rftbus.streams.checkpoint.landed import Landed, scan
+
+log = logging.getLogger("rftbus.streams.checkpoint")
+
+__all__ = ["Checkpoint", "Deliveries", "DeliveryGuard", "Landed", "Write"]
+
+
+class Checkpoint:
+    def __init__(self, cfg: Any, topics: set[str], watched: set[str], outputs: Callable[[int], list[tuple[str, int]]],
+                 deliveries: Deliveries | None, counters: Any):
+        """topics: the ingest topics whose commits follow the rule; watched: those whose every fetched offset
+        must be delivered (all of them at least once; under exactly_once transaction markers are real gaps
+        in joined); outputs(p): the (topic, partition) an input partition p writes to."""
+        self.cfg, self.topics, self.watched, self.outputs = cfg, topics, watched, outputs
+        self.deliveries, self.counters = deliveries, counters
+        self.first_seen: dict[Any, int] = {}  # tp -> first offset read since its assignment
+        self.landed: dict[int, Landed] = {}  # input partition -> what already went out
+        self.guard: DeliveryGuard | None = None
+
+    def attach(self, consumer: Any) -> None:
+        """The Faust consumer whose positions the hole finder reads (the agent's stream exists by now)."""
+        self.guard = DeliveryGuard.for_faust(consumer, self.watched, quiet_s=self.cfg.streams.redelivery_quiet_s)
+
+    # -- 1. begin ---------------------------------------------------------------------------------------------
+    async def begin(self, msg: Any) -> Landed:
+        """Every record of an ingest topic, before it is handled: what already went out for its partition."""
+        guard = self.guard if msg.topic in self.watched else None
+        if msg.tp not in self.first_seen:
+            begin = None
+            if guard is not None:  # the commit rule and the guard both count from where this assignment began
+                try:  # (all assigned partitions at once: one request at start-up, not one per partition)
+                    await guard.learn_starts({msg.tp} | guard.assigned())
+                except (KafkaError, asyncio.TimeoutError) as exc:  # the broker: the agent retries the record
+                    raise KafkaException(f"log start of {msg.topic}[{msg.partition}] not read: {exc}") from exc
+                begin = guard.begin(msg.tp)
+            self.first_seen[msg.tp] = msg.offset if begin is None else min(begin, msg.offset)
+        if guard is not None:
+            guard.delivered(msg.tp, msg.offset)
+        p = msg.partition
+        return self.landed.get(p) or await self._recover(p, int((msg.timestamp or time.time()) * 1000))
+
+    async def _recover(self, p: int, first_ts_ms: int) -> Landed:
+        since = first_ts_ms - int(self.cfg.streams.recovery_margin_s * 1000)
+        t = time.monotonic()
+        landed = await asyncio.get_running_loop().run_in_executor(None, scan, self.cfg, self.outputs(p), p, since)
+        self.landed[p] = landed
+        self.counters.inc("recovery_scans")
+        log.info("partition %s: recovery scan read %s records in %.2fs, %s sources already out",
+                 p, landed.scanned, time.monotonic() - t, len(landed.done))
+        return landed
+
+    # -- 2. write ---------------------------------------------------------------------------------------------
+    def watch(self, fut: Any, write: Write) -> None:
+        if self.deliveries is not None:
+            self.deliveries.watch(fut, write)
+
+    # -- 3. commit --------------------------------------------------------------------------------------------
+    def next_offset(self, consumer: Any, tp: Any) -> int | None:
+        """Faust's question, for an ingest partition: the offset to commit now, or None."""
+        if self.deliveries is not None and self.deliveries.holds(tp.partition):
+            return None
+        return next_commit(consumer, tp, self.first_seen.get(tp))
+
+    def commit_rules(self) -> dict[str, Callable[[Any, Any], int | None]]:
+        return {topic: self.next_offset for topic in self.topics}
+
+    # -- 4. revoke --------------------------------------------------------------------------------------------
+    def revoke(self, tps: set[Any]) -> None:
+        mine = {tp for tp in tps if tp.topic in self.topics}
+        for tp in mine:
+            self.first_seen.pop(tp, None)
+        if self.guard is not None:
+            self.guard.forget(mine)
+        for p in {tp.partition for tp in mine}:
+            self.landed.pop(p, None)
+
+    # -- 5. check ---------------------------------------------------------------------------------------------
+    async def check(self) -> None:
+        if self.guard is None:
+            return
+        try:
+            await self.guard.learn_starts()
+        except (KafkaError, asyncio.TimeoutError) as exc:  # the broker: the next check asks again
+            log.warning("delivery guard: log start offsets not read (%s); checking again in 2 s", exc)
+        self.guard.check()
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.guard.stats) if self.guard is not None else {}

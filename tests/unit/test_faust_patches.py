@@ -1,0 +1,146 @@
+"""streams/faust_patches.py: each patch changes what it says on faust-streaming 0.15.3 / aiokafka 0.14.0 (and
+the check fails without it), install is applied once, uninstall restores every original, and the worker's aiokafka
+clients wait as long as `kafka.request_timeout_s`. The commit rule's own test is tests/integration/test_offsets.py."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from pathlib import Path
+
+import faust
+import pytest
+from aiokafka.conn import AIOKafkaConnection
+from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest
+
+from rftbus.config import load_config
+from rftbus.errors import RftbusError
+from rftbus.streams import faust_patches as fp
+from rftbus.streams.faust_conf import faust_settings, join_timeout_s
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _app(tmp_path, **sections):
+    cfg = load_config(overrides={"state_dir": str(tmp_path), **sections}, environ={})
+    kwargs = dict(faust_settings(cfg, str(tmp_path / "faust")).kwargs)
+    return faust.App("rftbus-test", **kwargs), kwargs
+
+
+def _clients(tmp_path, **sections):
+    """The aiokafka producer and worker consumer the worker's own Faust settings build (not started)."""
+    app, _ = _app(tmp_path, **sections)
+
+    async def build():  # aiokafka builds its clients inside a running loop
+        return app.producer._new_producer(), app.consumer._thread._create_worker_consumer(app.transport)
+
+    return asyncio.run(build())
+
+
+@pytest.fixture
+def unpatched():
+    was = fp.is_installed()
+    fp.uninstall()
+    yield
+    if was:
+        fp.install()
+
+
+def test_every_patch_names_its_upstream_issue_and_its_test():
+    for patch in fp.PATCHES:
+        assert patch.upstream and patch.why
+        path, _, name = patch.test.partition("::")
+        assert f"def {name}(" in (REPO / path).read_text(), f"{patch.name}: {patch.test} does not exist"
+
+
+def test_the_worker_refuses_another_release():
+    fp.require_versions(fp.FAUST_VERSION, fp.AIOKAFKA_VERSION)
+    with pytest.raises(RftbusError, match=r"patches faust-streaming 0\.15\.3 internals .* but 0\.15\.4 is installed"):
+        fp.require_versions("0.15.4", fp.AIOKAFKA_VERSION)
+    with pytest.raises(RftbusError, match=r"patches aiokafka 0\.14\.0 internals .* but 0\.13\.0 is installed"):
+        fp.require_versions(fp.FAUST_VERSION, "0.13.0")
+
+
+def test_install_patches_and_uninstall_restores(unpatched):
+    from faust.transport.consumer import Consumer
+
+    originals = {key: getattr(owner, attr) for key, (owner, attr, _) in fp._TARGETS.items()}
+    with fp.installed():
+        for key, (owner, attr, new) in fp._TARGETS.items():
+            assert getattr(owner, attr) is new, key
+        fp.install()  # once: a second call changes nothing but the settings
+        assert fp.original("_drain_messages") is originals["_drain_messages"]
+        try:
+            from faust._cython import streams as cstreams
+        except ImportError:
+            cstreams = None
+        if cstreams is not None:
+            assert isinstance(cstreams.sleep, fp.YieldEvery)
+    for key, (owner, attr, _) in fp._TARGETS.items():
+        assert getattr(owner, attr) is originals[key], key
+    assert Consumer._drain_messages is originals["_drain_messages"]
+    if cstreams is not None:
+        assert cstreams.sleep is asyncio.sleep
+
+
+def test_the_streams_producer_is_idempotent_only_with_the_patch(tmp_path, unpatched):
+    plain, _ = _clients(tmp_path / "a")
+    assert plain._txn_manager is None, "faust-streaming now enables idempotence itself: drop the patch"
+    with fp.installed():
+        patched, _ = _clients(tmp_path / "b")
+    assert patched._txn_manager is not None  # aiokafka's idempotence: producer id + sequence numbers
+
+
+def test_the_workers_clients_wait_as_long_as_kafka_request_timeout_s(tmp_path):
+    """Faust's own defaults are 90 s (consumer) and 1,200 s (producer; also how long a batch may wait for a
+    leader): a frozen node stalled the worker for the whole freeze."""
+    producer, consumer = _clients(tmp_path, kafka={"request_timeout_s": 7}, streams={"session_timeout_s": 6})
+    assert producer.client._request_timeout_ms == 7000
+    assert producer._message_accumulator._batch_ttl == 7.0
+    assert consumer._client._request_timeout_ms == 7000
+    # Faust refuses a session timeout over the request timeout: the longer of the two
+    producer, consumer = _clients(tmp_path / "b", kafka={"request_timeout_s": 5}, streams={"session_timeout_s": 8})
+    assert consumer._client._request_timeout_ms == 8000 and producer.client._request_timeout_ms == 5000
+
+
+def _join_timeout(conn: AIOKafkaConnection, request) -> float:
+    """The timeout aiokafka bound for this request's answer (the wait_for coroutine's argument)."""
+    coro = conn.send(request)
+    try:
+        return coro.cr_frame.f_locals["timeout"]
+    finally:
+        coro.close()
+
+
+def test_join_group_waits_for_the_rebalance_timeout(tmp_path, unpatched):
+    _, kwargs = _app(tmp_path, kafka={"request_timeout_s": 10}, streams={"session_timeout_s": 10})
+    want = join_timeout_s(kwargs)
+    assert want == kwargs["broker_rebalance_timeout"] + 5 == 25
+
+    class Writer:
+        def write(self, data: bytes) -> None:
+            pass
+
+    async def timeouts() -> tuple[float, float]:
+        conn = AIOKafkaConnection("localhost", 9, request_timeout_ms=10_000)
+        conn._writer = Writer()
+        conn._versions = {JoinGroupRequest.API_KEY: (0, 5), HeartbeatRequest.API_KEY: (0, 3)}
+        join = JoinGroupRequest("g", 10_000, 20_000, "", None, "consumer", [("roundrobin", b"")])
+        return _join_timeout(conn, join), _join_timeout(conn, HeartbeatRequest("g", 1, "m"))
+
+    assert asyncio.run(timeouts()) == (10.0, 10.0)  # aiokafka alone: the join times out mid-rebalance
+    with fp.installed(join_timeout_s=want):
+        assert asyncio.run(timeouts()) == (25.0, 10.0)  # the join only; its connection keeps 10 s after it
+
+
+def test_fetch_settings_reach_the_consumer(tmp_path, unpatched):
+    _, plain = _clients(tmp_path / "a")
+    assert (plain._fetch_min_bytes, plain._fetch_max_wait_ms) == (1, 1500)  # Faust's, not settable
+    with fp.installed(fetch_min_bytes=4096, fetch_max_wait_ms=50):
+        _, tuned = _clients(tmp_path / "b")
+    assert (tuned._fetch_min_bytes, tuned._fetch_max_wait_ms) == (4096, 50)
+    # aiokafka must still read the private attributes when it starts its fetcher
+    from aiokafka.consumer.consumer import AIOKafkaConsumer
+
+    src = inspect.getsource(AIOKafkaConsumer.start)
+    assert "fetch_min_bytes=self._fetch_min_bytes" in src and "fetch_max_wait_ms=self._fetch_max_wait_ms" in src
