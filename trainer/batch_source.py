@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -58,6 +59,24 @@ def polled(msg, lane: str, deserialize) -> Polled:
         schema = e.reason in ("wrong_record_type", "unknown_schema", "no_registry")
         rec.problem = ("schema" if schema else "malformed", str(e))
     return rec
+
+
+class BatchSource(Protocol):
+    """What the trainer loop reads batches from: lanes of records in offset order, finished only at their
+    head, whose positions (the first record not yet done, per partition) go into each checkpoint and are
+    committed after it. `BatchConsumer` reads them from Kafka; tests/unit/test_trainer_loop.py from memory."""
+
+    lanes: dict[str, deque[Polled]]
+
+    def poll(self, timeout: float, max_messages: int = 500) -> int: ...
+    def head(self, lane: str, n: int) -> list[Polled]: ...
+    def waiting(self, lane: str) -> int: ...
+    def finish(self, records: Iterable[Polled]) -> None: ...
+    def positions(self) -> dict[tuple[str, int], int]: ...
+    def lane_drained(self, lane: str) -> bool: ...
+    def caught_up(self) -> bool: ...
+    def commit(self, positions: dict[tuple[str, int], int]) -> None: ...
+    def close(self) -> None: ...
 
 
 class BatchConsumer:

@@ -14,6 +14,7 @@ from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
 from rftbus.kafka.topics import create_topics, wait_visible
 from rftbus.schemas import ExperienceGroup, Rejection, TrainerMetric, WeightVersion, make_codec
+from rftbus.trainer.batch_source import BatchConsumer, BatchSource, start_positions
 from rftbus.trainer.checks import Limits
 from rftbus.trainer.losses import Loss, make_loss
 from rftbus.trainer.metrics import MetricsSink
@@ -76,6 +77,15 @@ class Components:
     def latest_published(self) -> WeightVersion | None:
         return latest_published(self.cfg)
 
+    def start_positions(self, tps: list[tuple[str, int]], overrides: dict[tuple[str, int], int] | None = None,
+                        timestamp_ms: int | None = None) -> dict[tuple[str, int], int]:
+        """Where reading starts without a checkpoint (or for partitions added since it)."""
+        return start_positions(self.consumer, tps, overrides, timestamp_ms)
+
+    def open_source(self, positions: dict[tuple[str, int], int], max_pending: int) -> BatchSource:
+        """The lanes, read from these positions."""
+        return BatchConsumer(self.consumer, self.lane_topics, self.deserializer, positions, max_pending=max_pending)
+
     def taskset(self):
         from rftbus.tasksets.data import open_taskset
 
@@ -90,7 +100,10 @@ class Components:
             self._scorer = make_rewards(self.cfg.explorer.rewards)
         return self._scorer
 
-    def close(self) -> None:
+    def close(self, consumer: bool = False) -> None:
+        """Flush what was produced; `consumer`: close the Kafka consumer too (when no source owns it yet)."""
+        if consumer:
+            self.consumer.close()
         self.producer.flush(30)
         if self.metrics is not None:
             self.metrics.close()

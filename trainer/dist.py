@@ -9,6 +9,7 @@ what the ranks are shown (models/devices.py): rank i takes the i-th. Must run be
 from __future__ import annotations
 
 import os
+import sys
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,10 @@ def prepare_env(device: str = "auto") -> Dist:
     env.setdefault("LOCAL_RANK", env["RANK"])
     env.setdefault("MASTER_ADDR", "127.0.0.1")
     env.setdefault("MASTER_PORT", str(free_port()))
+    # DeepSpeed JIT-builds a C++ op at every engine start and torch caches it per user: two installs on one
+    # machine (another checkout's .venv) rebuilt it for each other on every start (~40-90 s on 2 cores).
+    # One cache per Python environment: built once, loaded after.
+    env.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
     local = int(env["LOCAL_RANK"])
     listed = indices(device)
     if listed and local >= len(listed):

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 
 from rftbus.config import Config
-from rftbus.trainer.batch_source import BatchConsumer, Polled, start_positions
+from rftbus.trainer.batch_source import BatchSource, Polled
 from rftbus.errors import RftbusError
 from rftbus.trainer.checkpoint import Checkpoints, positions_to_json, read_lineage
 from rftbus.trainer.checks import Reject, by_version, check_record
@@ -88,7 +88,7 @@ class Trainer:
     def _on_signal(self, signum, _frame) -> None:
         self.stop_reason = signal.Signals(signum).name
 
-    def _resume_or_start(self) -> BatchConsumer:
+    def _resume_or_start(self) -> BatchSource:
         c, latest = self.c, self.ckpts.latest()
         tps = c.assigned_partitions()
         if latest is not None:
@@ -101,7 +101,7 @@ class Trainer:
             positions = m.positions_of(self.rank)
             missing = [tp for tp in tps if tp not in positions]
             if missing:  # partitions added since the checkpoint
-                positions.update(start_positions(c.consumer, missing))
+                positions.update(c.start_positions(missing))
             self.summary.resumed_from = path.name
             if self.replay is not None and "expert" in c.lane_topics:
                 n = self.replay.refill(self.cfg, positions, c.lane_topics["expert"], c.deserializer, c.limits)
@@ -110,15 +110,14 @@ class Trainer:
             self.log(f"resumed from {path.name}: step {self.step}, version {self.version}")
         else:
             self.step, self.version = 0, 0
-            positions = start_positions(c.consumer, tps, self.opts.start_offsets, self.opts.start_timestamp_ms)
+            positions = c.start_positions(tps, self.opts.start_offsets, self.opts.start_timestamp_ms)
             self._publish(0)  # fresh start: v0, the weights every explorer can also build from the seed
             self.log("fresh start: published version 0")
         self.summary.start_step = self.step
         n = self.trained_ids.seed(read_lineage(self.ckpts.lineage))  # what the restored weights have seen
         if n:
             self.log(f"dedupe: {len(self.trained_ids)} trained experience ids remembered from the lineage")
-        return BatchConsumer(c.consumer, c.lane_topics, c.deserializer, positions,
-                             max_pending=self.tc.max_pending_groups or 4 * self.cfg.rl.batch_groups)
+        return c.open_source(positions, self.tc.max_pending_groups or 4 * self.cfg.rl.batch_groups)
 
     def _publish(self, version: int) -> None:
         with phase("publish"):
@@ -173,13 +172,13 @@ class Trainer:
             self.c.rejector(r, rej.reason, rej.detail, ids, rej.evidence)
             self.dirty = True
 
-    def _finish(self, bc: BatchConsumer, records: list[Polled]) -> None:
+    def _finish(self, bc: BatchSource, records: list[Polled]) -> None:
         bc.finish(records)
         for r in records:
             self.verdicts.pop((r.topic, r.partition, r.offset), None)
             self.trained_ids.finish((r.topic, r.partition, r.offset))
 
-    def _drop_dead_heads(self, bc: BatchConsumer) -> None:
+    def _drop_dead_heads(self, bc: BatchSource) -> None:
         """Records at a lane's head with nothing left to train are done at once (not held for a step)."""
         for lane in bc.lanes:
             while True:
@@ -188,7 +187,7 @@ class Trainer:
                     break
                 self._finish(bc, head)
 
-    def _select(self, bc: BatchConsumer, partial: bool) -> Take | None:
+    def _select(self, bc: BatchSource, partial: bool) -> Take | None:
         self._drop_dead_heads(bc)
         return select(bc, self.cfg, self.loss, self._trainable, partial, self.last_step_at)
 
@@ -199,7 +198,7 @@ class Trainer:
         batch = collate(rows, self.c.pad_id, self.c.max_len)
         return whiten_advantages(batch) if self.tc.advantage_norm == "batch" else batch
 
-    def _train(self, bc: BatchConsumer, take: Take) -> None:
+    def _train(self, bc: BatchSource, take: Take) -> None:
         from rftbus.trainer.batch import rows_of
         from rftbus.trainer.step import NonFiniteLoss, train_step
 
@@ -298,7 +297,7 @@ class Trainer:
                  f"({found.probes} probes) rejected as non_finite_loss, the rest trains")
         return kept
 
-    def _skip_step(self, bc: BatchConsumer, take: Take, detail: str) -> None:
+    def _skip_step(self, bc: BatchSource, take: Take, detail: str) -> None:
         """A batch whose loss is not finite: no update; its records are rejected (`non_finite_loss`, with
         their bytes, since one of them is the cause) and done, so the same batch is never tried again."""
         for r, idx in take:
@@ -322,7 +321,7 @@ class Trainer:
     def _rejected_since_checkpoint(self) -> bool:
         return self.dirty or sum(self.c.rejector.count.values()) != self.rejected_at_ckpt
 
-    def _moved_since_checkpoint(self, bc: BatchConsumer) -> bool:
+    def _moved_since_checkpoint(self, bc: BatchSource) -> bool:
         """Positions moved without a step: rejections, or a partition read past records no reader sees
         (a streams recovery fence, rftbus/kafka/fence.py). Both must reach Kafka's committed offsets while
         the trainer waits, or admission counts them as pending and the explorers wait for a step that never
@@ -330,11 +329,11 @@ class Trainer:
         return self._rejected_since_checkpoint() or (self.ckpt_positions is not None
                                                       and bc.positions() != self.ckpt_positions)
 
-    def _checkpoint(self, bc: BatchConsumer, version: int) -> None:
+    def _checkpoint(self, bc: BatchSource, version: int) -> None:
         with phase("checkpoint"):
             self._save_checkpoint(bc, version)
 
-    def _save_checkpoint(self, bc: BatchConsumer, version: int) -> None:
+    def _save_checkpoint(self, bc: BatchSource, version: int) -> None:
         self.c.rejector.flush()
         positions = bc.positions()
         all_pos = all_gather(positions_to_json(positions), self.world)
@@ -361,8 +360,7 @@ class Trainer:
                 bc = self._resume_or_start()
         except BaseException:
             self.c.status.stop(state="failed")
-            self.c.consumer.close()
-            self.c.close()
+            self.c.close(consumer=True)
             raise
         self.last_ckpt, self.dirty = self.step, False
         self.ckpt_positions = bc.positions()

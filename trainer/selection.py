@@ -7,13 +7,13 @@ import time
 from collections.abc import Callable
 
 from rftbus.config import Config
-from rftbus.trainer.batch_source import BatchConsumer, Polled
+from rftbus.trainer.batch_source import BatchSource, Polled
 
 Take = list[tuple[Polled, list[int]]]  # records at the lane heads, in order, with the samples to train
 Trainable = Callable[[Polled], list[int]]  # the samples of a record that may train now
 
 
-def walk(bc: BatchConsumer, lane: str, groups: int, trainable: Trainable) -> Take:
+def walk(bc: BatchSource, lane: str, groups: int, trainable: Trainable) -> Take:
     """From the head of `lane`, records up to the `groups`-th one with something to train."""
     take: Take = []
     found = 0
@@ -36,7 +36,7 @@ def waited_enough(cfg: Config, last_step_at: float) -> bool:
     return wait is not None and time.monotonic() - last_step_at >= wait
 
 
-def min_groups(bc: BatchConsumer, cfg: Config, loss_name: str) -> int:
+def min_groups(bc: BatchSource, cfg: Config, loss_name: str) -> int:
     """RL groups a step waits for: B, or for MIX `mix_min_groups` while demonstrations are waiting,
     so scarce RL data (early on most groups have zero variance) does not hold back the SFT part."""
     B, least = cfg.rl.batch_groups, cfg.trainer.mix_min_groups
@@ -45,7 +45,7 @@ def min_groups(bc: BatchConsumer, cfg: Config, loss_name: str) -> int:
     return min(least, B)
 
 
-def select(bc: BatchConsumer, cfg: Config, loss, trainable: Trainable, partial: bool,
+def select(bc: BatchSource, cfg: Config, loss, trainable: Trainable, partial: bool,
            last_step_at: float) -> Take | None:
     """The next step's records, or None to wait. `partial`: the run is ending, take what there is."""
     B = cfg.rl.batch_groups
