@@ -100,7 +100,10 @@ def _server_properties(cfg: Config, paths: BrokerPaths, node: int) -> str:
         # 4 s and 5 s here (heartbeats every 1 s).
         props.update({"default.replication.factor": rf, "min.insync.replicas": 2 if rf >= 3 else 1,
                       "broker.session.timeout.ms": 4000, "broker.heartbeat.interval.ms": 1000,
-                      "replica.lag.time.max.ms": 5000})
+                      "replica.lag.time.max.ms": 5000,
+                      # leadership returns to each partition's preferred replica once a node is back: checked
+                      # every 10 s (300 s by default; a chaos campaign saw one node lead everything for 14 min)
+                      "leader.imbalance.check.interval.seconds": 10})
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
 

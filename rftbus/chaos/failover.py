@@ -123,6 +123,33 @@ def wait_isr_whole(cfg: Config, timeout_s: float) -> float | None:
     return None
 
 
+def leaders_per_node(cfg: Config) -> tuple[dict[int, int], int]:
+    """How many of the loop's partitions each node leads, and how many are led by a node other than their
+    preferred (first) replica."""
+    names = {s.name for s in cfg.topics.all().values()}
+    layout = ask(lambda: partition_layout(make_admin(cfg)), "reading the partition leaders")
+    led: Counter[int] = Counter({n: 0 for n in cfg.broker.node_ids})
+    off = 0
+    for name, parts in layout.items():
+        if name not in names:
+            continue
+        for leader, replicas, _ in parts.values():
+            led[leader] += 1
+            off += bool(replicas) and leader != replicas[0]
+    return dict(led), off
+
+
+def wait_balanced(cfg: Config, timeout_s: float) -> float | None:
+    """Seconds until every partition of the loop's topics is led by its preferred replica again (the cluster's
+    own preferred-leader election, `leader.imbalance.check.interval.seconds`); None: not within timeout_s."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if leaders_per_node(cfg)[1] == 0:
+            return time.monotonic() - t0
+        time.sleep(1.0)
+    return None
+
+
 NODE_FAULTS = ("leader_kill", "coordinator_freeze", "leader_freeze", "rolling_restart")
 
 
@@ -243,10 +270,16 @@ class NodeFaults:
             isr_times.append(isr)
         step = F.trainer_step(self.cfg.state_dir)
         ok = ok and F.wait_trainer_step(self.cfg.state_dir, step, self.timeout_s, self.running)
-        fault.metrics = {"stall_s": round(self.watch.stall(t0, time.monotonic()), 2),
+        t_back = time.monotonic()
+        skewed = leaders_per_node(self.cfg)
+        balanced = wait_balanced(self.cfg, self.timeout_s)  # the last node restarted leads nothing until then
+        fault.metrics = {"stall_s": round(self.watch.stall(t0, t_back), 2),
                          "isr_recovery_s": round(max((t for t in isr_times if t is not None), default=0.0), 1),
-                         "restart_s": round(time.monotonic() - t0, 1)}
-        return fault, ok
+                         "restart_s": round(t_back - t0, 1),
+                         "leader_balance_s": None if balanced is None else round(balanced, 1)}
+        fault.notes.append(f"partitions led per node after the restarts {skewed[0]} ({skewed[1]} off their preferred "
+                           f"leader), then {leaders_per_node(self.cfg)[0]}")
+        return fault, ok and balanced is not None
 
 
 def freeze_vs_kill(faults: list[F.Fault]) -> dict[str, float | None]:

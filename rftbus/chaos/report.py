@@ -19,10 +19,12 @@ def print_result(res: ChaosResult, console: Console) -> None:
     console.print(faults)
     cluster = [f for f in res.faults if f.metrics]
     if cluster:
-        c = Table("fault", "stall (s)", "ISR whole again (s)", title="cluster faults: the longest gap between "
-                  "trainer steps, and the time until no partition is under-replicated")
+        c = Table("fault", "stall (s)", "ISR whole again (s)", "leaders balanced (s)", title="cluster faults: the "
+                  "longest gap between trainer steps, the time until no partition is under-replicated, and (after the "
+                  "rolling restart) until every partition is led by its preferred replica")
         for cf in cluster:
-            c.add_row(cf.kind, str(cf.metrics.get("stall_s")), str(cf.metrics.get("isr_recovery_s")))
+            c.add_row(cf.kind, str(cf.metrics.get("stall_s")), str(cf.metrics.get("isr_recovery_s")),
+                      str(cf.metrics.get("leader_balance_s", "-")))
         console.print(c)
     if res.failover:
         fo = res.failover
