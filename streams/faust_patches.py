@@ -15,7 +15,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterator, cast
 
+from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import AIOKafkaConnection
+from aiokafka.errors import RequestTimedOutError
 from faust.transport.consumer import CONSUMER_FETCHING, Consumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
 from mode import Service
@@ -64,6 +66,13 @@ PATCHES = (
           "Java client does",
           "none filed for aiokafka; the Java client's fix: KAFKA-5570, apache/kafka#8702",
           "tests/unit/test_faust_patches.py::test_join_group_waits_for_the_rebalance_timeout"),
+    Patch("timeout_refreshes_metadata", "aiokafka AIOKafkaClient.send",
+          "a request that timed out (a frozen leader keeps its connections open) closes the connection but leaves the "
+          "metadata as it was, so the retried batch goes to the frozen node again (measured: a 30 s freeze of a "
+          "leader stalled the worker's writes 36 s); the timeout now asks for fresh metadata, as Kafka's Java client "
+          "does when it drops a timed-out connection",
+          "none filed for aiokafka; Java: NetworkClient.handleTimedOutRequests requests a metadata update",
+          "tests/unit/test_faust_patches.py::test_a_timed_out_request_asks_for_fresh_metadata"),
     Patch("fetch_settings", "faust AIOKafkaConsumerThread._create_worker_consumer",
           "Faust passes fetch_max_wait_ms=1500 and leaves fetch_min_bytes at 1 (not settable): streams.fetch_min_bytes "
           "and fetch_max_wait_ms reach aiokafka",
@@ -136,6 +145,15 @@ def _send(self: AIOKafkaConnection, request: Any, expect_response: bool = True) 
         return _ORIGINAL["send"](self, request, expect_response)
     finally:
         self._request_timeout = saved
+
+
+# -- timeout_refreshes_metadata ------------------------------------------------------------------------------
+async def _client_send(self: AIOKafkaClient, node_id: Any, request: Any, **kw: Any) -> Any:
+    try:
+        return await _ORIGINAL["client_send"](self, node_id, request, **kw)
+    except RequestTimedOutError:  # (raised by send itself on its own timeout; a broker's error code is a response)
+        self.force_metadata_update()  # the leaders may have moved away from the node that did not answer
+        raise
 
 
 # -- fetch_settings -------------------------------------------------------------------------------------------
@@ -220,6 +238,7 @@ _TARGETS: dict[str, tuple[Any, str, Any]] = {  # key -> (owner, attribute, repla
     "Consumer.__init__": (Consumer, "__init__", _consumer_init),
     "_settings_extra": (Producer, "_settings_extra", _settings_extra),
     "send": (AIOKafkaConnection, "send", _send),
+    "client_send": (AIOKafkaClient, "send", _client_send),
     "_create_worker_consumer": (AIOKafkaConsumerThread, "_create_worker_consumer", _create_worker_consumer),
     "_drain_messages": (Consumer, "_drain_messages", _drain_messages),
 }

@@ -144,3 +144,37 @@ def test_fetch_settings_reach_the_consumer(tmp_path, unpatched):
 
     src = inspect.getsource(AIOKafkaConsumer.start)
     assert "fetch_min_bytes=self._fetch_min_bytes" in src and "fetch_max_wait_ms=self._fetch_max_wait_ms" in src
+
+
+def test_a_timed_out_request_asks_for_fresh_metadata(unpatched):
+    """A frozen leader never answers: aiokafka closes the connection on the timeout but keeps the leaders it knew,
+    so the retry went to the frozen node again. With the patch the timeout forces a metadata update."""
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.errors import RequestTimedOutError
+
+    async def attempt() -> int:
+        client = AIOKafkaClient(bootstrap_servers="localhost:9", request_timeout_ms=50)
+        forced = []
+
+        class Frozen:
+            def send(self, request, expect_response=True):
+                async def never():
+                    raise asyncio.TimeoutError
+                return never()
+
+            def close(self, reason=None, exc=None):
+                pass
+
+        async def ready(node_id, *, group=None):
+            return True
+
+        client._conns[(1, 0)] = Frozen()
+        client.ready = ready
+        client.force_metadata_update = lambda: forced.append(1)
+        with pytest.raises(RequestTimedOutError):
+            await client.send(1, HeartbeatRequest("g", 1, "m"), group=0)
+        return len(forced)
+
+    assert asyncio.run(attempt()) == 0  # aiokafka alone: the metadata stays as it was
+    with fp.installed():
+        assert asyncio.run(attempt()) == 1
