@@ -24,7 +24,7 @@ from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
 from rftbus.kafka.topics import create_new, create_topics
 from rftbus.schemas import make_codec
 from rftbus.bench.processes import WorkerProcess, read_all
-from rftbus.streams.outputs import H_T0
+from rftbus.streams.headers import H_T0
 from rftbus.bench.synthetic import make_group
 from rftbus.streams.worker import PROFILE_ENV
 

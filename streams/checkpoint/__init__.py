@@ -17,7 +17,8 @@ order of the steps:
    scans again.
 5. **check** (`check`, every 2 s): offsets fetched but never delivered are fetched again.
 
-Its parts: commit_rule.py, holes.py (DeliveryGuard), landed.py (recovery scan), deliveries.py.
+Its parts: commit_rule.py, holes.py (DeliveryGuard), landed.py (recovery scan), deliveries.py. The package
+imports without Faust or aiokafka (`rftbus run`'s summary reads the quarantine file through it, in any install).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import logging
 import time
 from typing import Any, Callable
 
-from aiokafka.errors import KafkaError
 from confluent_kafka import KafkaException
 
 from rftbus.streams.checkpoint.commit_rule import next_commit
@@ -59,6 +59,8 @@ class Checkpoint:
     # -- 1. begin ---------------------------------------------------------------------------------------------
     async def begin(self, msg: Any) -> Landed:
         """Every record of an ingest topic, before it is handled: what already went out for its partition."""
+        from aiokafka.errors import KafkaError
+
         guard = self.guard if msg.topic in self.watched else None
         if msg.tp not in self.first_seen:
             begin = None
@@ -111,6 +113,8 @@ class Checkpoint:
 
     # -- 5. check ---------------------------------------------------------------------------------------------
     async def check(self) -> None:
+        from aiokafka.errors import KafkaError
+
         if self.guard is None:
             return
         try:

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from faust.utils.functional import consecutive_numbers
-
 
 def next_commit(consumer: Any, tp: Any, base: int | None) -> int | None:
     """The offset to commit for tp from Faust's bookkeeping (`_acked`, `_gap`, `_committed_offset`), or None.
     `base`: the first offset this assignment read (None: nothing seen yet, nothing to commit)."""
+    from faust.utils.functional import consecutive_numbers  # (a worker's import: the package loads without Faust)
+
     acked = consumer._acked[tp]
     if base is None or not acked:
         return None
