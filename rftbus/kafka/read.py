@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, Message, TopicPartition
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
+from rftbus.kafka.retry import retrying
 
 
 def consume_ready(consumer, max_messages: int, timeout: float) -> list[Message]:
@@ -49,7 +50,8 @@ def read_to_end(cfg: Config, topic: str, *, partitions: Iterable[int] | None = N
         ends: dict[int, int] = {}
         starts: dict[int, int] = {}
         for p in parts:
-            low, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            # (asked again while a failover answers NOT_LEADER: a 3-node chaos run's settle stopped on it)
+            low, high = retrying(lambda tp=TopicPartition(topic, p): c.get_watermark_offsets(tp, timeout=10), 60.0)
             ends[p] = min(high, until[p]) if until is not None and p in until else high
             starts[p] = max(low, start[p]) if start is not None and p in start else low
         if since_ms is not None:
