@@ -8,6 +8,7 @@ from here to there" calls it, so end detection (watermarks, EOF, transaction mar
 from __future__ import annotations
 
 import time
+from functools import partial
 from collections.abc import Iterable, Iterator
 
 from confluent_kafka import KafkaError, Message, TopicPartition
@@ -51,7 +52,8 @@ def read_to_end(cfg: Config, topic: str, *, partitions: Iterable[int] | None = N
         starts: dict[int, int] = {}
         for p in parts:
             # (asked again while a failover answers NOT_LEADER: a 3-node chaos run's settle stopped on it)
-            low, high = retrying(lambda tp=TopicPartition(topic, p): c.get_watermark_offsets(tp, timeout=10), 60.0)
+            tp = TopicPartition(topic, p)
+            low, high = retrying(partial(c.get_watermark_offsets, tp, timeout=10), 60.0)
             ends[p] = min(high, until[p]) if until is not None and p in until else high
             starts[p] = max(low, start[p]) if start is not None and p in start else low
         if since_ms is not None:
