@@ -94,7 +94,8 @@ def faust_settings(cfg: Config, datadir: str) -> FaustSettings:
         broker_rebalance_timeout=max(10.0, sc.session_timeout_s * 2),
         # (Faust refuses a session timeout over the request timeout)
         broker_request_timeout=max(cfg.kafka.request_timeout_s, sc.session_timeout_s),
-        producer_request_timeout=cfg.kafka.request_timeout_s,
+        # (not the producer: aiokafka's produce request timeout is also how long a batch may wait for a leader, so
+        # 10 s expired batches while a single broker restarted and a fresh-clone run lost a group; Faust's 1,200 s kept)
         # ~6 KB experiences: aiokafka's 16 KB default batch holds two, and one request is in flight per broker
         producer_max_batch_size=1024 * 1024,
         producer_max_request_size=max(16 * 1024 * 1024, sc.max_message_bytes + 65536),
