@@ -69,7 +69,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                      changelog_topic=app.topic(topo.live_changelog, partitions=n, compacting=True))
     live = LiveGroups(cfg, held, emit, codec, counters)
     ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw, live, n)
-    # Transaction markers (exactly_once) are real gaps in joined: every fetched offset must arrive only at least once.
+    # Every fetched offset must reach the agent; under exactly_once transaction markers are real gaps in joined.
     watched = {topo.raw} | ({topo.joined} if sc.processing_guarantee == "at_least_once" else set())
     checkpoint = Checkpoint(cfg, {topo.raw, topo.joined}, watched, output_partitions(emit),
                             Deliveries(emit.write, cfg.state_dir, counters, sc.write_retries, sc.write_retry_backoff_s),

@@ -1,9 +1,9 @@
 """rftbus Config -> faust.App settings, including what of `kafka.client` aiokafka can take.
 
-Faust's aiokafka clients wait for a broker's answer as long as every other client: `kafka.request_timeout_s`
-(Faust's own defaults, 90 s for the consumer and 1,200 s for the producer, let a frozen node stall the worker
-for the whole freeze). A JoinGroup waits longer (`join_timeout_s`), as the coordinator may hold it for the
-rebalance timeout.
+Faust's aiokafka consumer waits for a broker's answer as long as every other client: `kafka.request_timeout_s`
+(Faust's own 90 s let a frozen node stall the worker for the whole freeze). A JoinGroup waits longer
+(`join_timeout_s`), as the coordinator may hold it for the rebalance timeout. The producer keeps Faust's 1,200 s:
+aiokafka's produce timeout is also how long a batch may wait for a leader.
 
 librdkafka settings are translated where aiokafka has the same thing (security protocol, SASL
 PLAIN/SCRAM/GSSAPI credentials, TLS CA / client certificate / key); everything else is listed in
