@@ -36,7 +36,9 @@ def test_each_canary_candidate_of_any_lineage_is_scored_once_under_its_key(broke
         while not ev.candidate_points or not ev.points:
             assert time.monotonic() < deadline, "the candidate was never scored"
             time.sleep(0.5)
-        time.sleep(2)  # the second copy of the decision has been read by now
+        while ev.decisions.read < 2 or not ev.candidates.empty():  # the second copy read and taken to be scored
+            assert time.monotonic() < deadline, f"{ev.decisions.read} copies of the decision read"
+            time.sleep(0.1)
     finally:
         ev.finish(wait_s=1)
     [point] = ev.candidate_points

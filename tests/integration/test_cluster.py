@@ -78,7 +78,9 @@ def test_leader_kill_loses_nothing_acknowledged(cluster):
     for t in threads:
         t.start()
     try:
-        time.sleep(3)
+        deadline = time.monotonic() + 60
+        while len(acked) < 200 and time.monotonic() < deadline:  # steady writes under way
+            time.sleep(0.1)
         leader = layout(admin, topic)[0]
         before = len(acked)
         assert before > 0, "nothing acknowledged before the kill"

@@ -4,6 +4,7 @@ decisions back and decides nothing twice, and a good candidate is promoted."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from rftbus.kafka.retry import retry_kafka
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Source, WeightVersion,
                             make_codec)
+from rftbus.status import status_dir
 from tests.conftest import make_config
 
 CODEC = make_codec(None)
@@ -72,6 +74,15 @@ def weights(cfg, version: int) -> WeightVersion:
                          sha256="0" * 64, bytes=1)
 
 
+def wait_caught_up(cfg, gate: subprocess.Popen, log: Path, timeout: float = 90.0) -> None:
+    """Until the gate's status says it read its topics to their ends (it has decided on them once by then)."""
+    path = status_dir(cfg.state_dir) / f"gate-{cfg.gate.id}.json"
+    deadline = time.monotonic() + timeout
+    while not (path.is_file() and json.loads(path.read_text()).get("caught_up")):
+        assert gate.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)
+
+
 def start(cfg, path: Path) -> subprocess.Popen:
     log = open(path.parent / "gate.log", "ab")
     return subprocess.Popen([str(Path(sys.executable).parent / "rftbus"), "--config", str(path), "gate"],
@@ -87,7 +98,7 @@ def test_the_gate_rolls_back_a_worse_version_survives_a_kill_and_promotes_a_good
     path = write_config(cfg, tmp_path / "gate.yaml")
     gate = start(cfg, path)
     try:
-        time.sleep(3)
+        wait_caught_up(cfg, gate, tmp_path / "gate.log")  # it has read the empty log and looked at it
         assert decisions(cfg) == []  # nothing published: nothing to serve
         publish(cfg, weights(cfg, 0))
         wait_for(cfg, "promote", 0)  # the seed serves first

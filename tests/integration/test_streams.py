@@ -328,8 +328,10 @@ def test_status_file_and_metrics_reconcile(env):
     deadline = time.monotonic() + 30
     while (st := settled()) is None and time.monotonic() < deadline:
         time.sleep(0.5)
-    time.sleep(2.0)  # a status written after the last output
-    st = worker.status()
+    seen_at = time.time()  # a status written after the last output was read
+    while ((st := worker.status()) is None or st["updated_at"] <= seen_at) and time.monotonic() < deadline + 10:
+        time.sleep(0.2)
+    assert st is not None
     assert st["role"] == "streams" and st["pid"] == worker.proc.pid and st["errors"] == 0
     # every raw record is rejected whole, decided, held for feedback or a replay; every experience of a
     # verified group is curated, rejected or still waiting
@@ -339,11 +341,13 @@ def test_status_file_and_metrics_reconcile(env):
     assert st["curated"] == sum(len(g.survivors) for r in LANES for g in out[r])
     assert st["curated_groups"] == sum(len(out[r]) for r in LANES)
     assert st["rejected"] == sum(max(1, len(r.covers())) for r in out["rejected"])
-    metrics = read_all(cfg, cfg.topics.metrics.name, decode=DECODE)
-    assert {"streams", "task_pass_rate"} <= {m.kind for m in metrics if isinstance(m, TrainerMetric)}
-    rates = {}
-    for m in metrics:
-        if m.kind == "task_pass_rate":
-            rates.update(m.values)
+    deadline = time.monotonic() + 30  # the pass rates are published every streams.metrics_interval_s
+    while True:
+        metrics = [m for m in read_all(cfg, cfg.topics.metrics.name, decode=DECODE) if isinstance(m, TrainerMetric)]
+        rates = {k: v for m in metrics if m.kind == "task_pass_rate" for k, v in m.values.items()}
+        if {f"rate-{tag}", f"flat-{tag}"} <= rates.keys() or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert {"streams", "task_pass_rate"} <= {m.kind for m in metrics}
     assert rates[f"rate-{tag}"] == pytest.approx(0.25) and rates[f"flat-{tag}"] == pytest.approx(1.0)
 

@@ -20,6 +20,7 @@ from rftbus.schemas import make_codec
 from rftbus.bench.processes import WorkerProcess, read_all
 from rftbus.bench.synthetic import make_group
 from tests.conftest import make_config
+from tests.explorer_kafka import committed, end_offsets
 
 TOPIC_KEYS = list(TopicsConfig.model_fields)
 CODEC = make_codec(None)
@@ -104,6 +105,17 @@ def _where_missing(cfg) -> str:
     return "; ".join(out)
 
 
+def _wait_committed_to_end(cfg, timeout: float) -> None:
+    """Until the streams group has committed raw to its end: a partition commits only once every output of what
+    it read was acknowledged (streams/checkpoint/), so anything duplicated is on the curated lanes by then."""
+    deadline = time.monotonic() + timeout
+    while True:
+        ends, done = end_offsets(cfg, "raw"), committed(cfg, cfg.streams.app_id, "raw")
+        if all(done.get(p, -1) >= end for p, end in ends.items()) or time.monotonic() > deadline:
+            return  # (past the deadline the assertions on the lanes say what is missing)
+        time.sleep(0.3)
+
+
 def _wait_progress(worker, at_least: int, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -126,8 +138,8 @@ def test_kill_9_mid_stream_then_restart_loses_and_duplicates_nothing(broker, tmp
     w2 = WorkerProcess(cfg, "k2", tmp_path / "k2.log")
     try:
         w2.wait_ready(90)
-        curated = _wait_curated(cfg, GROUPS * N, 90)
-        time.sleep(2)  # anything duplicated would arrive now
+        _wait_curated(cfg, GROUPS * N, 90)
+        _wait_committed_to_end(cfg, 60)
         curated = _wait_curated(cfg, GROUPS * N, 5)
         _assert_exactly_once(cfg, groups, curated)
         assert w2.status()["recovery_scans"] > 0
@@ -155,11 +167,11 @@ def test_two_workers_share_partitions_and_one_is_killed(broker, tmp_path):
         else:
             pytest.fail(f"partitions not shared: {sa['assigned']} / {sb['assigned']}")
         producer = _produce_slowly(cfg, groups, 6.0)
-        time.sleep(2.5)
+        _wait_progress(a, GROUPS * N // 4 // 2, 60)  # under way on both: a quarter of the groups, half of them a's
         a.kill()  # b takes over a's partitions mid-stream
         producer.join()
-        curated = _wait_curated(cfg, GROUPS * N, 120)
-        time.sleep(2)
+        _wait_curated(cfg, GROUPS * N, 120)
+        _wait_committed_to_end(cfg, 60)
         curated = _wait_curated(cfg, GROUPS * N, 5)
         st = b.status()
         assert len(set(curated)) == GROUPS * N, (f"{GROUPS * N - len(set(curated))} missing; "

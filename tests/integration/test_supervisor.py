@@ -5,8 +5,16 @@ from __future__ import annotations
 import re
 import sys
 import time
+from pathlib import Path
 
 from rftbus.run.supervisor import ChildSpec, Supervisor
+
+
+def _term_handled(pid: int) -> bool:
+    """Whether the process catches SIGTERM and no longer blocks it (its signal masks in /proc)."""
+    fields = dict(line.split(":\t", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":\t" in line)
+    bit = 1 << (15 - 1)  # SIGTERM
+    return bool(int(fields["SigCgt"], 16) & bit) and not int(fields["SigBlk"], 16) & bit
 
 
 def _wait(sup: Supervisor, kinds: set[str], timeout: float = 20.0) -> list:
@@ -173,7 +181,11 @@ def test_a_held_start_still_stops_on_sigterm_once_running(tmp_path):
                         log=tmp_path / "waiting.log", term_held=True)
     sup = Supervisor([waiting])
     sup.start()
-    time.sleep(4)
+    pid = sup.children["waiting"].proc.pid
+    deadline = time.monotonic() + 60
+    while not _term_handled(pid):  # past its start: its handler is in and SIGTERM no longer blocked
+        assert time.monotonic() < deadline, (tmp_path / "waiting.log").read_text()
+        time.sleep(0.1)
     assert sup.alive() == ["waiting"], (tmp_path / "waiting.log").read_text()
     assert sup.stop(timeout=10) == {"waiting": 0}
 

@@ -133,8 +133,9 @@ def test_kill9_resume_trains_every_experience_exactly_once(broker, tmp_path):
     proc = start_trainer(cfg, path)
     feeder = threading.Thread(target=feed)
     wait_for(lambda: len(read_lineage(lineage_file)) >= 3, 240, "three checkpointed steps", proc)
+    fed = len(produced)
     feeder.start()
-    time.sleep(0.35)
+    wait_for(lambda: len(produced) >= fed + 3, 30, "three groups fed after the checkpoints")  # mid-stream
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait(10)
     feeder.join()

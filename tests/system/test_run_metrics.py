@@ -39,6 +39,9 @@ def scrape(url: str) -> dict[str, float]:
     return out
 
 
+MOVING = ("rftbus_trainer_steps", "rftbus_weight_version", "rftbus_explorer_experiences", "rftbus_streams_curated")
+
+
 def wait_scrape(url: str, proc: subprocess.Popen, log: Path, timeout: float = 240) -> dict[str, float]:
     deadline = time.monotonic() + timeout
     while True:
@@ -81,8 +84,11 @@ def test_metrics_of_a_run_and_its_children_are_present_and_moving(broker, tmp_pa
                 r.read()
         c.post("/v1/completions", json={"prompt": "1+2=", "logit_bias": {"1": 2}})  # a rejection
         httpx.get(studio_url + "/dashboard", timeout=60)
-        time.sleep(4)
-        second, s2, st2 = scrape(run_url), scrape(serve_url + "/metrics"), scrape(studio_url + "/metrics")
+        deadline = time.monotonic() + 120  # until the loop's counters have moved on from the first scrape
+        while not all((second := scrape(run_url)).get(f, 0) > first.get(f, 0) for f in MOVING):
+            assert proc.poll() is None and time.monotonic() < deadline, (second, log.read_text()[-3000:])
+            time.sleep(0.5)
+        s2, st2 = scrape(serve_url + "/metrics"), scrape(studio_url + "/metrics")
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(180)
@@ -94,8 +100,7 @@ def test_metrics_of_a_run_and_its_children_are_present_and_moving(broker, tmp_pa
         (curves, points)
     for name, curve in curves.items():  # the same points, in the same order, in every tracker
         assert curve == pytest.approx([p["reward"] for p in points]), name
-    for fam in ("rftbus_trainer_steps", "rftbus_weight_version", "rftbus_explorer_experiences",
-                "rftbus_streams_curated"):
+    for fam in MOVING:
         assert second[fam] > first[fam], (fam, first.get(fam), second.get(fam))
     for fam in ("rftbus_trainer_staleness", "rftbus_trainer_tokens_per_second", "rftbus_consumer_lag",
                 "rftbus_streams_rejected", "rftbus_child_restarts"):
