@@ -5,8 +5,6 @@ The stage logic lives in ingest.py / live.py / join.py / curate.py; this module 
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import logging
 import time
 from dataclasses import dataclass
@@ -14,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import faust
-from aiokafka.errors import KafkaError
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import max_message_bytes
 from rftbus.schemas import make_codec
 from rftbus.streams import faust_patches
+from rftbus.streams.agents import reporting_agent
 from rftbus.streams.checkpoint import Checkpoint, Deliveries
 from rftbus.streams.faust_conf import faust_settings, join_timeout_s
 from rftbus.streams.ingest import Ingest, output_partitions
@@ -86,50 +84,14 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     faust_patches.install(commit_rules=checkpoint.commit_rules(), fetch_min_bytes=sc.fetch_min_bytes,
                           fetch_max_wait_ms=sc.fetch_max_wait_ms, join_timeout_s=join_timeout_s(settings.kwargs))
 
-    async def ingest_agent(stream: Any) -> None:
-        stream = stream.noack()
-        ingest.stream = stream
+    def ingest_stream(stream: Any) -> Any:
+        ingest.stream = stream = stream.noack()  # acknowledged by hand, once an input's outcome is out
         checkpoint.attach(app.consumer)
-        async for event in stream.events():
-            for attempt in itertools.count(1):
-                try:
-                    await ingest.handle(event)
-                except (KafkaException, KafkaError) as exc:
-                    # The broker, not the record (a recovery scan while it restarts): the same record
-                    # again once it answers. Rejecting it here lost it: the rejection could not be
-                    # written either, and the offset was acked (found by tests/system/test_run.py's broker kill -9).
-                    log.warning("ingest: broker error at %s[%s]@%s (attempt %d): %s; retrying",
-                                event.message.topic, event.message.partition, event.message.offset, attempt, exc)
-                    counters.inc("broker_retries")
-                    await asyncio.sleep(min(5.0, 0.5 * attempt))
-                    continue
-                except Exception as exc:  # one bad record must not stop the partition; reported + rejected
-                    await ingest.on_error(event, exc)
-                break
+        return stream
 
-    def reporting_agent(name: str, handle: Any, on_error: Any) -> Any:
-        """An agent whose per-event errors are logged, counted and given an outcome (`on_error`: a
-        `processing_error` rejection); the stream goes on. A broker error is waited out instead."""
-        async def agent(stream: Any) -> None:
-            async for event in stream.events():
-                for attempt in itertools.count(1):
-                    try:
-                        await handle(event)
-                    except (KafkaException, KafkaError) as exc:  # the broker, not the record: the same record again
-                        log.warning("%s: broker error at %s (attempt %d): %s; retrying", name, event.message.tp,
-                                    attempt, exc)
-                        counters.inc("broker_retries")
-                        await asyncio.sleep(min(5.0, 0.5 * attempt))
-                        continue
-                    except Exception as exc:
-                        log.exception("%s: %s on %s", name, type(exc).__name__, event.message.tp, exc_info=exc)
-                        counters.inc("errors")
-                        await on_error(event, exc)
-                    break
-        return agent
-
-    join_agent = reporting_agent("join", join.handle, join.on_error)
-    feedback_agent = reporting_agent("feedback", fanout.handle, fanout.on_error)
+    ingest_agent = reporting_agent("ingest", ingest.handle, ingest.on_error, counters, prepare=ingest_stream)
+    join_agent = reporting_agent("join", join.handle, join.on_error, counters)
+    feedback_agent = reporting_agent("feedback", fanout.handle, fanout.on_error, counters)
 
     app.agent(app.topic(topo.raw, topo.joined), name="ingest")(ingest_agent)
     app.agent(app.topic(topo.join), name="join")(join_agent)

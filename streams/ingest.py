@@ -8,7 +8,6 @@ come back on `<app_id>-joined`, which raw is co-partitioned with.
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import defaultdict
 from typing import Any
@@ -21,7 +20,6 @@ from rftbus.streams.outputs import H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0, Outp
 from rftbus.streams.verify import Drop, Verdict, needs_feedback, placement, read_group, sample_drops
 from rftbus.streams.view import GroupReader, GroupView
 
-log = logging.getLogger("rftbus.streams.ingest")
 OUTPUT_ROLES = ("curated", "curated_priority", "expert", "rejected")
 
 
@@ -217,11 +215,8 @@ class Ingest:
             c.inc("rejected_experiences", g.size)
 
     async def on_error(self, event, exc: BaseException) -> None:
-        """A bug or an unexpected record: report it, reject the record, keep the worker going."""
+        """A bug or an unexpected record (already logged and counted by its agent): reject it, keep going."""
         msg = event.message
-        log.exception("ingest: %s at %s[%s]@%s", type(exc).__name__, msg.topic, msg.partition, msg.offset,
-                      exc_info=exc)
-        self.counters.inc("errors")
         src = f"{msg.topic}/{msg.partition}/{msg.offset}"
         if msg.topic == self.raw_topic:
             await self.emit.reject(reason="processing_error", detail=f"{type(exc).__name__}: {exc}", stage="streams",
