@@ -86,9 +86,9 @@ chaos-cluster: install
 test: install
 	$(VENV)/bin/ruff check --quiet .
 	$(PY) scripts/typecheck.py
-	@# two workers, each with its own session broker: most tests wait on brokers and children, not on the CPU.
-	@# Two workers, tests dealt out in collection order (the schedules measured: tests/conftest.py)
-	$(PY) -m pytest -n 2 --dist load $(PYTEST_ARGS)
+	@# Three workers, each with its own session broker, tests dealt out one at a time, whole runs first, a
+	@# group sharing a fixture kept on one worker (the schedule and why: tests/conftest.py)
+	$(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # The contributor's fast loop: pure logic, no broker, no subprocess (tests/unit, under a minute).
 test-unit: install

@@ -141,7 +141,22 @@ def smollm2_two_layers(smollm2_folder, tmp_path_factory) -> Path:
     return out
 
 
-# `make test` runs two pytest-xdist workers with --dist load in collection order (alphabetical: gpu, integration,
-# system, unit), which measured best of four schedules on this machine: CI's run of the last stop 23.9 min of
-# pytest; on a fresh clone here, loadgroup (files whole, most tests first) 27.3 min, worksteal with the whole runs
-# first 26.1 min, load with the whole runs first 27.5 min (two whole runs at once on two cores slow each other).
+# `make test` deals tests out one at a time to three workers (`--dist loadgroup`), whole runs first, so the last
+# to finish are short ones. `--dist load` sent ~75 consecutive tests at once: every whole run landed on one worker
+# while the other sat idle (30.1 min of pytest on two workers, 46 min of tests; 22.0 min on three dealt one at a
+# time, same tree, same machine). Tests that share a module-scoped fixture (a streams worker, a server) or the
+# session's three-node cluster stay on one worker (`xdist_group`), so each is started once (pytest < 9.2:
+# tests/unit/test_schedule.py).
+KIND_ORDER = {"system": 0, "integration": 1}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        shared = sorted(name for name, fdefs in (defs.name2fixturedefs.items() if defs else ())
+                        if fdefs and fdefs[-1].scope == "module")
+        group = "cluster" if "cluster" in item.fixturenames else item.path.stem if shared else None
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: KIND_ORDER.get(item.path.parent.name, 2))
