@@ -23,7 +23,11 @@ def main():
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits["max_file_mb"] * mb, limits["max_file_mb"] * mb))
     resource.setrlimit(resource.RLIMIT_NOFILE, (limits["max_open_files"], limits["max_open_files"]))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    resource.setrlimit(resource.RLIMIT_NPROC, (limits["max_procs"], limits["max_procs"]))
+    # RLIMIT_NPROC counts every process of the user (`nobody`) on the machine, other sandboxes' too: where the
+    # pids cgroup caps this tree exactly, the rlimit is only a loose backstop, so the cgroup is what refuses a
+    # fork and its refusal is seen (pids.events); a caught EAGAIN from the rlimit leaves no trace
+    nproc = limits["max_procs"] * 4 + 64 if limits.get("cgroup") else limits["max_procs"]
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     held = {"filesystem": "bwrap: read-only system, private /tmp and work dir", "network": "netns", "pids": "pidns"}
     if os.geteuid() == 0:
         os.setgroups([])

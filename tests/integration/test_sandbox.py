@@ -124,3 +124,39 @@ def test_explorer_scores_hostile_code_zero_and_lives(broker, tmp_path):
                 for t in tasks}
     assert limit_of["forks"] == ["code.sandbox.limit.pids"] and limit_of["sleep"] == ["code.sandbox.limit.wall"]
     assert limit_of["memory"] == ["code.sandbox.limit.memory"] and limit_of["good"] == []
+
+
+def test_a_pids_limit_is_seen_while_another_sandbox_holds_processes():
+    """RLIMIT_NPROC counts every process of `nobody` on the machine: with another sandbox's processes alive, a
+    greedy program's forks were refused by the rlimit before its own cgroup cap, its caught EAGAIN left no trace,
+    and the limit went unrecorded (a parallel `make test` scored it 1). With the cgroup the rlimit is loose."""
+    import threading
+    import time
+
+    import psutil
+
+    from rftbus.sandbox import make_pids_cgroup, remove_cgroup
+
+    probe = make_pids_cgroup(8)
+    if probe is None or os.geteuid() != 0:
+        pytest.skip("no writable pids cgroup, or not root (no drop to nobody): this case is untested here")
+    remove_cgroup(probe)
+
+    def nobody() -> int:
+        return sum(1 for p in psutil.process_iter(["uids"]) if p.info["uids"] and p.info["uids"].real == 65534)
+
+    before = nobody()
+    bystander = "import os, time\nfor i in range(6):\n    if os.fork() == 0:\n        time.sleep(8)\n        os._exit(0)\ntime.sleep(8)"
+    holder = threading.Thread(target=run_sandboxed, args=(bystander, SandboxLimits(wall_s=8.0, max_procs=16)))
+    holder.start()
+    try:
+        deadline = time.monotonic() + 6
+        while nobody() < before + 7 and time.monotonic() < deadline:  # the bystander and its six children
+            time.sleep(0.05)
+        assert nobody() >= before + 7
+        greedy = ("import os, time\nfor i in range(100):\n    try:\n        if os.fork() == 0:\n            time.sleep(3)\n"
+                  "            os._exit(0)\n    except OSError:\n        pass\n")
+        r = run_sandboxed(greedy, SandboxLimits(wall_s=10.0, max_procs=8))
+        assert "pids" in r.limits_hit, r
+    finally:
+        holder.join(20)
