@@ -154,8 +154,7 @@ KIND_ORDER = {"system": 0, "integration": 1}
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         defs = getattr(item, "_fixtureinfo", None)
-        shared = sorted(name for name, fdefs in (defs.name2fixturedefs.items() if defs else ())
-                        if fdefs and fdefs[-1].scope == "module")
+        shared = any(fdefs and fdefs[-1].scope == "module" for fdefs in (defs.name2fixturedefs.values() if defs else ()))
         group = "cluster" if "cluster" in item.fixturenames else item.path.stem if shared else None
         if group:
             item.add_marker(pytest.mark.xdist_group(group))

@@ -4,7 +4,6 @@ decisions back and decides nothing twice, and a good candidate is promoted."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from rftbus.kafka.retry import retry_kafka
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Source, WeightVersion,
                             make_codec)
-from rftbus.status import status_dir
+from rftbus.status import read_statuses
 from tests.conftest import make_config
 
 CODEC = make_codec(None)
@@ -76,9 +75,8 @@ def weights(cfg, version: int) -> WeightVersion:
 
 def wait_caught_up(cfg, gate: subprocess.Popen, log: Path, timeout: float = 90.0) -> None:
     """Until the gate's status says it read its topics to their ends (it has decided on them once by then)."""
-    path = status_dir(cfg.state_dir) / f"gate-{cfg.gate.id}.json"
     deadline = time.monotonic() + timeout
-    while not (path.is_file() and json.loads(path.read_text()).get("caught_up")):
+    while not any(s.get("caught_up") for s in read_statuses(cfg.state_dir, "gate") if s.get("id") == cfg.gate.id):
         assert gate.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.2)
 
