@@ -12,16 +12,19 @@ from tests.conftest import REPO, rftbus_cli
 from tests.system.test_run import _env
 
 
-def _run(broker, tmp_path: Path, config: str, steps: int, **env: str) -> tuple[dict, Path]:
-    """`rftbus run CONFIG --max-steps N` on the session broker; (its summary, its state dir)."""
+def _run(broker, tmp_path: Path, config: str, steps: int, minutes: int = 6, **env: str) -> tuple[dict, Path]:
+    """`rftbus run CONFIG --max-steps N --minutes M` on the session broker; (its summary, its state dir)."""
     full = {**_env(broker, uuid.uuid4().hex[:6]), **env}
     state = tmp_path / "state"
     out = rftbus_cli(None, "--state-dir", str(state), "run", str(REPO / "configs" / config), "--max-steps",
-                     str(steps), "--minutes", "6", "--summary-json", str(tmp_path / "s.json"), env=full, timeout=600)
+                     str(steps), "--minutes", str(minutes), "--summary-json", str(tmp_path / "s.json"), env=full,
+                     timeout=60 * minutes + 240)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["counts_reconcile"] is True and s["duplicated"] == 0 and s["experiences_lost"] == 0, s
-    assert s["stages_dead"] == {} and s["trainer_steps"] >= steps
+    assert s["stages_dead"] == {} and s["trainer_steps"] >= steps, {k: s.get(k) for k in (
+        "stop_reason", "stages_dead", "trainer_steps", "experiences_produced", "experiences_rejected",
+        "wall_seconds", "crashes")}
     return s, state
 
 
