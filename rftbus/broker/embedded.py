@@ -91,6 +91,10 @@ def _server_properties(cfg: Config, paths: BrokerPaths, node: int) -> str:
         "auto.create.topics.enable": "false",
         "message.max.bytes": 16 * 1024 * 1024 + 1024,
         "log.cleaner.enable": "true",
+        # The active controller appends a no-op record to the metadata log every 500 ms by default, so that
+        # observers see it alive; each is an append, a commit and a publish in every node: most of an idle
+        # node's CPU. Every 5 s here (nothing waits on them: heartbeats fence nodes, not no-ops).
+        "metadata.max.idle.interval.ms": 5000,
     }
     if b.sasl_users:  # SASL/PLAIN for clients and between nodes, ACLs enforced (StandardAuthorizer, KRaft)
         props.update(_sasl_properties(b))
@@ -104,7 +108,8 @@ def _server_properties(cfg: Config, paths: BrokerPaths, node: int) -> str:
                       # leadership returns to each partition's preferred replica once a node is back: checked
                       # every 10 s (300 s by default; a chaos campaign saw one node lead everything for 14 min)
                       "leader.imbalance.check.interval.seconds": 10})
-    return "".join(f"{k}={v}\n" for k, v in props.items())
+    props.update(b.properties)
+    return "".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n" for k, v in props.items())
 
 
 def _sasl_properties(b) -> dict[str, str]:
@@ -231,7 +236,7 @@ def _java_cmd(cfg: Config, java: str, classpath: str, main: str, *args: str, nod
     paths = BrokerPaths.of(cfg, node)
     log4j = resources.files("rftbus.broker") / "log4j2.properties"
     return [
-        java, f"-Xmx{cfg.broker.heap}", f"-Xms{cfg.broker.heap}", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+        java, f"-Xmx{cfg.broker.heap}", f"-Xms{cfg.broker.heap}", *cfg.broker.jvm_opts,
         "-Djava.awt.headless=true", f"-Dkafka.logs.dir={paths.logs}", f"-Dlog4j2.configurationFile={log4j}",
         "-cp", classpath, main, *args,
     ]

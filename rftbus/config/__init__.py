@@ -134,6 +134,13 @@ class BrokerConfig(_Strict):
                        "with 3")
     kafka_version: str = "4.1.1"
     heap: str = "512m"
+    # The quick JIT alone and the serial collector: an embedded broker shares a small machine with the trainer,
+    # and C2's compiler threads and G1's concurrent ones cost it more CPU than they give back at rftbus's rates
+    # (docs/BENCHMARKS.md, "The embedded broker's CPU").
+    jvm_opts: list[str] = Field(default_factory=lambda: ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"],
+                                description="the broker JVM's flags beside its heap")
+    properties: dict[str, str | int | bool] = Field(default_factory=dict, description="server.properties entries "
+                                                    "set over rftbus's own (rftbus/broker/embedded.py)")
     start_timeout_s: float = Field(120.0, gt=0)
     node_id: int = 1
     libs_dir: Path | None = Field(None, description="broker jars folder; default <state_dir>/kafka/libs-<version>")
