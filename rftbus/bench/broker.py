@@ -68,11 +68,14 @@ def one(cfg: Config, setting: dict[str, Any], messages: int, idle_s: float) -> d
     t0 = time.perf_counter()
     st = embedded.start(cfg)
     try:
-        ready_s, start_cpu = time.perf_counter() - t0, _cpu_s(st.pid)
+        pid = st.pid
+        if pid is None:
+            raise RuntimeError(f"the bench node on port {cfg.broker.port} answered but wrote no pid")
+        ready_s, start_cpu = time.perf_counter() - t0, _cpu_s(pid)
         burst_s = _burst(cfg.broker.bootstrap, messages)
-        after_burst = _cpu_s(st.pid)
+        after_burst = _cpu_s(pid)
         time.sleep(idle_s)
-        idle_cpu = _cpu_s(st.pid) - after_burst
+        idle_cpu = _cpu_s(pid) - after_burst
     finally:
         embedded.stop(cfg)
     return {"ready_s": round(ready_s, 2), "start_cpu_s": round(start_cpu, 2), "burst_s": round(burst_s, 2),
