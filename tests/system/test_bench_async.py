@@ -15,6 +15,7 @@ def test_period_is_the_steady_state_slope():
     assert _period([0.0, 10.0, 12.0, 14.0, 16.0], warmup=2) == pytest.approx(2.0)
 
 
+@pytest.mark.timeout(900)  # the CLI's own limit: two runs of up to 5 minutes each; ~250-290 s on a loaded machine
 def test_bench_async_runs_both_modes_and_reports(broker, tmp_path):
     png = tmp_path / "async.png"
     out = rftbus_cli(broker, "bench", "async", "--steps", "5", "--warmup", "2", "--hidden-size", "64",
