@@ -23,7 +23,7 @@ import typer
 from rftbus.bench.context import state
 from rftbus.config import Config
 
-# Kafka's own defaults for what rftbus changes (rftbus/broker/embedded.py and config BrokerConfig.jvm_opts)
+# Kafka's own defaults for what rftbus changes (rftbus/broker/node_config.py and config BrokerConfig.jvm_opts)
 STOCK = {"jvm_opts": ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"], "properties": {"metadata.max.idle.interval.ms": 500}}
 
 

@@ -18,7 +18,6 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 import psutil
@@ -27,6 +26,7 @@ from rich.console import Console
 
 from rftbus.broker.jars import ensure_jars
 from rftbus.broker.java import find_java
+from rftbus.broker.node_config import BrokerPaths, java_cmd, server_properties
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import BrokerUnreachable, check_reachable
@@ -40,93 +40,11 @@ class BrokerError(RftbusError):
 
 
 @dataclass(frozen=True)
-class BrokerPaths:
-    root: Path
-
-    @classmethod
-    def of(cls, cfg: Config, node: int | None = None) -> BrokerPaths:
-        """A node's folder (`node` None: the first node's)."""
-        if cfg.broker.nodes == 1:
-            return cls(cfg.state_dir / "kafka")
-        return cls(cfg.state_dir / "kafka" / f"node-{cfg.broker.node_id if node is None else node}")
-
-    data = property(lambda self: self.root / "data")
-    logs = property(lambda self: self.root / "logs")
-    props = property(lambda self: self.root / "server.properties")
-    pidfile = property(lambda self: self.root / "broker.pid")
-    meta = property(lambda self: self.root / "data" / "meta.properties")
-    stdout = property(lambda self: self.root / "logs" / "stdout.log")
-
-
-@dataclass(frozen=True)
 class BrokerState:
     pid: int | None
     bootstrap: str
     state_dir: Path
     started: bool  # False when it was already running
-
-
-def _server_properties(cfg: Config, paths: BrokerPaths, node: int) -> str:
-    b = cfg.broker
-    port, ctl = b.port_of(node), b.controller_of(node)
-    rf = cfg.replicas
-    props = {
-        "process.roles": "broker,controller",
-        "node.id": node,
-        "controller.quorum.voters": ",".join(f"{n}@{b.host}:{b.controller_of(n)}" for n in b.node_ids),
-        "listeners": f"PLAINTEXT://{b.host}:{port},CONTROLLER://{b.host}:{ctl}",
-        "advertised.listeners": f"PLAINTEXT://{b.host}:{port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "log.dirs": paths.data,
-        "num.partitions": 1,
-        "offsets.topic.replication.factor": rf,
-        "transaction.state.log.replication.factor": rf,
-        "transaction.state.log.min.isr": 2 if rf >= 3 else 1,
-        "transaction.state.log.num.partitions": 4,  # (50 by default) created on the first fence, in its path
-        "share.coordinator.state.topic.replication.factor": rf,
-        "share.coordinator.state.topic.min.isr": 2 if rf >= 3 else 1,
-        "group.initial.rebalance.delay.ms": 0,
-        "auto.create.topics.enable": "false",
-        "message.max.bytes": 16 * 1024 * 1024 + 1024,
-        "log.cleaner.enable": "true",
-        # The active controller appends a no-op record to the metadata log every 500 ms by default, so that
-        # observers see it alive; each is an append, a commit and a publish in every node: most of an idle
-        # node's CPU. Every 5 s here (nothing waits on them: heartbeats fence nodes, not no-ops).
-        "metadata.max.idle.interval.ms": 5000,
-    }
-    if b.sasl_users:  # SASL/PLAIN for clients and between nodes, ACLs enforced (StandardAuthorizer, KRaft)
-        props.update(_sasl_properties(b))
-    if b.nodes > 1:
-        # Failover time is how soon the controllers fence a silent node (its partitions then get new leaders)
-        # and drop it from the ISR (acks=all writes then go on with the two left): 9 s and 30 s by default,
-        # 4 s and 5 s here (heartbeats every 1 s).
-        props.update({"default.replication.factor": rf, "min.insync.replicas": 2 if rf >= 3 else 1,
-                      "broker.session.timeout.ms": 4000, "broker.heartbeat.interval.ms": 1000,
-                      "replica.lag.time.max.ms": 5000,
-                      # leadership returns to each partition's preferred replica once a node is back: checked
-                      # every 10 s (300 s by default; a chaos campaign saw one node lead everything for 14 min)
-                      "leader.imbalance.check.interval.seconds": 10})
-    props.update(b.properties)
-    return "".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n" for k, v in props.items())
-
-
-def _sasl_properties(b) -> dict[str, str]:
-    if "admin" not in b.sasl_users:
-        raise RftbusError("broker.sasl_users must hold `admin` (the super user the nodes and `rftbus topics acls "
-                          "--apply` use)")
-    users = " ".join(f'user_{u}="{p.get_secret_value()}"' for u, p in b.sasl_users.items())
-    admin = b.sasl_users["admin"].get_secret_value()
-    jaas = (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
-            f'password="{admin}" {users};')
-    return {"listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
-            "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
-            "sasl.mechanism.controller.protocol": "PLAIN",
-            "listener.name.plaintext.plain.sasl.jaas.config": jaas,
-            "listener.name.controller.plain.sasl.jaas.config": jaas,
-            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
-            "super.users": "User:admin", "allow.everyone.if.no.acl.found": "false"}
 
 
 def _new_cluster_id() -> str:
@@ -232,16 +150,6 @@ def _classpath(cfg: Config, console: Console | None) -> str:
     return str(ensure_jars(target, b.kafka_version, console)) + "/*"
 
 
-def _java_cmd(cfg: Config, java: str, classpath: str, main: str, *args: str, node: int | None = None) -> list[str]:
-    paths = BrokerPaths.of(cfg, node)
-    log4j = resources.files("rftbus.broker") / "log4j2.properties"
-    return [
-        java, f"-Xmx{cfg.broker.heap}", f"-Xms{cfg.broker.heap}", *cfg.broker.jvm_opts,
-        "-Djava.awt.headless=true", f"-Dkafka.logs.dir={paths.logs}", f"-Dlog4j2.configurationFile={log4j}",
-        "-cp", classpath, main, *args,
-    ]
-
-
 def _cluster_id(cfg: Config) -> str:
     """One id for every node of the cluster: kept beside the nodes' folders (a node formatted later, or
     again after its folder was lost, joins the same cluster)."""
@@ -256,7 +164,7 @@ def _cluster_id(cfg: Config) -> str:
 
 def _format(cfg: Config, java: str, classpath: str, node: int) -> None:
     paths = BrokerPaths.of(cfg, node)
-    cmd = _java_cmd(cfg, java, classpath, STORAGE_TOOL, "format", "-t", _cluster_id(cfg), "-c", str(paths.props),
+    cmd = java_cmd(cfg, java, classpath, STORAGE_TOOL, "format", "-t", _cluster_id(cfg), "-c", str(paths.props),
                     node=node)
     cmd.insert(1, "-XX:TieredStopAtLevel=1")  # a one-shot tool: the quick JIT alone starts it ~0.5 s sooner
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -336,10 +244,10 @@ def _launch(cfg: Config, java: str, classpath: str, node: int) -> subprocess.Pop
     paths = BrokerPaths.of(cfg, node)
     formatted = check_state(cfg, node)
     paths.logs.mkdir(parents=True, exist_ok=True)
-    paths.props.write_text(_server_properties(cfg, paths, node))
+    paths.props.write_text(server_properties(cfg, paths, node))
     if not formatted:
         _format(cfg, java, classpath, node)
-    cmd = _java_cmd(cfg, java, classpath, MAIN_CLASS, str(paths.props), node=node)
+    cmd = java_cmd(cfg, java, classpath, MAIN_CLASS, str(paths.props), node=node)
     with open(paths.stdout, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, cwd=paths.root)

@@ -140,7 +140,7 @@ class BrokerConfig(_Strict):
     jvm_opts: list[str] = Field(default_factory=lambda: ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"],
                                 description="the broker JVM's flags beside its heap")
     properties: dict[str, str | int | bool] = Field(default_factory=dict, description="server.properties entries "
-                                                    "set over rftbus's own (rftbus/broker/embedded.py)")
+                                                    "set over rftbus's own (rftbus/broker/node_config.py)")
     start_timeout_s: float = Field(120.0, gt=0)
     node_id: int = 1
     libs_dir: Path | None = Field(None, description="broker jars folder; default <state_dir>/kafka/libs-<version>")

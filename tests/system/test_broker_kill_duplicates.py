@@ -21,7 +21,7 @@ import pytest
 
 from rftbus.bench.processes import read_all
 from rftbus.bench.synthetic import make_group
-from rftbus.broker import embedded
+from rftbus.broker import embedded, node_config
 from rftbus.broker.java import find_java
 from rftbus.chaos.faults import kill_broker, start_broker
 from tests.conftest import JARS, _free_pair, make_config
@@ -93,7 +93,7 @@ def test_broker_kill9_during_steady_streams_writes_appends_nothing_twice(tmp_pat
         twice = {g: n for g, n in curated.items() if n > 1}
         assert not twice, f"{len(twice)} groups appended twice after {kills} broker kills: {list(twice)[:5]}"
         assert not [r for r in out["rejected"] if r.group_id in want], "a valid group was rejected"
-        data = embedded.BrokerPaths.of(bcfg).data
+        data = node_config.BrokerPaths.of(bcfg).data
         ids = [i for role in ("curated", "curated_priority") for i in _producer_ids(data, getattr(cfg.topics, role).name)]
         assert len(ids) > KILLS, f"{len(ids)} batches found on the curated lanes"
         assert -1 not in ids, f"{ids.count(-1)} of {len(ids)} batches written without idempotence"

@@ -3,12 +3,12 @@ flags (the lean defaults are measured by `rftbus bench broker`)."""
 
 from __future__ import annotations
 
-from rftbus.broker import embedded
+from rftbus.broker import embedded, node_config
 from rftbus.config import BrokerConfig, Config
 
 
 def _props(cfg: Config, tmp_path) -> dict[str, str]:
-    text = embedded._server_properties(cfg, embedded.BrokerPaths(tmp_path), 1)
+    text = node_config.server_properties(cfg, node_config.BrokerPaths(tmp_path), 1)
     return dict(line.split("=", 1) for line in text.splitlines())
 
 
@@ -27,8 +27,8 @@ def test_properties_override_rftbus_defaults_and_add_new_ones(tmp_path):
 
 def test_the_jvm_gets_the_configured_flags_after_its_heap(tmp_path):
     cfg = Config(state_dir=tmp_path)
-    cmd = embedded._java_cmd(cfg, "java", "cp", embedded.MAIN_CLASS)
+    cmd = node_config.java_cmd(cfg, "java", "cp", embedded.MAIN_CLASS)
     assert cmd[1:5] == ["-Xmx512m", "-Xms512m", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"]
     cfg = Config(state_dir=tmp_path, broker=BrokerConfig(jvm_opts=["-XX:+UseG1GC"], heap="1g"))
-    cmd = embedded._java_cmd(cfg, "java", "cp", embedded.MAIN_CLASS)
+    cmd = node_config.java_cmd(cfg, "java", "cp", embedded.MAIN_CLASS)
     assert cmd[1:4] == ["-Xmx1g", "-Xms1g", "-XX:+UseG1GC"] and "-XX:+UseSerialGC" not in cmd

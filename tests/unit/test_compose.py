@@ -244,11 +244,11 @@ def test_kafka_auto_topic_creation_is_off(services):
 
 def test_compose_broker_settings_match_the_embedded_broker(services, tmp_path):
     """Every embedded server.properties value that is not about addresses or paths is the same here."""
-    from rftbus.broker import embedded
+    from rftbus.broker import node_config
 
     # If the embedded broker's code changes shape this fails (AttributeError, TypeError) instead of
     # skipping: a check that quietly stops running is no check.
-    props_text = embedded._server_properties(Config(), embedded.BrokerPaths(tmp_path), 1)
+    props_text = node_config.server_properties(Config(), node_config.BrokerPaths(tmp_path), 1)
     embedded_props = dict(line.split("=", 1) for line in props_text.splitlines() if "=" in line)
     compose_props = {
         kafka_property_name(k): v for k, v in env(services["kafka"]).items() if k.startswith("KAFKA_")
@@ -373,7 +373,7 @@ def test_dockerignore_keeps_the_context_small_but_complete():
 def test_cluster_overlay_matches_the_embedded_cluster():
     """docker-compose.cluster.yml: three voters, each node's id and ports as `rftbus up --nodes 3` lays them out,
     replicated internal topics, and every rftbus service pointed at all three with 3 replicas per topic."""
-    from rftbus.broker.embedded import BrokerPaths, _server_properties
+    from rftbus.broker.node_config import BrokerPaths, server_properties
     from rftbus.config import load_config
 
     over = yaml.safe_load((REPO / "docker-compose.cluster.yml").read_text())["services"]
@@ -386,7 +386,7 @@ def test_cluster_overlay_matches_the_embedded_cluster():
     assert [int(p.split(":")[0]) for p in (over["kafka-2"]["ports"] + over["kafka-3"]["ports"])] == \
         [cfg.broker.port_of(2), cfg.broker.port_of(3)]
     props = dict(line.split("=", 1) for line in
-                 _server_properties(cfg, BrokerPaths.of(cfg, 1), 1).splitlines())
+                 server_properties(cfg, BrokerPaths.of(cfg, 1), 1).splitlines())
     for key in ("offsets.topic.replication.factor", "min.insync.replicas", "transaction.state.log.min.isr",
                 "broker.session.timeout.ms", "replica.lag.time.max.ms"):
         env = "KAFKA_" + key.upper().replace(".", "_")
