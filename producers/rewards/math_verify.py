@@ -47,6 +47,9 @@ def _serve() -> None:
     """The helper process (`python -m rftbus.producers.rewards.math_verify`): a JSON request per line on
     stdin, a JSON answer per line on stdout; no alarm (the parent times each request)."""
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # (its "timeout is disabled" warning: timed here)
+    check("1", "\\boxed{1}")  # imports math-verify and sympy and warms their parsers before the first answer
+    sys.stdout.write(json.dumps(["ready", None]) + "\n")
+    sys.stdout.flush()
     for line in sys.stdin:
         answer, response = json.loads(line)
         try:
@@ -57,12 +60,36 @@ def _serve() -> None:
         sys.stdout.flush()
 
 
+# How long a new helper may take to import math-verify and sympy (1-2 s alone; much more on a loaded machine).
+# Apart from the answer's own `timeout_s`: counted against the answer, a slow start timed out every answer,
+# each time-out replaced the helper and so the next answer paid the start again.
+START_TIMEOUT_S = 120.0
+
+
 class _Helper:
     """The helper process that runs `check` off the main thread; replaced when it overruns or dies."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.proc: subprocess.Popen[str] | None = None
+
+    def _start(self) -> subprocess.Popen[str]:
+        """A new helper, once it says it is ready (its imports done): answers are timed from then on."""
+        proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True, bufsize=1)
+        self.proc = proc
+        assert proc.stdout is not None
+        try:
+            ready, _, _ = select.select([proc.stdout], [], [], START_TIMEOUT_S)
+            line = proc.stdout.readline() if ready else None
+        except BaseException:  # the task's deadline: a half-started helper is not kept
+            self._kill()
+            raise
+        if not line or json.loads(line)[0] != "ready":
+            self._kill()
+            raise RuntimeError("the math-verify helper process " + (
+                f"did not start within {START_TIMEOUT_S:g} s" if line is None else "exited while it started"))
+        return proc
 
     def _kill(self) -> None:
         if self.proc is not None:
@@ -74,9 +101,8 @@ class _Helper:
         """The result, or None when it ran past `timeout_s` (the helper is then replaced)."""
         with self.lock:
             if self.proc is None or self.proc.poll() is not None:
-                self.proc = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                                             stdout=subprocess.PIPE, text=True, bufsize=1)
-            assert self.proc.stdin is not None and self.proc.stdout is not None
+                self._start()
+            assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
             try:
                 self.proc.stdin.write(json.dumps([answer, response]) + "\n")
                 self.proc.stdin.flush()

@@ -65,6 +65,16 @@ def test_math_verify_is_timed_in_a_helper_process_and_never_hangs():
     assert out["next"]["reward"] == 1.0 and out["next"]["timeout"] == 0.0
 
 
+def test_a_helper_that_is_slow_to_start_does_not_time_the_answer_out():
+    """The helper's start (python, math-verify and sympy imported: over a second) is not the answer's time: a
+    bound shorter than the start still scores the first answer (it timed out when the start counted)."""
+    from rftbus.producers.rewards.math_verify import MathVerifyReward
+
+    fn = MathVerifyReward(timeout_s=0.5)
+    out = fn(Task(taskset="m", prompt="?", answer="7"), "so \\boxed{7}")
+    assert out["reward"] == 1.0 and out["timeout"] == 0.0, out
+
+
 def test_the_verifier_table_beats_the_old_verifier():
     """`rftbus bench verifiers`' hand-written cases: math-verify agrees with the person on more of them."""
     from rftbus.bench.verifiers import CASES, run_cases, summary
