@@ -8,6 +8,8 @@ import json
 import uuid
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import REPO, rftbus_cli
 from tests.system.test_run import _env
 
@@ -28,6 +30,7 @@ def _run(broker, tmp_path: Path, config: str, steps: int, minutes: int = 6, **en
     return s, state
 
 
+@pytest.mark.timeout(900)  # the run's own limit is 600 s; the eval and the export of its best come after
 def test_lora_versions_turn_the_whole_loop(broker, tmp_path, smollm2_two_layers):
     s, state = _run(broker, tmp_path, "toy.yaml", 8, RFTBUS_MODEL__NAME="smollm2-2l",
                     RFTBUS_MODEL__PATH=str(smollm2_two_layers), RFTBUS_TRAINER__LORA__R="8",
