@@ -50,7 +50,9 @@ def _rejected(cfg) -> list:
 
 def test_feedback_joins_after_a_streams_kill9_and_late_feedback_has_its_reason(broker, tmp_path):
     tag = uuid.uuid4().hex[:6]
-    ttl = 12.0
+    # `after` is graded once the restarted worker is up, so its TTL must outlast the restart: with 12 s, a restart
+    # on a loaded machine took longer and `after` was rejected no_feedback before its grade came
+    ttl = 40.0
     cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"lv{tag}.{k}" for k in TOPIC_KEYS}, **{
         "streams.app_id": f"lv{tag}", "streams.tick_interval_s": 0.5, "streams.commit_interval_s": 0.2,
         "streams.version_wait_s": 0.5, "streams.feedback_ttl_s": ttl, "streams.session_timeout_s": 6.0,
