@@ -4,7 +4,6 @@ limits answer 4xx naming the problem, new weights are picked up, an upstream end
 
 from __future__ import annotations
 
-import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,8 +13,8 @@ import httpx
 import pytest
 from pydantic import SecretStr
 from conftest import make_config
+from serve_helpers import TOPIC_KEYS, free_port
 
-from rftbus.config import TopicsConfig
 from rftbus.weights.admit import store_url
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.read import read_to_end
@@ -26,16 +25,9 @@ from rftbus.producers.serve.server import BackgroundServer
 from rftbus.schemas import ExperienceGroup, FeedbackKind, Source, WeightVersion, make_codec
 from rftbus.weights import WeightStore
 
-TOPIC_KEYS = list(TopicsConfig.model_fields)
 INF, FB = "inf-" + uuid.uuid4().hex, "fb-" + uuid.uuid4().hex
 CODEC = make_codec(None)
 DECODE = CODEC.deserializer()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def serve_config(tmp, port, tag, **more):

@@ -16,7 +16,7 @@ from rftbus.kafka.read import read_to_end
 from rftbus.kafka.topics import create_topics
 from rftbus.bench.processes import ServeProcess
 from rftbus.schemas import FeedbackKind, make_codec
-from test_serve import TOPIC_KEYS, free_port
+from serve_helpers import TOPIC_KEYS, free_port
 
 DECODE = make_codec(None).deserializer()
 

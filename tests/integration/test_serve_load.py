@@ -18,7 +18,7 @@ from rftbus.kafka.read import read_to_end
 from rftbus.kafka.topics import create_topics
 from rftbus.bench.processes import ServeProcess
 from rftbus.schemas import make_codec
-from test_serve import TOPIC_KEYS, free_port
+from serve_helpers import TOPIC_KEYS, free_port
 
 PAIRS = 200
 DEADLINE_S = 240.0  # generous: the machine is shared; the figures are printed, not asserted tight

@@ -14,7 +14,7 @@ from rftbus.kafka.topics import create_topics
 from rftbus.producers.serve.server import BackgroundServer
 from rftbus.schemas import make_codec
 from rftbus.bench.processes import WorkerProcess, read_all
-from test_serve import TOPIC_KEYS, free_port
+from serve_helpers import TOPIC_KEYS, free_port
 
 DECODE = make_codec(None).deserializer()
 

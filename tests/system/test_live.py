@@ -23,7 +23,7 @@ from rftbus.producers.serve.server import BackgroundServer
 from rftbus.schemas import make_codec
 from rftbus.status import read_statuses
 from test_run import _env
-from test_serve import TOPIC_KEYS, free_port
+from serve_helpers import TOPIC_KEYS, free_port
 
 DECODE = make_codec(None).deserializer()
 

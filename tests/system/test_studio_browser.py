@@ -27,7 +27,7 @@ from confluent_kafka import Producer
 
 from rftbus.schemas import GateDecision, make_codec
 from test_run import _env
-from test_serve import free_port
+from serve_helpers import free_port
 
 DECODE = make_codec(None).deserializer()
 GRADER, READER, INF = ("g-" + uuid.uuid4().hex, "r-" + uuid.uuid4().hex, "i-" + uuid.uuid4().hex)
