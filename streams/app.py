@@ -80,9 +80,11 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     side = make_producer(cfg)
     status = StatusFile(cfg, wid)
 
-    # before the consumer and producer start (the idempotent producer, the fetch settings, the join timeout)
+    # before the consumer and producer start (the idempotent producer, the fetch settings, the join timeout, the
+    # clients' network wait)
     faust_patches.install(commit_rules=checkpoint.commit_rules(), fetch_min_bytes=sc.fetch_min_bytes,
-                          fetch_max_wait_ms=sc.fetch_max_wait_ms, join_timeout_s=join_timeout_s(settings.kwargs))
+                          fetch_max_wait_ms=sc.fetch_max_wait_ms, join_timeout_s=join_timeout_s(settings.kwargs),
+                          client_timeout_s=cfg.kafka.request_timeout_s)
 
     def ingest_stream(stream: Any) -> Any:
         ingest.stream = stream = stream.noack()  # acknowledged by hand, once an input's outcome is out

@@ -1,9 +1,11 @@
 """rftbus Config -> faust.App settings, including what of `kafka.client` aiokafka can take.
 
-Faust's aiokafka consumer waits for a broker's answer as long as every other client: `kafka.request_timeout_s`
-(Faust's own 90 s let a frozen node stall the worker for the whole freeze). A JoinGroup waits longer
-(`join_timeout_s`), as the coordinator may hold it for the rebalance timeout. The producer keeps Faust's 1,200 s:
-aiokafka's produce timeout is also how long a batch may wait for a leader.
+The worker's aiokafka clients wait for a broker's answer as long as every other client: `kafka.request_timeout_s`
+(Faust's own 90 s consumer and 1,200 s producer let a frozen node stall the worker for the whole freeze), set on
+the clients by faust_patches.py (`client_timeout`) because Faust's one request-timeout setting per client also
+bounds other things there: the producer's batches keep Faust's 1,200 s to wait for a leader, and Faust's check
+that the session is no longer than the request timeout is met. A JoinGroup waits longer (`join_timeout_s`), as
+the coordinator may hold it for the rebalance timeout.
 
 librdkafka settings are translated where aiokafka has the same thing (security protocol, SASL
 PLAIN/SCRAM/GSSAPI credentials, TLS CA / client certificate / key); everything else is listed in
@@ -92,10 +94,10 @@ def faust_settings(cfg: Config, datadir: str) -> FaustSettings:
         broker_session_timeout=sc.session_timeout_s,
         broker_heartbeat_interval=min(3.0, sc.session_timeout_s / 4),
         broker_rebalance_timeout=max(10.0, sc.session_timeout_s * 2),
-        # (Faust refuses a session timeout over the request timeout)
+        # (Faust refuses a session timeout over the request timeout; the clients' network wait is set apart,
+        # faust_patches `client_timeout`. Not the producer's: aiokafka's produce request timeout is also how long a
+        # batch may wait for a leader, and 10 s there lost a group while a single broker restarted)
         broker_request_timeout=max(cfg.kafka.request_timeout_s, sc.session_timeout_s),
-        # (not the producer: aiokafka's produce request timeout is also how long a batch may wait for a leader, so
-        # 10 s expired batches while a single broker restarted and a fresh-clone run lost a group; Faust's 1,200 s kept)
         # ~6 KB experiences: aiokafka's 16 KB default batch holds two, and one request is in flight per broker
         producer_max_batch_size=1024 * 1024,
         producer_max_request_size=max(16 * 1024 * 1024, sc.max_message_bytes + 65536),

@@ -73,6 +73,14 @@ PATCHES = (
           "does when it drops a timed-out connection",
           "none filed for aiokafka; Java: NetworkClient.handleTimedOutRequests requests a metadata update",
           "tests/unit/test_faust_patches.py::test_a_timed_out_request_asks_for_fresh_metadata"),
+    Patch("client_timeout", "faust aiokafka Producer._new_producer; AIOKafkaConsumerThread._create_worker_consumer",
+          "Faust gives aiokafka one request timeout per client, and aiokafka uses it for more than a wait for an "
+          "answer: the producer's is also how long a batch may wait for a leader (Faust: 1,200 s; 10 s expired a "
+          "batch while a single broker restarted) and Faust refuses a consumer session longer than it. So a produce "
+          "request sent to a frozen leader waited for the whole freeze. The clients' network wait (every connection's "
+          "timeout) is now kafka.request_timeout_s; the batch lifetime and Faust's session check keep their settings",
+          "none filed (aiokafka has no delivery timeout apart from request_timeout_ms; Java split them in KIP-91)",
+          "tests/unit/test_faust_patches.py::test_the_workers_clients_wait_as_long_as_kafka_request_timeout_s"),
     Patch("fetch_settings", "faust AIOKafkaConsumerThread._create_worker_consumer",
           "Faust passes fetch_max_wait_ms=1500 and leaves fetch_min_bytes at 1 (not settable): streams.fetch_min_bytes "
           "and fetch_max_wait_ms reach aiokafka",
@@ -86,7 +94,7 @@ PATCHES = (
 )
 
 _ORIGINAL: dict[str, Any] = {}
-_state: dict[str, Any] = {"fetch": (1, 1500), "join_timeout_s": None, "rules": {}}
+_state: dict[str, Any] = {"fetch": (1, 1500), "join_timeout_s": None, "rules": {}, "client_timeout_s": None}
 
 
 def require_versions(faust_version: str | None = None, aiokafka_version: str | None = None) -> None:
@@ -156,11 +164,25 @@ async def _client_send(self: AIOKafkaClient, node_id: Any, request: Any, **kw: A
         raise
 
 
-# -- fetch_settings -------------------------------------------------------------------------------------------
+# -- client_timeout ------------------------------------------------------------------------------------------
+def _bound_network_wait(client: AIOKafkaClient) -> None:
+    """Every connection the client opens takes its `_request_timeout_ms` (read in `_get_conn`, after start)."""
+    if _state["client_timeout_s"] is not None:
+        client._request_timeout_ms = int(_state["client_timeout_s"] * 1000)
+
+
+def _new_producer(self: Producer, transactional_id: str | None = None) -> Any:
+    producer = _ORIGINAL["_new_producer"](self, transactional_id)
+    _bound_network_wait(producer.client)  # (the accumulator's batch lifetime keeps Faust's request timeout)
+    return producer
+
+
+# -- fetch_settings (and client_timeout) ------------------------------------------------------------------------
 def _create_worker_consumer(self: Any, transport: Any) -> Any:
     consumer = _ORIGINAL["_create_worker_consumer"](self, transport)
     # read when the consumer starts its fetcher (tests/unit/test_faust_patches.py checks aiokafka still does)
     consumer._fetch_min_bytes, consumer._fetch_max_wait_ms = _state["fetch"]
+    _bound_network_wait(consumer._client)
     return consumer
 
 
@@ -239,16 +261,20 @@ _TARGETS: dict[str, tuple[Any, str, Any]] = {  # key -> (owner, attribute, repla
     "_settings_extra": (Producer, "_settings_extra", _settings_extra),
     "send": (AIOKafkaConnection, "send", _send),
     "client_send": (AIOKafkaClient, "send", _client_send),
+    "_new_producer": (Producer, "_new_producer", _new_producer),
     "_create_worker_consumer": (AIOKafkaConsumerThread, "_create_worker_consumer", _create_worker_consumer),
     "_drain_messages": (Consumer, "_drain_messages", _drain_messages),
 }
 
 
 def install(*, commit_rules: dict[str, CommitRule] | None = None, fetch_min_bytes: int = 1,
-            fetch_max_wait_ms: int = 1500, join_timeout_s: float | None = None) -> None:
+            fetch_max_wait_ms: int = 1500, join_timeout_s: float | None = None,
+            client_timeout_s: float | None = None) -> None:
     """Apply every patch (once; a second call only updates the settings). `commit_rules`: topic -> the rule
-    that decides its commits (the streams checkpoint's); `join_timeout_s`: how long a JoinGroup may wait."""
+    that decides its commits (the streams checkpoint's); `join_timeout_s`: how long a JoinGroup may wait;
+    `client_timeout_s`: how long the worker's clients wait for any other answer (None: Faust's settings)."""
     require_versions()
+    _state["client_timeout_s"] = client_timeout_s
     _state["rules"] = dict(commit_rules or {})
     _state["fetch"] = (fetch_min_bytes, fetch_max_wait_ms)
     _state["join_timeout_s"] = join_timeout_s
@@ -269,7 +295,7 @@ def uninstall() -> None:
     cstreams = _cython_streams()
     if cstreams is not None and "cython_sleep" in _ORIGINAL:
         cstreams.sleep = _ORIGINAL.pop("cython_sleep")
-    _state.update(rules={}, fetch=(1, 1500), join_timeout_s=None)
+    _state.update(rules={}, fetch=(1, 1500), join_timeout_s=None, client_timeout_s=None)
 
 
 def is_installed() -> bool:

@@ -12,6 +12,7 @@ and is rejected (`reject`) when it reaches the head, so the positions stay plain
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from rftbus.errors import RftbusError
 from rftbus.kafka.read import consume_ready
 from rftbus.kafka.retry import retry_kafka
 from rftbus.schemas import DecodeError, ExperienceGroup
+
+log = logging.getLogger("rftbus.trainer")
 
 LANES = ("priority", "curated", "expert")
 
@@ -75,16 +78,32 @@ class BatchSource(Protocol):
     def positions(self) -> dict[tuple[str, int], int]: ...
     def lane_drained(self, lane: str) -> bool: ...
     def caught_up(self) -> bool: ...
-    def commit(self, positions: dict[tuple[str, int], int]) -> None: ...
+    def commit(self, positions: dict[tuple[str, int], int], wait: bool = True) -> None: ...
     def close(self) -> None: ...
+
+
+class CommitResults:
+    """The consumer's `on_commit` callback (served by its polls): what became of the commits the trainer did not
+    wait for. A failed one needs no retry of its own: the next checkpoint commits newer positions."""
+
+    def __init__(self) -> None:
+        self.failed = 0
+        self.last_error: str | None = None
+
+    def __call__(self, err: KafkaError | None, _partitions: list[TopicPartition]) -> None:
+        if err is not None:
+            self.failed += 1
+            self.last_error = err.str()
 
 
 class BatchConsumer:
     """Assigned partitions (p % world == rank) of each lane's topic, read from saved positions."""
 
     def __init__(self, consumer: Consumer, topics: dict[str, str], deserializer, positions: dict[tuple[str, int], int],
-                 max_pending: int = 64):
+                 max_pending: int = 64, commits: CommitResults | None = None):
         self.c = consumer
+        self.commits = commits or CommitResults()  # (the consumer's on_commit, when the caller made it with one)
+        self.unwaited: list[TopicPartition] | None = None  # the last commit not waited for
         self.topics = topics  # lane -> topic name
         self.lane_of = {t: lane for lane, t in topics.items()}
         self.deserialize = deserializer
@@ -191,13 +210,32 @@ class BatchConsumer:
                 return False
         return True
 
-    def commit(self, positions: dict[tuple[str, int], int]) -> None:
+    def commit(self, positions: dict[tuple[str, int], int], wait: bool = True) -> None:
+        """`wait=False` while training (Kafka's commitAsync-in-the-loop rule): a frozen group coordinator holds a
+        synchronous commit for its request timeout and more, and with it the next step; the positions are in the
+        checkpoint already, so a commit that fails is only late. The last one, at a stop, is waited for."""
         offs = [TopicPartition(t, p, off) for (t, p), off in positions.items() if off >= 0]
-        if offs:
+        if not offs:
+            return
+        if wait:
             retry_kafka(lambda: self.c.commit(offsets=offs, asynchronous=False), "committing trainer offsets")
+            self.unwaited = None
+        else:
+            self.c.commit(offsets=offs, asynchronous=True)
+            self.unwaited = offs
 
     def close(self) -> None:
-        self.c.close()
+        """The last commit the loop did not wait for is made again, waited for (it may have failed, or still be
+        on its way to a coordinator that moved); a failure here only leaves Kafka's offsets behind the checkpoint."""
+        try:
+            if self.unwaited:
+                offs = self.unwaited
+                retry_kafka(lambda: self.c.commit(offsets=offs, asynchronous=False), "committing trainer offsets",
+                            timeout_s=30.0)
+        except RftbusError as e:
+            log.warning("%s; the checkpoint holds the positions (the next start resumes there)", e)
+        finally:
+            self.c.close()
 
 
 def start_positions(consumer: Consumer, tps: list[tuple[str, int]], overrides: dict[tuple[str, int], int] | None = None,

@@ -14,7 +14,7 @@ from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
 from rftbus.kafka.topics import create_topics, wait_visible
 from rftbus.schemas import ExperienceGroup, Rejection, TrainerMetric, WeightVersion, make_codec
-from rftbus.trainer.batch_source import BatchConsumer, BatchSource, start_positions
+from rftbus.trainer.batch_source import BatchConsumer, BatchSource, CommitResults, start_positions
 from rftbus.trainer.checks import Limits
 from rftbus.trainer.losses import Loss, make_loss
 from rftbus.trainer.metrics import MetricsSink
@@ -49,6 +49,7 @@ class Components:
     metrics: MetricsSink | None
     status: StatusFile
     checkpoint_dir: Path
+    commits: CommitResults | None = None  # the consumer's on_commit: the commits the loop did not wait for
     first_lineage: WeightFollower | None = None  # another lineage's trainer: the versions the rollouts are made with
     _scorer: Any = None  # scorer(), built on first use
 
@@ -84,7 +85,8 @@ class Components:
 
     def open_source(self, positions: dict[tuple[str, int], int], max_pending: int) -> BatchSource:
         """The lanes, read from these positions."""
-        return BatchConsumer(self.consumer, self.lane_topics, self.deserializer, positions, max_pending=max_pending)
+        return BatchConsumer(self.consumer, self.lane_topics, self.deserializer, positions, max_pending=max_pending,
+                             commits=self.commits)
 
     def taskset(self):
         from rftbus.tasksets.data import open_taskset
@@ -150,7 +152,9 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
         create_topics(cfg, check_reachable(cfg))
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     producer = make_producer(cfg, **{"linger.ms": 0})
-    consumer = make_consumer(cfg, tc.group_id, **{"enable.partition.eof": True})  # see BatchConsumer._at_end
+    commits = CommitResults()
+    consumer = make_consumer(cfg, tc.group_id, **{"enable.partition.eof": True,  # see BatchConsumer._at_end
+                                                  "on_commit": commits})
     topics = cfg.topics
     lanes = {"priority": topics.curated_priority.name, "curated": topics.curated.name, "expert": topics.expert.name}
     wanted = (("priority", "curated") if "rl" in loss.lanes else ()) + (("expert",) if "expert" in loss.lanes else ())
@@ -180,7 +184,8 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
         cfg=cfg, rank=rank, world=world, loss=loss, tokenizer=tokenizer, prompt=prompt,
         engine=engine, ref_model=ref_model,
         pad_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0, max_len=max_len, limits=limits,
-        producer=producer, consumer=consumer, codec=codec, deserializer=codec.deserializer(ExperienceGroup),
+        producer=producer, consumer=consumer, commits=commits, codec=codec,
+        deserializer=codec.deserializer(ExperienceGroup),
         lane_topics=lane_topics, rejector=rejector, publisher=publisher, metrics=metrics, status=status,
         checkpoint_dir=ckpt_dir, first_lineage=first,
     )

@@ -6,7 +6,7 @@ Order inside a step is what makes the guarantees hold:
 2. the batch trains; its experience ids join the pending lineage segment;
 3. at a checkpoint (every `checkpoint_interval` steps and at every publish): rejections are flushed,
    the checkpoint (model, optimizer, scheduler, RNG, positions, lineage) is made durable, and only
-   then are offsets committed to Kafka;
+   then are offsets committed to Kafka (not waited for while training, the last one at a stop is);
 4. every `sync_interval` steps the new version is published — after the checkpoint that holds it, so
    a restart never re-trains a step whose weights explorers already used.
 Ranks move in lockstep: each loop turn they exchange (ready, stop, at_end) and train only together.
@@ -329,17 +329,17 @@ class Trainer:
         return self._rejected_since_checkpoint() or (self.ckpt_positions is not None
                                                       and bc.positions() != self.ckpt_positions)
 
-    def _checkpoint(self, bc: BatchSource, version: int) -> None:
+    def _checkpoint(self, bc: BatchSource, version: int, final: bool = False) -> None:
         with phase("checkpoint"):
-            self._save_checkpoint(bc, version)
+            self._save_checkpoint(bc, version, final)
 
-    def _save_checkpoint(self, bc: BatchSource, version: int) -> None:
+    def _save_checkpoint(self, bc: BatchSource, version: int, final: bool) -> None:
         self.c.rejector.flush()
         positions = bc.positions()
         all_pos = all_gather(positions_to_json(positions), self.world)
         segment = [line for seg in all_gather(self.pending_lineage, self.world) for line in seg]
         self.ckpts.save(self.c.engine, self.step, version, all_pos, segment, self.loss.name)
-        bc.commit(positions)  # only now: the checkpoint holding these offsets is durable
+        bc.commit(positions, wait=final)  # only now: the checkpoint holding these offsets is durable
         self.ckpt_positions = dict(positions)
         if self.rank == 0:
             assert self.c.metrics is not None  # rank 0 has one
@@ -406,7 +406,7 @@ class Trainer:
                     self._checkpoint(bc, self.version)
                 self.c.status.update(state="waiting", pending_units=sum(len(b) for b in bc.lanes.values()))
             if self.step > self.last_ckpt or self._rejected_since_checkpoint():
-                self._checkpoint(bc, self.version)
+                self._checkpoint(bc, self.version, final=True)
         finally:
             self.c.status.stop(state="stopped")
             self.summary.steps = self.step - self.summary.start_step

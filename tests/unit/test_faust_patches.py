@@ -91,16 +91,23 @@ def test_the_streams_producer_is_idempotent_only_with_the_patch(tmp_path, unpatc
     assert patched._txn_manager is not None  # aiokafka's idempotence: producer id + sequence numbers
 
 
-def test_the_workers_clients_wait_as_long_as_kafka_request_timeout_s(tmp_path):
+def test_the_workers_clients_wait_as_long_as_kafka_request_timeout_s(tmp_path, unpatched):
     """Faust's own defaults are 90 s (consumer) and 1,200 s (producer; also how long a batch may wait for a
-    leader): a frozen node stalled the worker for the whole freeze."""
-    producer, consumer = _clients(tmp_path, kafka={"request_timeout_s": 7}, streams={"session_timeout_s": 6})
-    assert consumer._client._request_timeout_ms == 7000
-    # the producer keeps Faust's bound: its request timeout is also its batches' time to live while no leader answers
-    assert producer._message_accumulator._batch_ttl == producer.client._request_timeout_ms / 1000 >= 600
-    # Faust refuses a session timeout over the request timeout: the longer of the two
-    producer, consumer = _clients(tmp_path / "b", kafka={"request_timeout_s": 5}, streams={"session_timeout_s": 8})
-    assert consumer._client._request_timeout_ms == 8000
+    leader): a frozen node stalled the worker for the whole freeze. With `client_timeout` every connection waits
+    kafka.request_timeout_s, the producer's batches keep Faust's lifetime, and a session longer than the request
+    timeout passes Faust's check without lengthening the consumer's waits."""
+    producer, consumer = _clients(tmp_path / "a", kafka={"request_timeout_s": 7}, streams={"session_timeout_s": 12})
+    assert producer.client._request_timeout_ms >= 600_000  # Faust's, without the patch: the whole freeze
+    assert consumer._client._request_timeout_ms == 12_000  # Faust's check lifts it to the session
+    with fp.installed(client_timeout_s=7):
+        producer, consumer = _clients(tmp_path / "b", kafka={"request_timeout_s": 7}, streams={"session_timeout_s": 12})
+    assert producer.client._request_timeout_ms == 7000 and consumer._client._request_timeout_ms == 7000
+    assert producer._message_accumulator._batch_ttl >= 600  # a batch still waits out a broker restart
+    assert consumer._session_timeout_ms == 12_000
+    # aiokafka must still give every connection the client's timeout when it opens one
+    from aiokafka.client import AIOKafkaClient
+
+    assert "request_timeout_ms=self._request_timeout_ms" in inspect.getsource(AIOKafkaClient._get_conn)
 
 
 def _join_timeout(conn: AIOKafkaConnection, request) -> float:
