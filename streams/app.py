@@ -1,4 +1,5 @@
-"""The Faust app: agents (ingest, feedback fan-out, join), timers (ticks, status, metrics) and signals.
+"""The Faust app: the stages, their agents (ingest, feedback fan-out, join) and the revoke signal; the timers
+(ticks, redelivery check, status, metrics) are added by timers.py.
 
 The stage logic lives in ingest.py / live.py / join.py / curate.py; this module only wires it to Faust.
 """
@@ -6,7 +7,6 @@ The stage logic lives in ingest.py / live.py / join.py / curate.py; this module 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,11 +23,12 @@ from rftbus.streams.agents import reporting_agent
 from rftbus.streams.checkpoint import Checkpoint, Deliveries
 from rftbus.streams.faust_conf import faust_settings, join_timeout_s
 from rftbus.streams.ingest import Ingest, output_partitions
-from rftbus.streams.join import FeedbackFanout, Join, ScanClock
+from rftbus.streams.join import FeedbackFanout, Join
 from rftbus.streams.live import LiveGroups
-from rftbus.streams.outputs import H_KIND, Emitter, value_limits
+from rftbus.streams.outputs import Emitter, value_limits
 from rftbus.streams.priority import PassRates
-from rftbus.streams.telemetry import Counters, StatusFile, flat_counts, metric
+from rftbus.streams.telemetry import Counters, StatusFile
+from rftbus.streams.timers import add_timers
 from rftbus.streams.topology import Topology
 from rftbus.weights.follower import WeightFollower
 
@@ -44,6 +45,11 @@ class StreamsApp:
     side_producer: Producer
     status: StatusFile
     untranslated: list[str]
+    checkpoint: Checkpoint
+    live: LiveGroups
+    pass_rates: PassRates
+    codec: Any
+    topo: Topology
 
 
 def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
@@ -104,51 +110,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
 
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]  # faust's signal typing
 
-    @app.task
-    async def quiet_libraries() -> None:
-        # The worker's logging setup leaves aiokafka/faust loggers at DEBUG-enabled levels; every produced
-        # record then formats a debug line (measured: ~6% of the worker's CPU). Pin them to the configured level.
-        level = logging.getLevelName(sc.log_level.upper())
-        for name in ("aiokafka", "faust", "mode", "rftbus.streams"):
-            logging.getLogger(name).setLevel(level)
-
-    @app.timer(sc.tick_interval_s, name="ticks")
-    async def ticks() -> None:
-        for topic in (topo.joined, topo.join):
-            for p in range(n):
-                side.produce(topic, value=b"", partition=p, headers=[(H_KIND, b"tick")])
-        side.poll(0)
-
-    @app.timer(2.0, name="redelivery")
-    async def redelivery_check() -> None:
-        await checkpoint.check()
-
-    started = time.time()
-    last_metrics = [0.0]
-    sizes, size_scans = {"held": 0, "pending": 0}, ScanClock(sc)  # table sizes: a full scan, not every second
-
-    @app.timer(sc.status_interval_s, name="status")
-    async def write_status() -> None:
-        if size_scans.due():
-            sizes.update(held=live.waiting(), pending=join.pending())
-        snap = counters.snapshot(sizes["held"], sizes["pending"])
-        assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in app.consumer.assignment()
-                          if tp.topic in (topo.raw, topo.feedback))
-        status.write({"role": "streams", "id": wid, "pid": __import__("os").getpid(), "app_id": sc.app_id,
-                      "processing_guarantee": sc.processing_guarantee, "latest_version": follower.version,
-                      "started_at": started, "updated_at": time.time(), "cpu_s": round(time.process_time(), 3),
-                      "assigned": assigned,
-                      "untranslated_kafka_settings": settings.untranslated,
-                      "redelivery": checkpoint.stats(), **snap})
-        if time.time() - last_metrics[0] >= sc.metrics_interval_s:
-            last_metrics[0] = time.time()
-            metrics_topic = cfg.topics.metrics.name
-            m = metric(cfg, "streams", follower.version, flat_counts(snap))
-            side.produce(metrics_topic, key=m.model.encode(), value=codec.encode(m))
-            rates = pass_rates.take_changed()
-            if rates:
-                m = metric(cfg, "task_pass_rate", follower.version, rates)
-                side.produce(metrics_topic, key=m.model.encode(), value=codec.encode(m))
-            side.poll(0)
-
-    return StreamsApp(app, ingest, join, follower, counters, side, status, settings.untranslated)
+    sa = StreamsApp(app, ingest, join, follower, counters, side, status, settings.untranslated,
+                    checkpoint=checkpoint, live=live, pass_rates=pass_rates, codec=codec, topo=topo)
+    add_timers(sa, cfg, wid)
+    return sa
