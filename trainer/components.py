@@ -5,6 +5,7 @@ Kept apart from the loop so the loop reads as the protocol it implements.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
+from rftbus.kafka.in_flight import DeliveryError
 from rftbus.kafka.topics import create_topics, wait_visible
 from rftbus.schemas import ExperienceGroup, Rejection, TrainerMetric, WeightVersion, make_codec
 from rftbus.trainer.batch_source import BatchConsumer, BatchSource, CommitResults, start_positions
@@ -24,6 +26,8 @@ from rftbus.models.lineage import trainer_stage, weights_key
 from rftbus.weights.follower import WeightFollower, latest_published
 from rftbus.trainer.rejects import Rejector
 from rftbus.status import StatusFile
+
+log = logging.getLogger("rftbus.trainer")
 
 
 @dataclass
@@ -107,6 +111,11 @@ class Components:
         if consumer:
             self.consumer.close()
         self.producer.flush(30)
+        if self.publisher is not None:
+            try:
+                self.publisher.wait(0.0)
+            except DeliveryError as e:  # (at a stop: the next start publishes the checkpoint's version again)
+                log.warning("%s", e)
         if self.metrics is not None:
             self.metrics.close()
 

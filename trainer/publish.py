@@ -1,7 +1,9 @@
 """Publishing weight versions: safetensors into the WeightStore, then WeightVersion on rft.weights.
 
-The record goes out only after the file is durable, and `publish` returns only after the broker
-acknowledged it. Garbage collection (why a version is safe to delete):
+The record goes out only after the file is durable. `publish` does not wait for the broker to acknowledge it
+(a frozen leader of the weights partition held every step for a request timeout or two): a version whose record
+failed stops the trainer at its next publish or at `wait`, and a restart publishes the checkpoint's version
+again if its record never landed (loop.py `_ensure_published`). Garbage collection (why a version is safe to delete):
 - an explorer loads the newest version it has seen, and one admitted under the bound may still be
   generating with — or about to load — any version within η of the newest, so versions
   ≥ newest − (η + 1) are never deleted (the +1 covers a version superseded mid-load);
@@ -17,6 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from rftbus.kafka.in_flight import InFlight
 from rftbus.schemas import WeightVersion
 from rftbus.weights import WeightStore
 
@@ -39,18 +42,19 @@ class WeightPublisher:
         self.serving = serving
         self.superseded_at: dict[int, float] = {}
         self.last: WeightVersion | None = None
+        self.in_flight = InFlight("weight version")
 
     def publish(self, state_dict, version: int, step: int, meta: dict[str, str] | None = None) -> WeightVersion:
         """`meta`: the file's safetensors metadata (a LoRA adapter's shape and base model)."""
+        self.producer.poll(0)
+        self.in_flight.raise_failed()  # an earlier version Kafka gave up on stops the trainer here
         saved = self.store.save(self.model, version, state_dict, meta)
         fmt = (meta or {}).get("rftbus.format", "safetensors")
         rec = WeightVersion(model=self.model, version=version, step=step, uri=saved.uri, sha256=saved.sha256,
                             bytes=saved.bytes, format=fmt, metadata={"trainer_step": str(step)})
-        errors: list[str] = []
         self.producer.produce(self.topic, key=self.model.encode(), value=self.serialize(rec, None),
-                              on_delivery=lambda err, _m: errors.append(err.str()) if err else None)
-        if self.producer.flush(30) or errors:
-            raise RuntimeError(f"weight version {version} not acknowledged by the broker: {errors or 'timeout'}")
+                              on_delivery=self.in_flight.expect(f"v{version}"))
+        self.producer.poll(0)
         now = time.time()
         for v in self.store.versions(self.model):
             if v < version:
@@ -58,6 +62,10 @@ class WeightPublisher:
         self.last = rec
         self.gc(version)
         return rec
+
+    def wait(self, timeout: float = 30.0) -> None:
+        """Every version published so far acknowledged (at a stop), or DeliveryError."""
+        self.in_flight.wait(self.producer, timeout)
 
     def gc(self, newest: int) -> list[int]:
         versions = self.store.versions(self.model)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
+from rftbus.kafka.in_flight import InFlight
 from rftbus.trainer.batch_source import Polled
 from rftbus.schemas import REJECTION_MAX_BYTES, bound_key, fitted_rejection, topic_context
 
@@ -25,6 +26,7 @@ class Rejector:
         self.serialize = serializer
         self.topic = topic
         self.count: dict[str, int] = {}
+        self.in_flight = InFlight("rejection")
 
     def __call__(self, r: Polled, reason: str, detail: str, experience_ids: list[str], evidence: bool = False) -> None:
         """Reject (some samples of) record `r`. With `evidence` the bytes are copied when they fit;
@@ -38,12 +40,12 @@ class Rejector:
                                group_id=r.group.group_id if r.group is not None else None,
                                experience_ids=list(experience_ids), reason=reason, detail=detail, stage=self.stage,
                                source_topic=r.topic, partition=r.partition, offset=r.offset)
-        self.producer.produce(self.topic, key=bound_key(r.key), value=self.serialize(rec, topic_context(self.topic)))
+        self.producer.produce(self.topic, key=bound_key(r.key), value=self.serialize(rec, topic_context(self.topic)),
+                              on_delivery=self.in_flight.expect(f"of {r.topic}[{r.partition}]@{r.offset} ({reason})"))
         self.producer.poll(0)
         self.count[reason] = self.count.get(reason, 0) + max(1, len(experience_ids))
 
     def flush(self, timeout: float = 30.0) -> None:
-        """Rejections must be on the broker before their offsets are checkpointed."""
-        left = self.producer.flush(timeout)
-        if left:
-            raise RuntimeError(f"{left} rejection(s) not acknowledged by the broker within {timeout}s")
+        """Rejections must be on the broker before their offsets are checkpointed: waits for them, not for the
+        metrics and weight records the producer also holds (a frozen leader of those must not hold a step)."""
+        self.in_flight.wait(self.producer, timeout)
