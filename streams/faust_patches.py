@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, AsyncIterator, Callable, Iterator, cast
 
-from aiokafka.client import AIOKafkaClient
+from aiokafka.client import AIOKafkaClient, ConnectionGroup
+from aiokafka.cluster import ClusterMetadata
 from aiokafka.conn import AIOKafkaConnection
-from aiokafka.errors import RequestTimedOutError
+from aiokafka.errors import KafkaError, RequestTimedOutError
+from aiokafka.protocol.metadata import MetadataRequest
 from faust.transport.consumer import CONSUMER_FETCHING, Consumer
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Producer
 from mode import Service
@@ -73,6 +77,15 @@ PATCHES = (
           "does when it drops a timed-out connection",
           "none filed for aiokafka; Java: NetworkClient.handleTimedOutRequests requests a metadata update",
           "tests/unit/test_faust_patches.py::test_a_timed_out_request_asks_for_fresh_metadata"),
+    Patch("silent_nodes_last", "aiokafka AIOKafkaClient._get_conn, get_random_node, _metadata_update",
+          "aiokafka picks the node for a metadata request or a coordinator lookup at random, the frozen one included: "
+          "after a request to a frozen node timed out, the metadata refresh and the lookup that follow went to it "
+          "again one time in three, another request timeout each (measured: the worker reached the new group "
+          "coordinator 30 s after the freeze, its session had expired, and it rejoined and rescanned). A node whose "
+          "request or connection timed out is asked last for the next 3 request timeouts, as Kafka's Java client "
+          "asks its least-loaded node and backs off from one that failed",
+          "none filed for aiokafka; Java: NetworkClient.leastLoadedNode and reconnect backoff",
+          "tests/unit/test_faust_patches.py::test_a_node_that_timed_out_is_asked_last"),
     Patch("client_timeout", "faust aiokafka Producer._new_producer; AIOKafkaConsumerThread._create_worker_consumer",
           "Faust gives aiokafka one request timeout per client, and aiokafka uses it for more than a wait for an "
           "answer: the producer's is also how long a batch may wait for a leader (Faust: 1,200 s; 10 s expired a "
@@ -155,13 +168,77 @@ def _send(self: AIOKafkaConnection, request: Any, expect_response: bool = True) 
         self._request_timeout = saved
 
 
-# -- timeout_refreshes_metadata ------------------------------------------------------------------------------
+# -- timeout_refreshes_metadata, silent_nodes_last ----------------------------------------------------------------
+SILENT_FOR = 3  # request timeouts a node that did not answer is asked last for
+
+
+def _silent(client: AIOKafkaClient) -> dict[Any, float]:
+    """node id -> when a request to it, or a connection, last timed out (per client)."""
+    if not hasattr(client, "_rftbus_silent"):
+        client._rftbus_silent = {}
+    return client._rftbus_silent
+
+
+def _is_silent(client: AIOKafkaClient, node_id: Any) -> bool:
+    since = _silent(client).get(node_id)
+    return since is not None and time.monotonic() - since < SILENT_FOR * client._request_timeout_ms / 1000
+
+
 async def _client_send(self: AIOKafkaClient, node_id: Any, request: Any, **kw: Any) -> Any:
     try:
-        return await _ORIGINAL["client_send"](self, node_id, request, **kw)
+        answer = await _ORIGINAL["client_send"](self, node_id, request, **kw)
     except RequestTimedOutError:  # (raised by send itself on its own timeout; a broker's error code is a response)
+        _silent(self)[node_id] = time.monotonic()
         self.force_metadata_update()  # the leaders may have moved away from the node that did not answer
         raise
+    _silent(self).pop(node_id, None)
+    return answer
+
+
+async def _get_conn(self: AIOKafkaClient, node_id: Any, **kw: Any) -> Any:
+    t0 = time.monotonic()
+    conn = await _ORIGINAL["_get_conn"](self, node_id, **kw)
+    if conn is None and time.monotonic() - t0 >= self._request_timeout_ms / 2000:  # a connect that hung
+        _silent(self)[node_id] = time.monotonic()
+    return conn
+
+
+def _get_random_node(self: AIOKafkaClient) -> Any:
+    nodeids = [b.nodeId for b in self.cluster.brokers()]
+    answering = [n for n in nodeids if not _is_silent(self, n)]
+    return random.choice(answering or nodeids) if nodeids else None
+
+
+async def _metadata_update(self: AIOKafkaClient, cluster_metadata: ClusterMetadata, topics: Any) -> bool:
+    """aiokafka 0.14.0 AIOKafkaClient._metadata_update; only the order differs: silent nodes last."""
+    metadata_request = MetadataRequest(list(topics) if topics else None)
+    nodeids: list[Any] = [b.nodeId for b in self.cluster.brokers()]
+    bootstrap_id = ("bootstrap", ConnectionGroup.DEFAULT)
+    if bootstrap_id in self._conns:
+        nodeids.append("bootstrap")
+    random.shuffle(nodeids)
+    nodeids.sort(key=lambda n: _is_silent(self, n))  # (stable: the shuffle stays within each half)
+    for node_id in nodeids:
+        conn = await self._get_conn(node_id)
+        if conn is None:
+            continue
+        try:
+            metadata = await conn.send(metadata_request)
+        except (RequestTimedOutError, asyncio.TimeoutError):
+            _silent(self)[node_id] = time.monotonic()
+            continue
+        except KafkaError:
+            continue
+        if not metadata.brokers:
+            return False
+        cluster_metadata.update_metadata(metadata)
+        if bootstrap_id in self._conns and len(self.cluster.brokers()):
+            self._conns.pop(bootstrap_id).close()
+        break
+    else:
+        cluster_metadata.failed_update(None)
+        return False
+    return True
 
 
 # -- client_timeout ------------------------------------------------------------------------------------------
@@ -261,6 +338,9 @@ _TARGETS: dict[str, tuple[Any, str, Any]] = {  # key -> (owner, attribute, repla
     "_settings_extra": (Producer, "_settings_extra", _settings_extra),
     "send": (AIOKafkaConnection, "send", _send),
     "client_send": (AIOKafkaClient, "send", _client_send),
+    "_get_conn": (AIOKafkaClient, "_get_conn", _get_conn),
+    "get_random_node": (AIOKafkaClient, "get_random_node", _get_random_node),
+    "_metadata_update": (AIOKafkaClient, "_metadata_update", _metadata_update),
     "_new_producer": (Producer, "_new_producer", _new_producer),
     "_create_worker_consumer": (AIOKafkaConsumerThread, "_create_worker_consumer", _create_worker_consumer),
     "_drain_messages": (Consumer, "_drain_messages", _drain_messages),

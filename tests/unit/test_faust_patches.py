@@ -5,6 +5,7 @@ clients wait as long as `kafka.request_timeout_s`. The commit rule's own test is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 from pathlib import Path
 
@@ -185,3 +186,55 @@ def test_a_timed_out_request_asks_for_fresh_metadata(unpatched):
     assert asyncio.run(attempt()) == 0  # aiokafka alone: the metadata stays as it was
     with fp.installed():
         assert asyncio.run(attempt()) == 1
+
+
+def test_a_node_that_timed_out_is_asked_last(unpatched):
+    """aiokafka picks a random node for metadata and coordinator lookups, a frozen one included (another request
+    timeout each time it does). With the patch a node whose request timed out is asked last for a while."""
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.cluster import ClusterMetadata
+    from aiokafka.errors import RequestTimedOutError
+    from aiokafka.protocol.metadata import MetadataResponse_v0
+
+    answer = MetadataResponse_v0([(n, "localhost", 9090 + n) for n in (1, 2, 3)], [])
+
+    class Conn:
+        def __init__(self, node, asked):
+            self.node, self.asked = node, asked
+
+        def send(self, request, expect_response=True):
+            async def reply():
+                self.asked.append(self.node)
+                if self.node == 1:
+                    raise asyncio.TimeoutError  # (the frozen node: connected, never answers)
+                return answer
+            return reply()
+
+        def connected(self):
+            return True
+
+        def close(self, reason=None, exc=None):
+            pass
+
+    async def attempt() -> tuple[set, list[int]]:
+        client = AIOKafkaClient(bootstrap_servers="localhost:9", request_timeout_ms=10_000)
+        client.cluster.update_metadata(answer)
+        asked: list[int] = []
+        for n in (1, 2, 3):
+            client._conns[(n, 0)] = Conn(n, asked)
+        with contextlib.suppress(RequestTimedOutError, asyncio.TimeoutError):
+            await client.send(1, HeartbeatRequest("g", 1, "m"), group=0)  # node 1 times out
+        client.force_metadata_update = lambda: None
+        picks = {client.get_random_node() for _ in range(60)}
+        firsts = []
+        for _ in range(12):
+            asked.clear()
+            await client._metadata_update(ClusterMetadata(), [])
+            firsts.append(asked[0])
+        return picks, firsts
+
+    picks, firsts = asyncio.run(attempt())
+    assert 1 in picks and 1 in firsts  # aiokafka alone: the silent node is picked like any other
+    with fp.installed():
+        picks, firsts = asyncio.run(attempt())
+    assert picks == {2, 3} and 1 not in firsts
