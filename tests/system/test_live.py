@@ -199,7 +199,13 @@ def test_live_run_books_balance_through_kill9_of_serve_and_streams(broker, tmp_p
         for role in ("serve", "streams"):
             pid = next(s["pid"] for s in read_statuses(state, role))
             os.kill(pid, signal.SIGKILL)
-            time.sleep(8)
+
+            def back(role: str = role, dead: int = pid) -> bool:  # the run restarted it: a new pid is running
+                return any(s.get("pid") not in (None, dead) and _alive(s["pid"]) for s in read_statuses(state, role))
+            deadline = time.monotonic() + 120
+            while not back() and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.5)
+            assert back(), f"{role} was not restarted after kill -9"
         out, _ = proc.communicate(timeout=420)
     finally:
         if proc.poll() is None:
@@ -216,3 +222,11 @@ def test_live_run_books_balance_through_kill9_of_serve_and_streams(broker, tmp_p
     assert s["feedback"]["joined"] > 0 and s["feedback_join_p50_s"] is not None
     assert s["simulated"]["feedback.correction"] > 0 and s["simulated"]["requests"] > 50
     assert any(p.endswith("live_reward.png") for p in s["plots"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

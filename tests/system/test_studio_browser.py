@@ -155,8 +155,11 @@ def test_studio_in_a_browser_during_a_real_run(broker, tmp_path):
                     "rftbus.experiences WHERE topic = 'raw') ORDER BY step LIMIT 1"}
         trained = _until("nothing trained yet", lambda: httpx.post(studio + "/api/sql", json=q, timeout=30,
                                                                    headers={"Authorization": f"Bearer {READER}"}).json()["rows"], 120)
-        time.sleep(2.5)  # past the dashboard's cache (studio.cache_s)
-        d.refresh()
+
+        def drawn() -> bool:  # (the dashboard is cached for studio.cache_s: reload until the trained steps show)
+            d.refresh()
+            return bool(d.find_elements(By.CSS_SELECTOR, "#panel-staleness svg rect[fill]"))
+        _until("the dashboard never drew the trained staleness", drawn, 60)
         panels = d.find_elements(By.CSS_SELECTOR, "#panels figure.panel")
         assert {p.get_attribute("id") for p in panels} >= {"panel-eval", "panel-live_reward", "panel-reward_version",
                                                           "panel-staleness", "panel-rejections", "panel-throughput",
