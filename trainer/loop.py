@@ -340,6 +340,8 @@ class Trainer:
         segment = [line for seg in all_gather(self.pending_lineage, self.world) for line in seg]
         self.ckpts.save(self.c.engine, self.step, version, all_pos, segment, self.loss.name)
         bc.commit(positions, wait=final)  # only now: the checkpoint holding these offsets is durable
+        if self.c.commits is not None and self.c.commits.failed:  # (commits not waited for: Kafka's answers)
+            self.c.status.update(commit_failures=self.c.commits.failed, last_commit_error=self.c.commits.last_error)
         self.ckpt_positions = dict(positions)
         if self.rank == 0:
             assert self.c.metrics is not None  # rank 0 has one

@@ -215,3 +215,15 @@ def test_the_loop_trains_checkpoints_commits_and_publishes_in_order_and_resumes(
     assert len(trained) == len(set(trained)) and set(trained) == want
     assert [line["groups"] for line in lineage][:2] == [[groups[0].group_id, groups[1].group_id],
                                                         [groups[2].group_id, groups[3].group_id]]
+
+
+def test_the_commits_the_loop_did_not_wait_for_are_counted_when_kafka_refuses_them():
+    from confluent_kafka import KafkaError
+
+    from rftbus.trainer.batch_source import CommitResults
+
+    results = CommitResults()
+    results(None, [])
+    assert results.failed == 0 and results.last_error is None
+    results(KafkaError(KafkaError.REQUEST_TIMED_OUT), [])
+    assert results.failed == 1 and "timed out" in (results.last_error or "").lower()
