@@ -15,6 +15,9 @@ def test_the_cluster_plan_has_at_least_eight_node_faults_spread_over_the_run():
     assert faults[:4] == ["leader_kill", "coordinator_freeze", "leader_kill", "coordinator_freeze"]
     # the nodes keep the run's default restart budget; only the children get a large one
     assert "run.max_node_restarts" not in run_overrides(plan, serve=False)
+    # the loop must still be at steady state when the node faults begin: demonstrations for the whole fault phase
+    assert run_overrides(plan, serve=False)["run.expert_epochs"] * plan.tasks >= 64 * 1000
+    assert "run.expert_epochs" not in run_overrides(get_plan("ci"), serve=False)  # (the one-node plan as it was)
 
 
 def test_a_freeze_stalling_longer_than_a_kill_is_measured_as_a_ratio():
