@@ -100,9 +100,8 @@ class BatchConsumer:
     """Assigned partitions (p % world == rank) of each lane's topic, read from saved positions."""
 
     def __init__(self, consumer: Consumer, topics: dict[str, str], deserializer, positions: dict[tuple[str, int], int],
-                 max_pending: int = 64, commits: CommitResults | None = None):
+                 max_pending: int = 64):
         self.c = consumer
-        self.commits = commits or CommitResults()  # (the consumer's on_commit, when the caller made it with one)
         self.unwaited: list[TopicPartition] | None = None  # the last commit not waited for
         self.topics = topics  # lane -> topic name
         self.lane_of = {t: lane for lane, t in topics.items()}
@@ -218,20 +217,21 @@ class BatchConsumer:
         if not offs:
             return
         if wait:
-            retry_kafka(lambda: self.c.commit(offsets=offs, asynchronous=False), "committing trainer offsets")
+            self._commit_waited(offs, timeout_s=60.0)
             self.unwaited = None
         else:
             self.c.commit(offsets=offs, asynchronous=True)
             self.unwaited = offs
+
+    def _commit_waited(self, offs: list[TopicPartition], timeout_s: float) -> None:
+        retry_kafka(lambda: self.c.commit(offsets=offs, asynchronous=False), "committing trainer offsets", timeout_s)
 
     def close(self) -> None:
         """The last commit the loop did not wait for is made again, waited for (it may have failed, or still be
         on its way to a coordinator that moved); a failure here only leaves Kafka's offsets behind the checkpoint."""
         try:
             if self.unwaited:
-                offs = self.unwaited
-                retry_kafka(lambda: self.c.commit(offsets=offs, asynchronous=False), "committing trainer offsets",
-                            timeout_s=30.0)
+                self._commit_waited(self.unwaited, timeout_s=30.0)
         except RftbusError as e:
             log.warning("%s; the checkpoint holds the positions (the next start resumes there)", e)
         finally:

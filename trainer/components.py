@@ -89,8 +89,7 @@ class Components:
 
     def open_source(self, positions: dict[tuple[str, int], int], max_pending: int) -> BatchSource:
         """The lanes, read from these positions."""
-        return BatchConsumer(self.consumer, self.lane_topics, self.deserializer, positions, max_pending=max_pending,
-                             commits=self.commits)
+        return BatchConsumer(self.consumer, self.lane_topics, self.deserializer, positions, max_pending=max_pending)
 
     def taskset(self):
         from rftbus.tasksets.data import open_taskset
