@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 from collections import defaultdict
@@ -170,6 +171,7 @@ def _send(self: AIOKafkaConnection, request: Any, expect_response: bool = True) 
 
 # -- timeout_refreshes_metadata, silent_nodes_last ----------------------------------------------------------------
 SILENT_FOR = 3  # request timeouts a node that did not answer is asked last for
+_AIOKAFKA_LOG = logging.getLogger("aiokafka")  # (the copied `_metadata_update` logs where aiokafka's does)
 
 
 def _silent(client: AIOKafkaClient) -> dict[Any, float]:
@@ -210,7 +212,8 @@ def _get_random_node(self: AIOKafkaClient) -> Any:
 
 
 async def _metadata_update(self: AIOKafkaClient, cluster_metadata: ClusterMetadata, topics: Any) -> bool:
-    """aiokafka 0.14.0 AIOKafkaClient._metadata_update; only the order differs: silent nodes last."""
+    """aiokafka 0.14.0 AIOKafkaClient._metadata_update, its logging included; what differs: silent nodes are asked
+    last, and a node that times out here becomes silent."""
     metadata_request = MetadataRequest(list(topics) if topics else None)
     nodeids: list[Any] = [b.nodeId for b in self.cluster.brokers()]
     bootstrap_id = ("bootstrap", ConnectionGroup.DEFAULT)
@@ -224,10 +227,10 @@ async def _metadata_update(self: AIOKafkaClient, cluster_metadata: ClusterMetada
             continue
         try:
             metadata = await conn.send(metadata_request)
-        except (RequestTimedOutError, asyncio.TimeoutError):
-            _silent(self)[node_id] = time.monotonic()
-            continue
-        except KafkaError:
+        except (KafkaError, asyncio.TimeoutError) as err:
+            _AIOKAFKA_LOG.warning("Unable to request metadata from node with id %s: %r", node_id, err)
+            if isinstance(err, (RequestTimedOutError, asyncio.TimeoutError)):
+                _silent(self)[node_id] = time.monotonic()
             continue
         if not metadata.brokers:
             return False
@@ -236,6 +239,7 @@ async def _metadata_update(self: AIOKafkaClient, cluster_metadata: ClusterMetada
             self._conns.pop(bootstrap_id).close()
         break
     else:
+        _AIOKAFKA_LOG.error("Unable to update metadata from %s", nodeids)
         cluster_metadata.failed_update(None)
         return False
     return True
