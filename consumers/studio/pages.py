@@ -3,14 +3,14 @@ the experience browser `read`. A refused page call renders the error page; a ref
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from rftbus.web.auth import Scope
 from rftbus.web.errors import ApiError, BadRequest, NotFound
 
 from . import access, data
-from .state import HERE, requires, studio_of
+from .state import GRADER, HERE, READER, studio_of
 
 STATIC = {"studio.js": "text/javascript", "studio.css": "text/css"}
 router = APIRouter(include_in_schema=False)
@@ -44,22 +44,22 @@ async def login_page(request: Request):
     return page(request, "login.html", name=access.clean_name(request.cookies.get(access.NAME_COOKIE)))
 
 
-@router.get("/queue", name="queue", dependencies=[Depends(requires(Scope.feedback))])
+@router.get("/queue", name="queue", dependencies=[GRADER])
 async def queue_page(request: Request):
     return page(request, "queue.html", me=access.annotator(request))
 
 
-@router.get("/dashboard", name="dashboard", dependencies=[Depends(requires(Scope.read))])
+@router.get("/dashboard", name="dashboard", dependencies=[READER])
 def dashboard_page(request: Request, window: str = "run"):
     return page(request, "dashboard.html", d=studio_of(request).dashboard(window), window=window)
 
 
-@router.get("/fragments/dashboard", name="dashboard_fragment", dependencies=[Depends(requires(Scope.read))])
+@router.get("/fragments/dashboard", name="dashboard_fragment", dependencies=[READER])
 def dashboard_fragment(request: Request, window: str = "run"):
     return page(request, "panels.html", d=studio_of(request).dashboard(window))
 
 
-@router.get("/experience", name="experience", dependencies=[Depends(requires(Scope.read))])
+@router.get("/experience", name="experience", dependencies=[READER])
 def experience_page(request: Request, id: str = ""):  # noqa: A002 - the query parameter's name
     if not id.strip():
         return page(request, "experience.html", p=None, q="")

@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from fastapi import Request
+from fastapi import Depends, Request
 from fastapi.templating import Jinja2Templates
 from prometheus_client import Counter
 
@@ -89,3 +89,6 @@ def requires(scope: Scope):
     def check(request: Request) -> None:
         access.check(studio_of(request).auth, request, scope)
     return check
+
+
+GRADER, READER = Depends(requires(Scope.feedback)), Depends(requires(Scope.read))  # route dependencies
