@@ -12,6 +12,11 @@ groups for the same trainer steps, and more `stale`; docs/BENCHMARKS.md.) Lags a
 conservative. Several explorers may each admit one group at the bound, so the overshoot is at most
 (explorers − 1) groups; the trainer's `stale` check is the hard guarantee.
 
+Only the first reading is waited for. Later ones run in a helper thread while the explorer keeps
+rolling out on the last figure plus its own groups: a read goes through the groups' coordinators, and
+one that is frozen held the explorer's loop 10-31 s per read (#46). A read that fails keeps the last
+figure; the estimate still grows with every group this explorer makes, so it stops at the bound alone.
+
 Staleness by construction (#19): a group admitted now trains after pending ÷ g more versions, where g is
 the curated groups the trainer finishes per published version (measured over the same window; B until
 measured). When the trainer steps with fewer than B groups (MIX steps on demonstrations while RL groups
@@ -25,6 +30,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
@@ -83,14 +89,47 @@ class Admission:
         self.consumption = ConsumptionRate(cfg.rl.batch_groups)
         self._lag_groups = 0.0
         self._since_refresh = 0
-        self._read_at = -1e9
+        self._produced = 0  # this explorer's groups, ever
+        self._read_at = self._tried_at = -1e9
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="admission-lags")
+        self._reading: tuple[Future, tuple[int, int]] | None = None
+        self.reads = 0  # readings taken in
+        self.failed_reads = 0
+        self.last_error: str | None = None
 
     def refresh(self) -> None:
-        unseen = self.unacked()  # read before the lags: a group acknowledged in between counts twice, never zero times
+        """One reading of the lags, waited for (the first one, and tests)."""
+        seen = self._snapshot()
+        self._take(seen, *self._read())
+
+    def _snapshot(self) -> tuple[int, int]:
+        # before the lags: a group acknowledged in between counts twice, never zero times
+        return self.unacked(), self._produced
+
+    def _read(self):
         try:
-            raw, curated = (group_lag(self.admin, self.committed, g, ts) for g, ts in self.lanes)
+            return tuple(group_lag(self.admin, self.committed, g, ts) for g, ts in self.lanes)
         except KafkaException as e:  # broker hiccup: keep the last figure, retry next refresh
             raise AdmissionUnavailable(str(e)) from None
+
+    def _poll_reading(self, now: float) -> None:
+        """Take in a finished background reading; start the next one when due."""
+        if self._reading is not None and self._reading[0].done():
+            future, seen = self._reading
+            self._reading = None
+            try:
+                self._take(seen, *future.result())
+                self.last_error = None
+            except AdmissionUnavailable as e:
+                self.failed_reads += 1
+                self.last_error = str(e)
+        due = self.cfg.explorer.admission_refresh_s
+        if self._reading is None and now - self._read_at >= due and now - self._tried_at >= due:
+            self._tried_at = now
+            self._reading = (self._pool.submit(self._read), self._snapshot())
+
+    def _take(self, seen: tuple[int, int], raw, curated) -> None:
+        unseen, produced = seen
         now = time.monotonic()
         a = self.acceptance.update(now, raw.done, curated.end)
         self._lag_groups = a * raw.lag + curated.lag
@@ -100,15 +139,30 @@ class Admission:
             g = self.consumption.update(now, latest, curated.done) if by_consumption else self.cfg.rl.batch_groups
             self.lag = max(0, latest - own)
             self.bound = admission_bound(self.cfg.rl.max_staleness, g, self.lag)
-        self._since_refresh = unseen
+        self._since_refresh = unseen + self._produced - produced  # and ours made while the lags were read
         self._read_at = now
+        self.reads += 1
 
     def pending(self) -> float:
-        if time.monotonic() - self._read_at >= self.cfg.explorer.admission_refresh_s:
+        """Groups ahead of a new one; raises AdmissionUnavailable until a first reading succeeded."""
+        if self.reads == 0:
             self.refresh()
+        else:
+            self._poll_reading(time.monotonic())
         return self._lag_groups + self.acceptance.value * self._since_refresh
 
+    def read_age_s(self) -> float:
+        """Seconds since the figure in use was read."""
+        return time.monotonic() - self._read_at
+
     def close(self) -> None:
+        reading = self._reading
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        if reading is not None:
+            try:  # a read still asking a frozen coordinator: its consumers are left to the process's exit
+                reading[0].exception(timeout=self.cfg.kafka.request_timeout_s)
+            except TimeoutError:
+                return
         self.committed.close()
 
     def admit(self) -> bool:
@@ -128,6 +182,7 @@ class Admission:
 
     def produced_group(self) -> None:
         self._since_refresh += 1
+        self._produced += 1
 
 
 class AdmissionUnavailable(Exception):

@@ -2,7 +2,7 @@
 
 Loop: poll a task -> wait for admission (partitions paused, group membership kept) -> run its
 workflow (n samples) -> produce one ExperienceGroup record keyed by group_id -> commit the task offset
-once Kafka has acknowledged it (AckTracker). Weights are swapped between groups
+once Kafka has acknowledged it (the tasks side: `TaskIntake`). Weights are swapped between groups
 when the follower has prefetched a newer verified version. SIGTERM/SIGINT (`request_stop`) ends the
 loop after the current group; shutdown flushes, commits and leaves the group.
 """
@@ -15,14 +15,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException, Message, TopicPartition
+from confluent_kafka import Message
 
-from rftbus.config import Config, ConfigError
+from rftbus.config import Config
 from rftbus.weights.swap import swap_in_ready
-from rftbus.kafka.clients import make_admin, make_consumer, make_producer
+from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.models.loading import load_tokenizer
 from rftbus.models.prompt import prompt_format
-from rftbus.producers.acks import AckTracker
 from rftbus.profile import phase
 from rftbus.producers.admission import Admission, AdmissionUnavailable
 from rftbus.producers.engines import RolloutEngine, make_engine
@@ -31,7 +30,7 @@ from rftbus.producers.experience import expert_group, group_of
 from rftbus.producers.no_signal import NoSignalMemory
 from rftbus.producers.rewards import make_rewards
 from rftbus.producers.rollout import run_task
-from rftbus.producers.seen_tasks import SeenTasks
+from rftbus.producers.task_intake import TaskIntake
 from rftbus.status import StatusFile
 from rftbus.producers.workflows import RolloutContext, task_problem
 from rftbus.schemas import (REJECTION_MAX_BYTES, DecodeError, ExperienceGroup, Rejection, Task, bound_key,
@@ -47,7 +46,7 @@ class Timings:
     generate_s: float = 0.0
     encode_s: float = 0.0
     produce_s: float = 0.0
-    commit_s: float = 0.0
+    commit_s: float = 0.0  # the task intake's, taken at shutdown
     admission_s: float = 0.0
     experiences: int = 0
     groups: int = 0
@@ -69,30 +68,21 @@ class Explorer:
         self.ctx = RolloutContext(self.primed or self.engine, self.tokenizer, ex.sampling, make_rewards(ex.rewards),
                                   ex.workflow, self.prompt)
         self.producer = make_producer(cfg)
-        static = {}
-        if ex.static_membership:  # KIP-345: a restart with the same id rejoins without a rebalance
-            if not ex.id:
-                raise ConfigError("explorer.static_membership needs an explicit explorer id (explorer.id / --id)")
-            static = {"group.instance.id": f"{ex.group_id}-{ex.id}"}
-        self.consumer = make_consumer(cfg, ex.group_id, **static)
+        self.status = StatusFile(cfg.state_dir, "explorer", self.id, ex.status_interval_s)
+        self.intake = TaskIntake(cfg, self.producer.flush, self.status, self.report)
+        self.acks, self.seen = self.intake.acks, self.intake.seen
         syncs = getattr(self.engine, "supports_weight_sync", True)
         self.follower = WeightFollower(cfg, report=self.report) if syncs else None
-        self.admission = Admission(cfg, make_admin(cfg), lambda: self.acks.unacked_groups(),
+        self.admission = Admission(cfg, make_admin(cfg), self.acks.unacked_groups,
                                    self._versions) if ex.admission else None
-        self.acks, self.seen = AckTracker(), SeenTasks(cfg)
         self.no_signal = (NoSignalMemory(ex.no_signal_floor, min_group=ex.no_signal_min_group)
                           if ex.no_signal_floor is not None else None)
-        self.status = StatusFile(cfg.state_dir, "explorer", self.id, ex.status_interval_s)
         self.t = Timings()
         self.stats = {"groups_produced": 0, "experiences_produced": 0, "tasks_rejected": 0,
                       "tasks_skipped_duplicate": 0, "tasks_skipped_no_signal": 0, "expert_produced": 0}
         self._stop = False
-        self._held: Message | None = None  # a fetched task waiting for admission
         self._headroom = float("inf")  # groups admission would still let in (set by _blocked_reason)
-        self._paused = False
         self._handled = 0
-        self._last_activity = time.monotonic()
-        self._topic = cfg.topics.tasks.name
 
     def request_stop(self) -> None:
         self._stop = True
@@ -111,40 +101,29 @@ class Explorer:
                     self.report(f"weights topic {self.cfg.topics.weights.name} not read to its end in 15 s; "
                                 "starting anyway")
                 self._swap_weights(wait_s=30)
-        self.consumer.subscribe([self._topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
-                                on_lost=self._on_lost)
+        intake = self.intake
+        intake.subscribe()
         self.status.update(state="running")
-        self._last_activity = time.monotonic()
         try:
             while not self._stop:
                 self.producer.poll(0)
-                self._commit()
+                intake.commit()
                 self._swap_weights()
-                if self._held is None:
-                    msg = self.consumer.poll(0.2)
-                    if msg is None:
-                        idle = time.monotonic() - self._last_activity
-                        if (ex.idle_exit_s and idle > ex.idle_exit_s and self.consumer.assignment()
-                                and not self.acks.outstanding_groups() and self._caught_up()):
-                            self.report(f"no new task for {ex.idle_exit_s:g}s; exiting")
-                            break
-                        continue
-                    err = msg.error()
-                    if err is not None:
-                        self.report(f"reading {self._topic}: {err.str()}")
-                        continue
-                    self._held = msg
+                if not intake.hold_next(0.2):
+                    if ex.idle_exit_s and intake.idle(ex.idle_exit_s):
+                        self.report(f"no new task for {ex.idle_exit_s:g}s; exiting")
+                        break
+                    continue
                 if not self._admitted():
                     continue
-                msg, self._held = self._held, None
-                batch = [(m, self._decode(m)) for m in [msg] + self._more_tasks()]
+                batch = [(m, self._decode(m)) for m in [intake.take_held()] + self._more_tasks()]
                 skips = self._no_signal_skips(batch)
                 self._prime([(m, t) for m, t in batch if id(m) not in skips])
                 for m, task in batch:  # a fetched task is always handled (or it would have to be rewound)
                     self._handle(m, task, skip=id(m) in skips)
                 if self.primed:
                     self.primed.clear()
-                self._last_activity = time.monotonic()
+                intake.last_activity = time.monotonic()
                 if ex.max_tasks and self._handled >= ex.max_tasks:
                     break
         finally:
@@ -157,20 +136,15 @@ class Explorer:
         why = self._blocked_reason()
         self.t.admission_s += time.perf_counter() - t0
         if why is None:
-            if self._paused:
-                self.consumer.resume(self.consumer.assignment())
-                self._paused = False
+            if self.intake.resume():
                 self.status.update(waiting_for_admission=False, waiting_reason=None, state="running")
                 self.report("admission: resumed")
             return True
-        if not self._paused:
-            self.consumer.pause(self.consumer.assignment())
-            self._paused = True
+        if not self.intake.paused:
+            self.intake.pause()
             self.report(f"admission: waiting ({why})")
         self.status.update(waiting_for_admission=True, waiting_reason=why, state="waiting")
-        stray = self.consumer.poll(0.2)  # serves rebalances; anything fetched is rewound, not lost
-        if stray is not None and not stray.error():
-            self.consumer.seek(TopicPartition(self._topic, stray.partition() or 0, stray.offset() or 0))
+        self.intake.serve_while_paused(0.2)
         return False
 
     def _blocked_reason(self) -> str | None:
@@ -184,7 +158,9 @@ class Explorer:
             pending = self.admission.pending()
         except AdmissionUnavailable as e:
             return f"consumer lags unreadable ({e})"
-        self.status.update(pending_groups=round(pending, 2), admission_bound=round(self.admission.bound, 2))
+        self.status.update(pending_groups=round(pending, 2), admission_bound=round(self.admission.bound, 2),
+                           admission_read_age_s=round(self.admission.read_age_s(), 1),
+                           admission_failed_reads=self.admission.failed_reads)
         why = self.admission.blocked(pending)
         self._headroom = max(1.0, self.admission.bound - pending) if why is None else 0.0
         return why
@@ -205,17 +181,7 @@ class Explorer:
         room = min(ex.batch_tasks, int(self._headroom) if self._headroom != float("inf") else ex.batch_tasks)
         if ex.max_tasks:
             room = min(room, ex.max_tasks - self._handled)
-        out: list[Message] = []
-        while len(out) < room - 1:
-            msg = self.consumer.poll(0)
-            if msg is None:
-                break
-            err = msg.error()
-            if err is not None:
-                self.report(f"reading {self._topic}: {err.str()}")
-                continue
-            out.append(msg)
-        return out
+        return self.intake.more(room - 1)
 
     def _prime(self, batch: list[tuple[Message, Task | DecodeError]]) -> None:
         """One engine call for the batch's single-turn tasks (see producers/engines/primed.py).
@@ -359,23 +325,7 @@ class Explorer:
                                offset=msg.offset())
         self._produce(self.cfg.topics.rejected.name, bound_key(msg.key()), rec, self.encode_rej, msg)
 
-    # -- offsets, weights, rebalances -----------------------------------------------------------
-    def _commit(self, sync: bool = False) -> None:
-        """Commit the acknowledged prefix; async in the loop, sync on revoke and shutdown."""
-        ready = self.acks.committable()
-        if not ready:
-            return
-        t0 = time.perf_counter()
-        offsets = [TopicPartition(self._topic, p, o) for p, o in ready.items()]
-        try:
-            if sync:
-                self.consumer.commit(offsets=offsets, asynchronous=False)
-            else:
-                self.consumer.commit(offsets=offsets)
-        except KafkaException as e:
-            self.report(f"commit of task offsets {ready} failed ({e}); those tasks may be redone by another explorer")
-        self.t.commit_s += time.perf_counter() - t0
-
+    # -- weights, shutdown -------------------------------------------------------------------------
     def _swap_weights(self, wait_s: float = 0.0) -> None:
         if not self.follower:
             return
@@ -385,46 +335,10 @@ class Explorer:
             self.status.update(version=self.engine.version)
         self.status.update(refused_versions=sorted(self.follower.refused))
 
-    def _caught_up(self) -> bool:
-        """Every assigned tasks partition read to its end. Quiet alone is not idle: a loaded broker can
-        take longer than idle_exit_s to hand over committed offsets (coordinator load in progress)."""
-        for tp in self.consumer.position(self.consumer.assignment()):
-            try:
-                _, high = self.consumer.get_watermark_offsets(tp, timeout=5)
-            except KafkaException:
-                return False
-            if high > 0 and (tp.offset < 0 or tp.offset < high):
-                return False
-        return True
-
-    def _on_assign(self, consumer, partitions) -> None:
-        self._last_activity = time.monotonic()
-        for tp in consumer.committed(partitions, timeout=30):
-            self.seen.rebuild(self._topic, tp.partition, tp.offset)
-        self.status.update(partitions=sorted({tp.partition for tp in consumer.assignment()} |
-                                             {tp.partition for tp in partitions}))
-
-    def _on_revoke(self, consumer, partitions) -> None:
-        self.producer.flush(60)
-        self._commit(sync=True)
-        gone = [tp.partition for tp in partitions]
-        if self._held is not None and self._held.partition() in gone:
-            self._held = None
-        self.acks.drop(gone)
-        self.seen.drop(gone)
-
-    def _on_lost(self, consumer, partitions) -> None:
-        gone = [tp.partition for tp in partitions]
-        if self._held is not None and self._held.partition() in gone:
-            self._held = None
-        self.acks.drop(gone)
-        self.seen.drop(gone)
-
     def _shutdown(self) -> None:
         self.status.update(state="stopping")
-        self.producer.flush(60)
-        self._commit(sync=True)
-        self.consumer.close()
+        self.intake.close()
+        self.t.commit_s = self.intake.commit_s
         if self.admission:
             self.admission.close()
         if self.follower:
