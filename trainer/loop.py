@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from rftbus.config import Config
@@ -64,6 +65,7 @@ class Trainer:
         self.stop_reason = ""
         self.summary = RunSummary()
         self.step = self.version = 0
+        self.recent_steps: deque[tuple[float, int]] = deque(maxlen=32)  # (unix time, step): exact gaps
         self.pending_lineage: list[dict] = []  # lineage lines of the steps since the last checkpoint
         self.verdicts: dict[tuple[str, int, int], list[int]] = {}  # record -> samples it may still train
         self.trained_ids = TrainedIds(self.tc.dedupe_window)  # ids decided: a repeat is rejected `duplicate`
@@ -261,7 +263,8 @@ class Trainer:
             self.c.metrics.emit(self.step, self.version, values)
             if self.step == self.summary.start_step + 1:
                 self.c.status.update(first_step_at=time.time())  # the run's summary: how soon it learned
-            self.c.status.update(state="training", step=self.step, version=self.version,
+            self.recent_steps.append((round(time.time(), 3), self.step))
+            self.c.status.update(state="training", step=self.step, version=self.version, recent_steps=list(self.recent_steps),
                                  last_reward=values.get("reward_mean"), staleness=values["staleness_mean"],
                                  throughput_tokens_s=values["tokens_per_s"], last_loss=values.get("loss"))
             self.log(f"step {self.step} v{self.version} loss {values.get('loss', 0.0):.4f} "

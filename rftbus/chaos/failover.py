@@ -29,7 +29,9 @@ LOOP_TOPICS = ("weights", "raw", "curated")  # what the node to kill should lead
 
 
 class StepWatch:
-    """The trainer's step changes over time (sampled every 0.1 s from its status file), in a thread."""
+    """When the trainer stepped, from its status file (read every 0.1 s, in a thread): the status, rewritten
+    once a second, lists its last steps with their times, so gaps are exact rather than rounded to the
+    status file's second."""
 
     def __init__(self, state_dir):
         self.state_dir = state_dir
@@ -42,12 +44,18 @@ class StepWatch:
         return self
 
     def _run(self) -> None:
-        last = -1
+        last_step, last_t = -1, 0.0
+        to_monotonic = time.monotonic() - time.time()
         while not self._stop.wait(0.1):
-            step = F.trainer_step(self.state_dir)
-            if step != last:
-                self.changes.append((time.monotonic(), step))
-                last = step
+            statuses = [s for s in F.read_statuses(self.state_dir, "trainer") if s.get("role") == "trainer"]
+            recent = sorted((float(t), int(n)) for s in statuses for t, n in s.get("recent_steps") or ())
+            if not recent:  # a trainer that does not list them: when the step was seen to change
+                step = F.status_trainer_step(statuses)
+                recent = [(time.time(), step)] if step != last_step else []
+            for t, step in recent:  # by time: a restarted trainer repeats the steps after its checkpoint
+                if t > last_t:
+                    self.changes.append((t + to_monotonic, step))
+                    last_step, last_t = step, t
 
     def stop(self) -> None:
         self._stop.set()
@@ -61,6 +69,9 @@ class StepWatch:
         after = next((t for t in times if t > t_to), time.monotonic())
         inside = [before] + [t for t in times if before < t < after] + [after]
         return max(b - a for a, b in zip(inside, inside[1:]))
+
+
+AFTER_S = 10.0  # a fault's window runs until this long after the node is back (kill) or running again (freeze)
 
 
 def ask(fn: Callable[[], T], what: str, timeout_s: float = 90.0) -> T:
@@ -186,6 +197,13 @@ class NodeFaults:
         now = time.monotonic()
         return sum(now - t < self.window_s for t in self.deaths[node])
 
+    def _stall(self, t_from: float, t_back: float | None) -> float:
+        """The longest step gap from the fault until AFTER_S after the node was back (waited for): the same
+        window for a kill and a freeze, so a stall that comes after the first step is counted for both."""
+        t_to = (t_back if t_back is not None else time.monotonic()) + AFTER_S
+        time.sleep(max(0.0, t_to - time.monotonic()))
+        return self.watch.stall(t_from, t_to)
+
     def _victim(self, preferred: list[int]) -> int | None:
         room = self.budget - (1 if self.rolling_left else 0)
         return next((n for n in preferred if self._recent(n) < room), None)
@@ -218,9 +236,10 @@ class NodeFaults:
         pid = embedded.kill_node(self.cfg, node)
         self.deaths[node].append(t_kill)
         new = self._back(node)
+        t_back = time.monotonic() if new is not None else None
         stepped = F.wait_trainer_step(self.cfg.state_dir, step, self.timeout_s, self.running)
         isr = wait_isr_whole(self.cfg, self.timeout_s) if new is not None else None
-        fault.metrics = {"stall_s": round(self.watch.stall(t_kill, t_kill), 2),
+        fault.metrics = {"stall_s": round(self._stall(t_kill, t_back), 2),
                          "isr_recovery_s": None if isr is None else round(isr, 1),
                          "down_s": round(time.monotonic() - t_kill, 1)}
         fault.notes.append(f"node {node} pid {pid} -> {new}")
@@ -246,9 +265,10 @@ class NodeFaults:
                 time.sleep(left)
         finally:
             os.kill(pid, signal.SIGCONT)
+        t_cont = time.monotonic()
         stepped = stepped or F.wait_trainer_step(self.cfg.state_dir, step, self.timeout_s, self.running)
         isr = wait_isr_whole(self.cfg, self.timeout_s)
-        fault.metrics = {"stall_s": round(self.watch.stall(t, t), 2),
+        fault.metrics = {"stall_s": round(self._stall(t, t_cont), 2),
                          "isr_recovery_s": None if isr is None else round(isr, 1)}
         during = any(t < ts < t + freeze_s for ts, _ in self.watch.changes)
         fault.notes.append(f"trainer stepped while node {node} was frozen: {during}")
@@ -283,7 +303,8 @@ class NodeFaults:
 
 
 def freeze_vs_kill(faults: list[F.Fault]) -> dict[str, float | None]:
-    """The longest trainer-step gap after a freeze and after a kill, and their ratio (#37: at most 1.5)."""
+    """The longest trainer-step gap in the window of a freeze and of a kill (`NodeFaults._stall`), and their
+    ratio (#37: at most 1.5)."""
     def longest(kinds: tuple[str, ...]) -> float | None:
         return max((float(f.metrics["stall_s"] or 0.0) for f in faults
                     if f.kind in kinds and "stall_s" in f.metrics), default=None)
