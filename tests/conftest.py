@@ -82,19 +82,39 @@ def broker(tmp_path_factory) -> Config:
     embedded.stop(cfg)
 
 
-@pytest.fixture(scope="session")
+_CLUSTER: dict[str, Config] = {}
+
+
+@pytest.fixture
 def cluster(tmp_path_factory) -> Config:
-    """A three-node KRaft cluster (512 MB each), started once for the session by the first test that asks."""
+    """A three-node KRaft cluster (512 MB each), started by the first test that asks and stopped after the last
+    of its run (`pytest_runtest_teardown`): the tests that use it are dealt to one worker together
+    (`xdist_group`), and three idle nodes kept to the end of the session cost ~150 CPU-s on a two-core machine."""
     from rftbus.chaos.plan import free_port_pair
 
-    cfg = make_config(tmp_path_factory.mktemp("rftbus-cluster"), free_port_pair("127.0.0.1", 6), **{"broker.nodes": 3})
-    out = rftbus_cli(cfg, "up", env={"RFTBUS_BROKER__NODES": "3"})
-    if out.returncode != 0:
-        msg = f"the session's 3-node cluster did not start:\n{out.stderr}\n{embedded.log_tail(cfg)}"
+    if "cfg" not in _CLUSTER:
+        cfg = make_config(tmp_path_factory.mktemp("rftbus-cluster"), free_port_pair("127.0.0.1", 6),
+                          **{"broker.nodes": 3})
+        out = rftbus_cli(cfg, "up", env={"RFTBUS_BROKER__NODES": "3"})
+        if out.returncode != 0:
+            msg = f"the session's 3-node cluster did not start:\n{out.stderr}\n{embedded.log_tail(cfg)}"
+            embedded.stop(cfg)
+            pytest.fail(msg)
+        _CLUSTER["cfg"] = cfg
+    return _CLUSTER["cfg"]
+
+
+def pytest_runtest_teardown(item, nextitem) -> None:
+    if "cluster" in item.fixturenames and (nextitem is None or "cluster" not in nextitem.fixturenames):
+        cfg = _CLUSTER.pop("cfg", None)
+        if cfg is not None:
+            embedded.stop(cfg)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    cfg = _CLUSTER.pop("cfg", None)
+    if cfg is not None:
         embedded.stop(cfg)
-        pytest.fail(msg)
-    yield cfg
-    embedded.stop(cfg)
 
 
 def rftbus_cli(cfg: Config | None, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
