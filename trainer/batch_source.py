@@ -13,12 +13,13 @@ and is rejected (`reject`) when it reaches the head, so the positions stay plain
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from rftbus.errors import RftbusError
 from rftbus.kafka.read import consume_ready
@@ -28,6 +29,7 @@ from rftbus.schemas import DecodeError, ExperienceGroup
 log = logging.getLogger("rftbus.trainer")
 
 LANES = ("priority", "curated", "expert")
+UNKNOWN_END_S = 30.0  # a partition end that could not be read is not asked for again this long
 
 
 @dataclass
@@ -111,6 +113,7 @@ class BatchConsumer:
         self.pending: dict[tuple[str, int], deque[int]] = {tp: deque() for tp in positions}  # read, not done
         self.lanes: dict[str, deque[Polled]] = {lane: deque() for lane in topics}
         self.paused: set[str] = set()
+        self.end_unknown_until: dict[tuple[str, int], float] = {}  # lane_drained: ends that could not be had
         self.c.assign([TopicPartition(t, p, off) for (t, p), off in positions.items()])
 
     # -- reading -------------------------------------------------------------------------------
@@ -189,14 +192,25 @@ class BatchConsumer:
         return {tp: (q[0] if q else self.read_pos[tp]) for tp, q in self.pending.items()}
 
     def lane_drained(self, lane: str) -> bool:
-        """Read to the last known end of every partition of `lane` (cached watermarks, no request)."""
+        """Read to the last known end of every partition of `lane` (cached watermarks; a partition not fetched
+        yet is asked for once). One whose end cannot be had counts as read to its end for UNKNOWN_END_S: its
+        leader is frozen (the question waits 5 s) or has just moved (NOT_LEADER_FOR_PARTITION), and this is only
+        which lane goes first; raised, it killed the trainer through a leader freeze and a rolling restart (#46)."""
         topic = self.topics.get(lane)
+        now = time.monotonic()
         for (t, p), pos in self.read_pos.items():
             if t != topic:
                 continue
             _, high = self.c.get_watermark_offsets(TopicPartition(t, p), cached=True)
             if high is None or high < 0:  # not fetched yet: ask the broker once
-                _, high = self.c.get_watermark_offsets(TopicPartition(t, p), timeout=5, cached=False)
+                if self.end_unknown_until.get((t, p), 0.0) > now:
+                    continue
+                try:
+                    _, high = self.c.get_watermark_offsets(TopicPartition(t, p), timeout=5, cached=False)
+                except KafkaException as e:
+                    self.end_unknown_until[(t, p)] = now + UNKNOWN_END_S
+                    log.warning("the end of %s[%d] is not known (%s): taken as read for %g s", t, p, e, UNKNOWN_END_S)
+                    continue
             if pos < high:
                 return False
         return True
