@@ -56,8 +56,14 @@ def lr_factor(step: int, cfg: TrainerConfig) -> float:
 
 
 def build_engine(module: torch.nn.Module, cfg: TrainerConfig):
+    import os
+
     import deepspeed
 
+    if os.environ.get("DS_ACCELERATOR") == "cpu":  # (trainer/dist.py sets it)
+        from rftbus.trainer.deepspeed_patches import no_shm_inference_op
+
+        no_shm_inference_op()
     params = [p for p in module.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: lr_factor(s, cfg))
