@@ -25,8 +25,9 @@ def test_a_jsonl_taskset_with_held_out_eval_and_math_verify(broker, tmp_path, sm
     trainer never steps (tried: two random layers made 0 steps in 6 minutes). The real ones answer 2-4 % of
     these right in 32 tokens, so about one group in twelve has reward variance (3 of 37 before the second step,
     140-230 s alone): a run sharing the two cores with two other whole runs once ended its 6 minutes without a
-    step, hence 14 (a run stops at its second step)."""
-    s, state = _run(broker, tmp_path, "real-gsm8k-mini.yaml", 2, minutes=14,
+    step, hence 14. The run stops at its first step: the final eval scores the version it published, so the
+    curve has v0 and v1 (a second step cost the suite ~100 CPU-s more of generation and proved nothing more)."""
+    s, state = _run(broker, tmp_path, "real-gsm8k-mini.yaml", 1, minutes=14,
                     RFTBUS_MODEL__CACHE_DIR=str(smollm2_folder.parent), RFTBUS_TASKSET__PATH=str(DATA / "train.jsonl"),
                     RFTBUS_TASKSET__EVAL__PATH=str(DATA / "eval.jsonl"), RFTBUS_RL__GROUP_SIZE="4", RFTBUS_RL__BATCH_GROUPS="2", RFTBUS_RUN__EVAL_N="8",
                     RFTBUS_RUN__TASKS="24", RFTBUS_RUN__TASK_PASSES="4", RFTBUS_RUN__EVAL_EVERY_VERSIONS="1",
