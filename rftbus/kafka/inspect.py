@@ -121,3 +121,20 @@ def group_lag(admin: AdminClient, committed_of: CommittedOffsets, group: str, to
 
 def as_dicts(items: list) -> list[dict]:
     return [asdict(i) for i in items]
+
+
+def backlog(admin: AdminClient, topic: str, positions: dict[int, int], ends: dict[int, int],
+            wait_s: float = 2.0) -> int:
+    """Records of `topic` past a reader's own positions (partition -> next offset it will take): what it has not
+    taken yet, without asking the group coordinator (a frozen one held that question 10-30 s, and the commits a
+    reader makes meanwhile fail, so committed offsets stand still). `ends` is the caller's cache of end offsets: a
+    partition whose leader does not answer within wait_s keeps its last one, which is exact while the leader is
+    frozen (it takes no writes). A partition never seen counts as read."""
+    futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in positions},
+                                 request_timeout=wait_s)
+    for tp, fut in futures.items():
+        try:
+            ends[tp.partition] = fut.result(timeout=wait_s).offset
+        except (KafkaException, TimeoutError):
+            pass
+    return sum(max(0, ends[p] - pos) for p, pos in positions.items() if p in ends)

@@ -13,6 +13,7 @@ from confluent_kafka import KafkaException
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.committed import CommittedOffsets
+from rftbus.kafka.inspect import backlog as kafka_backlog
 from rftbus.kafka.inspect import group_lag
 from rftbus.run.curriculum import Curriculum
 from rftbus.run.passes import TaskPasses
@@ -25,6 +26,7 @@ class TaskFeed:
         self.cfg, self.committed, self.log, self.note, self.started = cfg, committed, log, note, started
         self.curriculum: Curriculum | None = None  # with `run.curriculum`
         self.passes: TaskPasses | None = None  # the configured taskset's passes, once it is being published
+        self.ends: dict[str, dict[int, int]] = {}  # per topic, the last end offsets read (kafka_backlog)
 
     def publish(self, admin) -> None:
         """The configured taskset now, or with `run.curriculum` its first stage now and the rest
@@ -52,7 +54,7 @@ class TaskFeed:
         """From the main loop about once a second: the curriculum's next stage, the taskset's next pass."""
         if self.curriculum and not self.curriculum.done:
             self._feed_curriculum(admin, statuses)
-        self._feed_passes(admin)
+        self._feed_passes(admin, statuses)
 
     def _tasks_backlog(self, admin, wait_s: float = 0.0) -> int:
         """Tasks published and not yet rolled out (the explorers commit a task once its group is acked).
@@ -97,19 +99,33 @@ class TaskFeed:
         self.passes = TaskPasses(c, rows, self.log, self.started)
         self.passes.start(list(rows()))
 
-    def _feed_passes(self, admin) -> None:
-        """The next pass of a kind (run/passes.py) once fewer than one pass of it is waiting."""
+    def _feed_passes(self, admin, statuses: list[dict]) -> None:
+        """The next pass of a kind (run/passes.py) once fewer than one pass of it is waiting. The demonstrations
+        waiting are counted from the trainer's own positions (its status) when it has them: its committed offsets
+        stand still while its group's coordinator is frozen (its commits fail), and reading them waited 10-30 s,
+        so a run starved its trainer of demonstrations through every coordinator freeze (#46)."""
         if self.passes is None:
             return
         c, backlog = self.cfg, {}
         lanes = {"tasks": (c.explorer.group_id, c.topics.tasks.name), "expert": (c.trainer.group_id, c.topics.expert.name)}
         for kind in self.passes.wants():
             group, topic = lanes[kind]
+            own = trainer_positions(statuses, topic) if kind == "expert" else None
             try:
-                backlog[kind] = group_lag(admin, self.committed, group, [topic]).lag
+                backlog[kind] = (kafka_backlog(admin, topic, own, self.ends.setdefault(topic, {})) if own
+                                 else group_lag(admin, self.committed, group, [topic]).lag)
             except (KafkaException, TimeoutError):  # a broker restart: the next look retries
                 return
         self.passes.tick(backlog)
+
+
+def trainer_positions(statuses: list[dict], topic: str) -> dict[int, int] | None:
+    """The trainer's next offset per partition of `topic`, from its status (None: not reported yet)."""
+    for s in statuses:
+        pos = (s.get("positions") or {}).get(topic) if s.get("role") == "trainer" else None
+        if pos:
+            return {int(p): int(o) for p, o in pos.items()}
+    return None
 
 
 def train_rows(cfg, ts):

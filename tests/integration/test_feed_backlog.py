@@ -1,0 +1,35 @@
+"""`rftbus run` counts the demonstrations its trainer has still to take from the trainer's own positions and the
+lane's end offsets, not from the trainer group's committed offsets (#46: those stand still, and reading them waited
+10-30 s, while the group's coordinator is frozen, and the run starved its trainer of demonstrations)."""
+
+from __future__ import annotations
+
+from rftbus.kafka.clients import make_admin, make_producer
+from rftbus.kafka.inspect import backlog
+from rftbus.run.feed import trainer_positions
+from tests.conftest import make_config
+from tests.explorer_kafka import fresh_config
+
+
+def test_backlog_is_the_end_past_the_readers_own_positions_and_keeps_an_end_it_cannot_read(broker, tmp_path):
+    cfg = fresh_config(make_config, tmp_path, broker)
+    topic = cfg.topics.expert.name
+    producer = make_producer(cfg)
+    for i in range(10):
+        producer.produce(topic, key=b"k", value=b"x", partition=i % 2)
+    producer.flush(10)
+    admin, ends = make_admin(cfg), {}
+    assert backlog(admin, topic, {0: 2, 1: 0}, ends) == 3 + 5 and ends == {0: 5, 1: 5}
+    # a partition whose end does not come back (here: no such partition; in a run: its leader frozen) keeps
+    # the last end read, and the others are still read
+    ends[99] = 7
+    producer.produce(topic, key=b"k", value=b"x", partition=0)
+    producer.flush(10)
+    assert backlog(admin, topic, {0: 2, 1: 5, 99: 4}, ends, wait_s=3.0) == 4 + 0 + 3 and ends[0] == 6
+
+
+def test_the_trainers_positions_come_from_its_status():
+    statuses = [{"role": "explorer", "positions": {"t": {"0": 9}}},
+                {"role": "trainer", "positions": {"rft.experiences.expert": {"0": 4, "3": 7}}}]
+    assert trainer_positions(statuses, "rft.experiences.expert") == {0: 4, 3: 7}
+    assert trainer_positions(statuses, "other") is None and trainer_positions([], "x") is None
