@@ -30,8 +30,10 @@ class PublishReport:
 
 
 def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tasks: bool = True,
-                  on_row: Callable[[Row], None] | None = None) -> PublishReport:
-    """Publish each row's Task (unless `tasks` is false) and, with `expert`, its demonstration."""
+                  on_row: Callable[[Row], None] | None = None,
+                  on_produced: Callable[[], None] | None = None) -> PublishReport:
+    """Publish each row's Task (unless `tasks` is false) and, with `expert`, its demonstration. `on_produced`:
+    called once every record is handed to the producer, before waiting for Kafka's acknowledgements."""
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     enc_task, enc_group = codec.serializer(Task), codec.serializer(ExperienceGroup)
     producer = make_producer(cfg)
@@ -71,6 +73,8 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
         producer.poll(0)
         if on_row:
             on_row(row)
+    if on_produced:
+        on_produced()
     remaining = producer.flush(60)
     if remaining:
         report.failed.append(f"{remaining} records still unacknowledged after 60 s")

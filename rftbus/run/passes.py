@@ -20,9 +20,15 @@ from rftbus.producers.tasks.sources import Row
 KINDS = ("tasks", "expert")
 
 
+IN_FLIGHT = 3  # passes whose records may still await Kafka's acknowledgement at once
+
+
 class TaskPasses:
     """`start` publishes the first pass in a thread; `tick` is called with fresh backlogs (records waiting
-    per kind) and starts the next pass of a kind that runs low, one publishing thread at a time."""
+    per kind) and starts the next pass of a kind that runs low, one pass being produced at a time. A later
+    pass does not wait for the acknowledgements of the one before (up to IN_FLIGHT of them): a frozen leader
+    holds a third of a pass's records for its request timeout and more, and a trainer that takes a pass of
+    demonstrations in seconds ran dry meanwhile (#46)."""
 
     def __init__(self, cfg: Config, rows: Callable[[], Iterable[Row]], log: Callable[[list[str]], None],
                  started: float):
@@ -31,14 +37,16 @@ class TaskPasses:
         self.size = {"tasks": 1, "expert": 1}
         self.next = {"tasks": 2, "expert": 2}
         self.ready = False  # the first pass is published (its sizes are known)
-        self._thread: threading.Thread | None = None
+        self._producing = False
+        self._threads: list[threading.Thread] = []
 
     def start(self, first: list[Row]) -> None:
         self._run(self._publish_first, first)
 
     def wants(self) -> list[str]:
         """The kinds that may need a pass now (the caller reads their backlogs)."""
-        busy = self._thread is not None and self._thread.is_alive()
+        self._threads = [t for t in self._threads if t.is_alive()]
+        busy = self._producing or len(self._threads) >= IN_FLIGHT
         return [] if busy or not self.ready else [k for k in KINDS if self.next[k] <= self.last[k]]
 
     def tick(self, backlog: dict[str, int]) -> None:
@@ -54,8 +62,15 @@ class TaskPasses:
                 fn(*args)
             except (RftbusError, KafkaException) as e:
                 self.log([f"tasks: publishing {self.cfg.taskset.name} failed: {e}"])
-        self._thread = threading.Thread(target=guarded, name="tasks", daemon=True)
-        self._thread.start()
+            finally:
+                self._produced()
+        self._producing = True
+        thread = threading.Thread(target=guarded, name="tasks", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _produced(self) -> None:
+        self._producing = False
 
     def _publish_first(self, first: list[Row]) -> None:
         from rftbus.producers.tasks.publish import publish_tasks
@@ -73,6 +88,6 @@ class TaskPasses:
 
         again = (Row(r.where, replace(r.task, task_id=f"{r.task.task_id}.p{n}"), r.error) if r.task is not None else r
                  for r in self.rows())
-        rep = publish_tasks(self.cfg, again, expert=kind == "expert", tasks=kind == "tasks")
+        rep = publish_tasks(self.cfg, again, expert=kind == "expert", tasks=kind == "tasks", on_produced=self._produced)
         what = f"{rep.published} tasks" if kind == "tasks" else f"{rep.expert} demonstrations"
         self.log([f"tasks: {kind} pass {n}: {what} ({time.time() - self.started:.0f} s)"])

@@ -1,0 +1,50 @@
+"""`rftbus run`'s passes over the taskset (rftbus/run/passes.py): a later pass does not wait for the previous one's
+acknowledgements (#46: a frozen leader held a third of every pass's records, and the trainer, which takes a pass
+of demonstrations in seconds, ran dry), but only one pass is produced at a time and at most IN_FLIGHT await
+Kafka at once. Publishing is replaced by a function that holds its acknowledgements until released; publishing
+itself is tested on the real broker (tests/integration/test_tasks_publish.py), the whole feed in the chaos runs."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from rftbus.config import load_config
+from rftbus.producers.tasks import publish as publish_mod
+from rftbus.producers.tasks.publish import PublishReport
+from rftbus.run import passes as passes_mod
+
+
+def _until(cond, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+def test_a_pass_waiting_for_acknowledgements_does_not_hold_the_next(monkeypatch):
+    release, produced, calls = threading.Event(), threading.Event(), []
+
+    def fake_publish(cfg, rows, *, expert=False, tasks=True, on_row=None, on_produced=None):
+        calls.append("expert" if expert and not tasks else "first" if tasks and expert else "tasks")
+        if on_produced:
+            on_produced()
+        produced.set()
+        if len(calls) > 1:
+            release.wait(10)  # acknowledgements held by a frozen leader
+        return PublishReport(published=10, expert=10)
+
+    monkeypatch.setattr(publish_mod, "publish_tasks", fake_publish)
+    cfg = load_config(overrides={"run": {"expert": True, "expert_epochs": 20, "task_passes": 1}}, environ={})
+    tp = passes_mod.TaskPasses(cfg, lambda: [], lambda lines: None, time.time())
+    tp.start([])
+    _until(lambda: tp.ready and tp.wants() == ["expert"])
+    for n in range(passes_mod.IN_FLIGHT):
+        produced.clear()
+        tp.tick({"expert": 0})  # fewer than one pass waiting: the next pass
+        _until(produced.is_set)
+        _until(lambda: not tp._producing)
+    assert calls == ["first"] + ["expert"] * passes_mod.IN_FLIGHT  # none waited for the last one's acks
+    assert tp.wants() == []  # IN_FLIGHT passes await Kafka: no more until one is acknowledged
+    release.set()
+    _until(lambda: tp.wants() == ["expert"])
