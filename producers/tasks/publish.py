@@ -31,14 +31,16 @@ class PublishReport:
 
 def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tasks: bool = True,
                   on_row: Callable[[Row], None] | None = None,
-                  on_produced: Callable[[], None] | None = None) -> PublishReport:
+                  on_produced: Callable[[], None] | None = None,
+                  demo_of: Callable[[Task], ExperienceGroup | None] | None = None) -> PublishReport:
     """Publish each row's Task (unless `tasks` is false) and, with `expert`, its demonstration. `on_produced`:
-    called once every record is handed to the producer, before waiting for Kafka's acknowledgements."""
+    called once every record is handed to the producer, before waiting for Kafka's acknowledgements.
+    `demo_of`: an `expert_maker(cfg)` kept by a caller that publishes again and again (it loads the tokenizer)."""
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     enc_task, enc_group = codec.serializer(Task), codec.serializer(ExperienceGroup)
     producer = make_producer(cfg)
     report = PublishReport()
-    demo_of = _expert_maker(cfg) if expert else None
+    demo_of = (demo_of or expert_maker(cfg)) if expert else None
 
     def delivered(kind: str):
         def cb(err, msg):
@@ -81,7 +83,7 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
     return report
 
 
-def _expert_maker(cfg: Config):
+def expert_maker(cfg: Config) -> Callable[[Task], ExperienceGroup | None]:
     """Demonstrations from the built-in tasksets' `.expert` (tokenized with the policy's tokenizer)."""
     from rftbus.models.loading import load_tokenizer
     from rftbus.models.prompt import prompt_format

@@ -39,6 +39,7 @@ class TaskPasses:
         self.ready = False  # the first pass is published (its sizes are known)
         self._producing = False
         self._threads: list[threading.Thread] = []
+        self._demo_of = None  # publish.expert_maker, made by the first later pass of demonstrations
 
     def start(self, first: list[Row]) -> None:
         self._run(self._publish_first, first)
@@ -88,6 +89,11 @@ class TaskPasses:
 
         again = (Row(r.where, replace(r.task, task_id=f"{r.task.task_id}.p{n}"), r.error) if r.task is not None else r
                  for r in self.rows())
-        rep = publish_tasks(self.cfg, again, expert=kind == "expert", tasks=kind == "tasks", on_produced=self._produced)
+        if kind == "expert" and self._demo_of is None:  # made once: it loads the tokenizer (~1.5-3 CPU-s); a
+            from rftbus.producers.tasks.publish import expert_maker  # pass of a small taskset lasts the trainer seconds
+
+            self._demo_of = expert_maker(self.cfg)
+        rep = publish_tasks(self.cfg, again, expert=kind == "expert", tasks=kind == "tasks", on_produced=self._produced,
+                            demo_of=self._demo_of)
         what = f"{rep.published} tasks" if kind == "tasks" else f"{rep.expert} demonstrations"
         self.log([f"tasks: {kind} pass {n}: {what} ({time.time() - self.started:.0f} s)"])
