@@ -20,7 +20,8 @@ from rftbus.producers.tasks.sources import Row
 KINDS = ("tasks", "expert")
 
 
-IN_FLIGHT = 3  # passes whose records may still await Kafka's acknowledgement at once
+IN_FLIGHT = 12  # passes whose records may still await Kafka's acknowledgement at once: a small taskset's pass
+# lasts the toy trainer ~2.5 s, and a third of each waits out a 30 s leader freeze (3 ran dry in 7.5 s)
 
 
 class TaskPasses:
