@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import wait as wait_futures
 from dataclasses import asdict, dataclass, field
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -132,9 +133,8 @@ def backlog(admin: AdminClient, topic: str, positions: dict[int, int], ends: dic
     frozen (it takes no writes). A partition never seen counts as read."""
     futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in positions},
                                  request_timeout=wait_s)
+    wait_futures(list(futures.values()), timeout=wait_s)  # one deadline for all
     for tp, fut in futures.items():
-        try:
-            ends[tp.partition] = fut.result(timeout=wait_s).offset
-        except (KafkaException, TimeoutError):
-            pass
+        if fut.done() and fut.exception() is None:
+            ends[tp.partition] = fut.result().offset
     return sum(max(0, ends[p] - pos) for p, pos in positions.items() if p in ends)

@@ -51,7 +51,8 @@ class TaskFeed:
         self.log(curriculum.tick(0, self._tasks_backlog(admin, wait_s=30)))
 
     def tick(self, admin, statuses: list[dict]) -> None:
-        """From the main loop about once a second: the curriculum's next stage, the taskset's next pass."""
+        """About once a second, from a thread of its own (run/ticker.py): the curriculum's next stage, the
+        taskset's next pass."""
         if self.curriculum and not self.curriculum.done:
             self._feed_curriculum(admin, statuses)
         self._feed_passes(admin, statuses)
@@ -108,14 +109,14 @@ class TaskFeed:
             return
         c, backlog = self.cfg, {}
         lanes = {"tasks": (c.explorer.group_id, c.topics.tasks.name), "expert": (c.trainer.group_id, c.topics.expert.name)}
-        for kind in self.passes.wants():
+        for kind in sorted(self.passes.wants(), key=lambda k: k != "expert"):  # the trainer's hunger first
             group, topic = lanes[kind]
             own = trainer_positions(statuses, topic) if kind == "expert" else None
             try:
                 backlog[kind] = (kafka_backlog(admin, topic, own, self.ends.setdefault(topic, {})) if own
                                  else group_lag(admin, self.committed, group, [topic]).lag)
-            except (KafkaException, TimeoutError):  # a broker restart: the next look retries
-                return
+            except (KafkaException, TimeoutError):  # a broker restart: that kind waits for the next look
+                continue
         self.passes.tick(backlog)
 
 

@@ -25,12 +25,13 @@ from rftbus.config import Config, write_config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import BrokerUnreachable, check_reachable
 from rftbus.kafka.committed import CommittedOffsets
-from rftbus.kafka.inspect import groups_info
 from rftbus.kafka.topics import create_topics
 from rftbus.run.broker_watch import BrokerWatch
 from rftbus.run.children import child_specs
 from rftbus.run.cores import split as split_cores
 from rftbus.run.display import progress_line, render
+from rftbus.run.lag_view import LagView
+from rftbus.run.ticker import Ticker
 from rftbus.run.feed import TaskFeed
 from rftbus.run.live import live_summary
 from rftbus.run.pace import Pace, pace_summary, read_best
@@ -58,7 +59,7 @@ class MainJob:
         self.started = time.time()
         self.started_broker = False
         self.events: list[str] = []
-        self.committed = CommittedOffsets(cfg)  # the live view's lags (kept: read every 2 s)
+        self.committed = CommittedOffsets(cfg)  # the task feed's backlogs (kept: read every second)
         self.lags: dict[str, int] = {}  # the last ones read (the live view and /metrics)
         self.eval_points: list[dict] = []  # the evaluator's, once it is loaded (/metrics)
         self.candidate_evals: list[dict] = []  # the gate's candidates scored by the evaluator (gate.eval_candidates)
@@ -111,17 +112,6 @@ class MainJob:
         return child_specs(self.cfg, config_path)
 
     # ---- the loop ----------------------------------------------------------------------------
-    def _lags(self, admin, last: dict[str, int]) -> dict[str, int]:
-        """Consumer lags for the live view; while the broker is unreachable (a restart), the last ones."""
-        wanted = self.lag_groups
-        try:
-            topics = {t.name for t in self.cfg.topics.all().values()}
-            return {wanted[g.group_id]: g.lag
-                    for g in groups_info(admin, self.committed, timeout=5, only=set(wanted), topics=topics)}
-        except (KafkaException, TimeoutError) as e:
-            self.events.append(f"consumer lags unreadable ({type(e).__name__}: {e}); retrying")
-            return last
-
     def _done(self, statuses: list[dict], evals: list[dict]) -> str | None:
         r = self.cfg.run
         if time.time() - self.started > r.max_minutes * 60:
@@ -245,43 +235,43 @@ class MainJob:
 
     def _watch(self, sup: Supervisor, admin, evaluator) -> str | None:
         """The live view until the run is done (its reason), a stage is given up on, or a stop is asked (None)."""
-        lags: dict[str, int] = {}
-        last_lag = last_feed = 0.0
+        lag_view = LagView(self.cfg, admin, self.lag_groups, self.events.append).start()
+        feeder = Ticker(lambda: self.feed.tick(admin, read_statuses(self.cfg.state_dir)), 1.0, "task feed",
+                        self.events.append).start()
         headless = not self.console.is_terminal  # output to a file (nohup, Slurm, Kubernetes): lines, not frames
         view: Any = Live(console=self.console, refresh_per_second=2, transient=False) if not headless else nullcontext()
         last_line = time.monotonic()
-        with view as live:
-            while not self._stop_requested:
-                self._note(sup.poll())
-                if self.broker is not None:
-                    self._log(self.broker.poll())
-                statuses = read_statuses(self.cfg.state_dir)
-                self.pace.see(time.time(), statuses)
-                if time.monotonic() - last_lag > 2:
-                    lags, last_lag = self._lags(admin, lags), time.monotonic()
-                    self.lags = lags
-                if time.monotonic() - last_feed > 1:
-                    self.feed.tick(admin, statuses)
-                    last_feed = time.monotonic()
-                children = {n: child_state(c) for n, c in sup.children.items()}
-                if self.broker is not None:
-                    children["broker"] = self.broker.state
-                frame = dict(started=self.started, statuses=statuses, lags=lags, evals=evaluator.points,
-                             events=self.events, children=children)
-                if not headless:
-                    live.update(render(**frame))
-                elif time.monotonic() - last_line >= self.cfg.run.progress_every_s:
-                    self.console.print(progress_line(**frame), soft_wrap=True, markup=False, highlight=False)
-                    last_line = time.monotonic()
-                done = self._done(statuses, evaluator.points)
-                if done:
-                    return done
-                dead = self._dead(sup)
-                if dead and (self.cfg.run.on_give_up == "stop" or len(dead) == len(children)):
-                    reason = "gave up on " + "; ".join(f"{n} ({cause})" for n, cause in dead.items())
-                    self.err.print(f"[red]stopping the run: {reason}[/]")
-                    return reason
-                time.sleep(0.5)
+        try:
+            with view as live:
+                while not self._stop_requested:
+                    self._note(sup.poll())
+                    if self.broker is not None:
+                        self._log(self.broker.poll())
+                    statuses = read_statuses(self.cfg.state_dir)
+                    self.pace.see(time.time(), statuses)
+                    self.lags = lags = lag_view.lags
+                    children = {n: child_state(c) for n, c in sup.children.items()}
+                    if self.broker is not None:
+                        children["broker"] = self.broker.state
+                    frame = dict(started=self.started, statuses=statuses, lags=lags, evals=evaluator.points,
+                                 events=self.events, children=children)
+                    if not headless:
+                        live.update(render(**frame))
+                    elif time.monotonic() - last_line >= self.cfg.run.progress_every_s:
+                        self.console.print(progress_line(**frame), soft_wrap=True, markup=False, highlight=False)
+                        last_line = time.monotonic()
+                    done = self._done(statuses, evaluator.points)
+                    if done:
+                        return done
+                    dead = self._dead(sup)
+                    if dead and (self.cfg.run.on_give_up == "stop" or len(dead) == len(children)):
+                        reason = "gave up on " + "; ".join(f"{n} ({cause})" for n, cause in dead.items())
+                        self.err.print(f"[red]stopping the run: {reason}[/]")
+                        return reason
+                    time.sleep(0.5)
+        finally:
+            feeder.stop()
+            lag_view.stop()
         return None
 
     def _dead(self, sup: Supervisor) -> dict[str, str]:
