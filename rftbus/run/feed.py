@@ -107,17 +107,18 @@ class TaskFeed:
         so a run starved its trainer of demonstrations through every coordinator freeze (#46)."""
         if self.passes is None:
             return
-        c, backlog = self.cfg, {}
+        c = self.cfg
         lanes = {"tasks": (c.explorer.group_id, c.topics.tasks.name), "expert": (c.trainer.group_id, c.topics.expert.name)}
         for kind in sorted(self.passes.wants(), key=lambda k: k != "expert"):  # the trainer's hunger first
             group, topic = lanes[kind]
             own = trainer_positions(statuses, topic) if kind == "expert" else None
             try:
-                backlog[kind] = (kafka_backlog(admin, topic, own, self.ends.setdefault(topic, {})) if own
-                                 else group_lag(admin, self.committed, group, [topic]).lag)
+                backlog = (kafka_backlog(admin, topic, own, self.ends.setdefault(topic, {})) if own
+                           else group_lag(admin, self.committed, group, [topic]).lag)
             except (KafkaException, TimeoutError):  # a broker restart: that kind waits for the next look
                 continue
-        self.passes.tick(backlog)
+            if self.passes.tick({kind: backlog}):  # at once: the other kind's read may wait on a frozen node
+                return
 
 
 def trainer_positions(statuses: list[dict], topic: str) -> dict[int, int] | None:

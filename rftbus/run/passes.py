@@ -40,7 +40,7 @@ class TaskPasses:
         self.ready = False  # the first pass is published (its sizes are known)
         self._producing = False
         self._threads: list[threading.Thread] = []
-        self._demo_of = None  # publish.expert_maker, made by the first later pass of demonstrations
+        self._demo_of: Callable | None = None  # publish.expert_maker, made by the first later pass of demonstrations
 
     def start(self, first: list[Row]) -> None:
         self._run(self._publish_first, first)
@@ -51,12 +51,14 @@ class TaskPasses:
         busy = self._producing or len(self._threads) >= IN_FLIGHT
         return [] if busy or not self.ready else [k for k in KINDS if self.next[k] <= self.last[k]]
 
-    def tick(self, backlog: dict[str, int]) -> None:
+    def tick(self, backlog: dict[str, int]) -> bool:
+        """True if a pass was started."""
         for kind in self.wants():
             if kind in backlog and backlog[kind] < self.size[kind]:
                 n, self.next[kind] = self.next[kind], self.next[kind] + 1
                 self._run(self._publish_pass, kind, n)
-                return
+                return True
+        return False
 
     def _run(self, fn, *args) -> None:
         def guarded() -> None:

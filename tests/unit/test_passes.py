@@ -46,7 +46,7 @@ def test_a_pass_waiting_for_acknowledgements_does_not_hold_the_next(monkeypatch)
     tp = passes_mod.TaskPasses(cfg, lambda: [], lambda lines: None, time.time())
     tp.start([])
     _until(lambda: tp.ready and tp.wants() == ["expert"])
-    for n in range(passes_mod.IN_FLIGHT):
+    for _ in range(passes_mod.IN_FLIGHT):
         produced.clear()
         tp.tick({"expert": 0})  # fewer than one pass waiting: the next pass
         _until(produced.is_set)
