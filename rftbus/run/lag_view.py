@@ -24,7 +24,6 @@ class LagView:
         self.committed = CommittedOffsets(cfg)  # its own: the task feed reads committed offsets from its thread
         self.topics = {t.name for t in cfg.topics.all().values()}
         self.lags: dict[str, int] = {}  # the last figure read
-        self.reads = 0
         self._ticker = Ticker(self._read, every_s, "lag-view", note)
 
     def start(self) -> LagView:
@@ -38,7 +37,6 @@ class LagView:
             self.note(f"consumer lags unreadable ({type(e).__name__}: {e}); retrying")
             return
         self.lags = {self.groups[g.group_id]: g.lag for g in infos}
-        self.reads += 1
 
     def stop(self) -> None:
         if self._ticker.stop():  # (one still asking a frozen node keeps its consumers to the process's exit)
