@@ -46,14 +46,6 @@ def positions_to_json(pos: dict[tuple[str, int], int]) -> list[dict]:
     return [{"topic": t, "partition": p, "offset": off} for (t, p), off in sorted(pos.items())]
 
 
-def positions_by_topic(pos: dict[tuple[str, int], int]) -> dict[str, dict[str, int]]:
-    """{topic: {partition: offset}} for the trainer's status: what `rftbus run` counts a lane's backlog from."""
-    out: dict[str, dict[str, int]] = {}
-    for (t, p), off in pos.items():
-        out.setdefault(t, {})[str(p)] = off
-    return out
-
-
 def positions_from_json(items: list[dict]) -> dict[tuple[str, int], int]:
     return {(d["topic"], int(d["partition"])): int(d["offset"]) for d in items}
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from rftbus.config import Config
 from rftbus.trainer.batch_source import BatchSource, Polled
 from rftbus.errors import RftbusError
-from rftbus.trainer.checkpoint import Checkpoints, positions_by_topic, positions_to_json, read_lineage
+from rftbus.trainer.checkpoint import Checkpoints, positions_to_json, read_lineage
 from rftbus.trainer.checks import Reject, by_version, check_record
 from rftbus.trainer.dedupe import TrainedIds
 from rftbus.trainer.dist import all_gather, prepare_env
@@ -265,7 +265,7 @@ class Trainer:
                 self.c.status.update(first_step_at=time.time())  # the run's summary: how soon it learned
             self.recent_steps.append((round(time.time(), 3), self.step))
             # the run counts the demonstrations still to train from these (several ranks: rank 0 has only its own)
-            own = {"positions": positions_by_topic(bc.positions())} if self.world == 1 else {}
+            own = {"positions": positions_to_json(bc.positions())} if self.world == 1 else {}
             self.c.status.update(state="training", step=self.step, version=self.version, **own,
                                  recent_steps=list(self.recent_steps), last_reward=values.get("reward_mean"),
                                  staleness=values["staleness_mean"], throughput_tokens_s=values["tokens_per_s"],

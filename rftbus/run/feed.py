@@ -122,11 +122,13 @@ class TaskFeed:
 
 
 def trainer_positions(statuses: list[dict], topic: str) -> dict[int, int] | None:
-    """The trainer's next offset per partition of `topic`, from its status (None: not reported yet)."""
+    """The trainer's next offset per partition of `topic`, from its status (the checkpoint's shape,
+    `positions_to_json`; None: not reported yet)."""
     for s in statuses:
-        pos = (s.get("positions") or {}).get(topic) if s.get("role") == "trainer" else None
+        pos = {int(d["partition"]): int(d["offset"]) for d in s.get("positions") or () if d["topic"] == topic} \
+            if s.get("role") == "trainer" else None
         if pos:
-            return {int(p): int(o) for p, o in pos.items()}
+            return pos
     return None
 
 

@@ -29,7 +29,9 @@ def test_backlog_is_the_end_past_the_readers_own_positions_and_keeps_an_end_it_c
 
 
 def test_the_trainers_positions_come_from_its_status():
-    statuses = [{"role": "explorer", "positions": {"t": {"0": 9}}},
-                {"role": "trainer", "positions": {"rft.experiences.expert": {"0": 4, "3": 7}}}]
+    statuses = [{"role": "explorer", "positions": [{"topic": "t", "partition": 0, "offset": 9}]},
+                {"role": "trainer", "positions": [{"topic": "rft.experiences.expert", "partition": 0, "offset": 4},
+                                                  {"topic": "rft.experiences.expert", "partition": 3, "offset": 7},
+                                                  {"topic": "rft.experiences.curated", "partition": 0, "offset": 1}]}]
     assert trainer_positions(statuses, "rft.experiences.expert") == {0: 4, 3: 7}
     assert trainer_positions(statuses, "other") is None and trainer_positions([], "x") is None
