@@ -89,7 +89,7 @@ _CLUSTER: dict[str, Config] = {}
 def cluster(tmp_path_factory) -> Config:
     """A three-node KRaft cluster (512 MB each), started by the first test that asks and stopped after the last
     of its run (`pytest_runtest_teardown`): the tests that use it are dealt to one worker together
-    (`xdist_group`), and three idle nodes kept to the end of the session cost ~150 CPU-s on a two-core machine."""
+    (`xdist_group`), and three idle nodes kept to the end of the session cost ~85 CPU-s on a two-core machine."""
     from rftbus.chaos.plan import free_port_pair
 
     if "cfg" not in _CLUSTER:
@@ -104,17 +104,19 @@ def cluster(tmp_path_factory) -> Config:
     return _CLUSTER["cfg"]
 
 
-def pytest_runtest_teardown(item, nextitem) -> None:
-    if "cluster" in item.fixturenames and (nextitem is None or "cluster" not in nextitem.fixturenames):
-        cfg = _CLUSTER.pop("cfg", None)
-        if cfg is not None:
-            embedded.stop(cfg)
-
-
-def pytest_sessionfinish(session, exitstatus) -> None:
+def _stop_cluster() -> None:
     cfg = _CLUSTER.pop("cfg", None)
     if cfg is not None:
         embedded.stop(cfg)
+
+
+def pytest_runtest_teardown(item, nextitem) -> None:
+    if "cluster" in item.fixturenames and (nextitem is None or "cluster" not in nextitem.fixturenames):
+        _stop_cluster()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    _stop_cluster()
 
 
 def rftbus_cli(cfg: Config | None, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
