@@ -160,7 +160,7 @@ class Admission:
         self._pool.shutdown(wait=False, cancel_futures=True)
         if reading is not None:
             try:  # a read still asking a frozen coordinator: its consumers are left to the process's exit
-                reading[0].exception(timeout=self.cfg.kafka.request_timeout_s)
+                reading[0].exception(timeout=self.cfg.request_timeout_s)
             except TimeoutError:
                 return
         self.committed.close()

@@ -90,7 +90,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     # clients' network wait)
     faust_patches.install(commit_rules=checkpoint.commit_rules(), fetch_min_bytes=sc.fetch_min_bytes,
                           fetch_max_wait_ms=sc.fetch_max_wait_ms, join_timeout_s=join_timeout_s(settings.kwargs),
-                          client_timeout_s=cfg.kafka.request_timeout_s)
+                          client_timeout_s=cfg.request_timeout_s)
 
     def ingest_stream(stream: Any) -> Any:
         ingest.stream = stream = stream.noack()  # acknowledged by hand, once an input's outcome is out

@@ -97,7 +97,7 @@ def faust_settings(cfg: Config, datadir: str) -> FaustSettings:
         # (Faust refuses a session timeout over the request timeout; the clients' network wait is set apart,
         # faust_patches `client_timeout`. Not the producer's: aiokafka's produce request timeout is also how long a
         # batch may wait for a leader, and 10 s there lost a group while a single broker restarted)
-        broker_request_timeout=max(cfg.kafka.request_timeout_s, sc.session_timeout_s),
+        broker_request_timeout=max(cfg.request_timeout_s, sc.session_timeout_s),
         # ~6 KB experiences: aiokafka's 16 KB default batch holds two, and one request is in flight per broker
         producer_max_batch_size=1024 * 1024,
         producer_max_request_size=max(16 * 1024 * 1024, sc.max_message_bytes + 65536),

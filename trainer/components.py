@@ -187,7 +187,7 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     ckpt_dir = Path(tc.checkpoint_dir) if tc.checkpoint_dir else cfg.state_dir / "checkpoints"
     first = WeightFollower(cfg, prefetch=False).start() if tc.lineage else None
     if first is not None:
-        first.caught_up.wait(cfg.kafka.request_timeout_s * 3)  # the versions so far, before the first group is judged
+        first.caught_up.wait(cfg.request_timeout_s * 3)  # the versions so far, before the first group is judged
     return Components(
         cfg=cfg, rank=rank, world=world, loss=loss, tokenizer=tokenizer, prompt=prompt,
         engine=engine, ref_model=ref_model,

@@ -107,7 +107,7 @@ class Gate:
         errors: list[str] = []
         producer.produce(self.cfg.topics.decisions.name, key=d.model.encode(), value=self.encode(d, None),
                          on_delivery=lambda err, _m: errors.append(err.str()) if err else None)
-        if producer.flush(self.cfg.kafka.request_timeout_s * 3) or errors:
+        if producer.flush(self.cfg.request_timeout_s * 3) or errors:
             raise RftbusError(f"decision {d.decision_id} not written to {self.cfg.topics.decisions.name}: "
                               f"{errors or 'not acknowledged in time'}")
 

@@ -7,8 +7,12 @@ explorers skip (rftbus.producers.seen_tasks), so no task is rolled out twice.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+from confluent_kafka import Producer
 
 from rftbus.config import Config
 from rftbus.errors import RftbusError
@@ -32,27 +36,37 @@ class PublishReport:
 def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tasks: bool = True,
                   on_row: Callable[[Row], None] | None = None,
                   on_produced: Callable[[], None] | None = None,
-                  demo_of: Callable[[Task], ExperienceGroup | None] | None = None) -> PublishReport:
+                  demo_of: Callable[[Task], ExperienceGroup | None] | None = None,
+                  producer: Producer | None = None) -> PublishReport:
     """Publish each row's Task (unless `tasks` is false) and, with `expert`, its demonstration. `on_produced`:
     called once every record is handed to the producer, before waiting for Kafka's acknowledgements.
-    `demo_of`: an `expert_maker(cfg)` kept by a caller that publishes again and again (it loads the tokenizer)."""
+    `demo_of`: an `expert_maker(cfg)` kept by a caller that publishes again and again (it loads the tokenizer).
+    `producer`: one kept by such a caller (several publishes may share it at once; each waits for its own records
+    only). A new producer first asks a bootstrap node for metadata and a producer id, and a frozen node held that
+    question for a request timeout: a run's pass every few seconds did, while the trainer waited for it (#46)."""
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     enc_task, enc_group = codec.serializer(Task), codec.serializer(ExperienceGroup)
-    producer = make_producer(cfg)
+    producer = make_producer(cfg) if producer is None else producer
     report = PublishReport()
     demo_of = (demo_of or expert_maker(cfg)) if expert else None
+    lock = threading.Lock()  # a shared producer's callbacks run on whichever publish polls it
+    waiting = [0]
 
     def delivered(kind: str):
         def cb(err, msg):
-            if err is not None:
-                report.failed.append(f"{msg.topic()} key={msg.key()!r}: {err.str()}")
-            elif kind == "task":
-                report.published += 1
-            else:
-                report.expert += 1
+            with lock:
+                waiting[0] -= 1
+                if err is not None:
+                    report.failed.append(f"{msg.topic()} key={msg.key()!r}: {err.str()}")
+                elif kind == "task":
+                    report.published += 1
+                else:
+                    report.expert += 1
         return cb
 
     def produce(topic: str, key: str, value: bytes | None, kind: str) -> None:
+        with lock:
+            waiting[0] += 1
         while True:
             try:
                 producer.produce(topic, key=key, value=value, on_delivery=delivered(kind))
@@ -77,9 +91,11 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
             on_row(row)
     if on_produced:
         on_produced()
-    remaining = producer.flush(60)
-    if remaining:
-        report.failed.append(f"{remaining} records still unacknowledged after 60 s")
+    deadline = time.monotonic() + 60
+    while waiting[0] > 0 and time.monotonic() < deadline:
+        producer.poll(0.1)
+    if waiting[0] > 0:
+        report.failed.append(f"{waiting[0]} records still unacknowledged after 60 s")
     return report
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from rftbus.config import Config
+from rftbus.config import CLUSTER_FENCE_S, CLUSTER_ISR_LAG_S, Config
 from rftbus.errors import RftbusError
 
 
@@ -68,8 +68,8 @@ def server_properties(cfg: Config, paths: BrokerPaths, node: int) -> str:
         # and drop it from the ISR (acks=all writes then go on with the two left): 9 s and 30 s by default,
         # 4 s and 5 s here (heartbeats every 1 s).
         props.update({"default.replication.factor": rf, "min.insync.replicas": 2 if rf >= 3 else 1,
-                      "broker.session.timeout.ms": 4000, "broker.heartbeat.interval.ms": 1000,
-                      "replica.lag.time.max.ms": 5000,
+                      "broker.session.timeout.ms": int(CLUSTER_FENCE_S * 1000), "broker.heartbeat.interval.ms": 1000,
+                      "replica.lag.time.max.ms": int(CLUSTER_ISR_LAG_S * 1000),
                       # leadership returns to each partition's preferred replica once a node is back: checked
                       # every 10 s (300 s by default; a chaos campaign saw one node lead everything for 14 min)
                       "leader.imbalance.check.interval.seconds": 10})

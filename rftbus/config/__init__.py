@@ -44,6 +44,14 @@ class ConfigError(RftbusError, ValueError):
     """A configuration problem, with a message that names the key and why it is wrong."""
 
 
+# The embedded cluster's failure detection (rftbus/broker/node_config.py): its controllers fence a node that sent
+# no heartbeat for CLUSTER_FENCE_S (its partitions get new leaders), and a leader drops a silent follower from the ISR
+# after CLUSTER_ISR_LAG_S (acks=all writes go on with the two left).
+CLUSTER_FENCE_S = 4.0
+CLUSTER_ISR_LAG_S = 5.0
+DEFAULT_REQUEST_TIMEOUT_S = 10.0
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
@@ -112,10 +120,13 @@ class KafkaConfig(_Strict):
                                            "the embedded cluster's (broker.nodes)")
     wait_s: float = Field(0.0, ge=0, description="how long a command keeps asking an unreachable cluster before it "
                           "gives up (rftbus run's children: they load their models while the broker starts)")
-    request_timeout_s: float = Field(10.0, ge=1, description="how long a client waits for a broker's answer before it "
-                                     "asks the cluster again (librdkafka socket.timeout.ms and the producer's "
-                                     "request.timeout.ms, 60 s and 30 s by default): a frozen node, whose connections "
-                                     "stay open, costs this, then the new leader or coordinator answers")
+    request_timeout_s: float | None = Field(None, ge=1, description="how long a client waits for a broker's answer "
+                                            "before it asks the cluster again (librdkafka socket.timeout.ms and the "
+                                            "producer's request.timeout.ms, 60 s and 30 s by default): a frozen node, "
+                                            "whose connections stay open, costs this, then the new leader or "
+                                            "coordinator answers. Unset: as long as the embedded cluster takes to "
+                                            "fence a silent node (4 s, so a frozen node costs what a killed one "
+                                            "does), else 10 s")
     client: dict[str, ClientValue] = Field(default_factory=dict, description="librdkafka settings for every client")
     producer: dict[str, ClientValue] = Field(default_factory=dict)
     consumer: dict[str, ClientValue] = Field(default_factory=dict)
@@ -256,6 +267,17 @@ class Config(_Strict):
     @property
     def bootstrap_servers(self) -> str:
         return self.kafka.bootstrap_servers or self.broker.bootstrap
+
+    @property
+    def request_timeout_s(self) -> float:
+        """kafka.request_timeout_s, or its default: a client gives up on a silent node when the cluster does. On the
+        embedded cluster a killed node's partitions move after CLUSTER_FENCE_S, while a frozen one (SIGSTOP, a long
+        pause, a partition that drops packets) held every request sent to it for a 10 s timeout first, and stalled
+        the trainer 2.5x as long as a kill (#46)."""
+        if self.kafka.request_timeout_s is not None:
+            return self.kafka.request_timeout_s
+        embedded_cluster = not self.kafka.bootstrap_servers and self.broker.nodes > 1
+        return CLUSTER_FENCE_S if embedded_cluster else DEFAULT_REQUEST_TIMEOUT_S
 
 
 _warned: set[str] = set()

@@ -29,7 +29,7 @@ class BrokerUnreachable(RftbusError):
 
 
 def _base(cfg: Config) -> dict[str, Any]:
-    ms = int(cfg.kafka.request_timeout_s * 1000)
+    ms = int(cfg.request_timeout_s * 1000)
     return {"bootstrap.servers": cfg.bootstrap_servers, "socket.timeout.ms": ms, **cfg.kafka.client}
 
 
@@ -42,7 +42,7 @@ def producer_conf(cfg: Config, **extra: Any) -> dict[str, Any]:
         # whichever client wrote it, which the streams' raw dedupe relies on (streams/verify.placement)
         "partitioner": "murmur2_random",
         "linger.ms": 5,
-        "request.timeout.ms": int(cfg.kafka.request_timeout_s * 1000),  # a frozen leader: ask the new one sooner
+        "request.timeout.ms": int(cfg.request_timeout_s * 1000),  # a frozen leader: ask the new one sooner
         "compression.type": "lz4",
         "message.max.bytes": 16 * 1024 * 1024,
     }

@@ -1,5 +1,5 @@
 """Keeping the tasks (and demonstrations) topics fed for the run: the configured taskset in passes, or a
-curriculum's stages first. Published from the run's start-up thread, then ticked from its main loop."""
+curriculum's stages first. Published from the run's start-up thread, then ticked, each kind from a thread of its own."""
 
 from __future__ import annotations
 
@@ -50,12 +50,14 @@ class TaskFeed:
         self.curriculum = curriculum = Curriculum(self.cfg, publish, then, started=self.started)
         self.log(curriculum.tick(0, self._tasks_backlog(admin, wait_s=30)))
 
-    def tick(self, admin, statuses: list[dict]) -> None:
-        """About once a second, from a thread of its own (run/ticker.py): the curriculum's next stage, the
-        taskset's next pass."""
-        if self.curriculum and not self.curriculum.done:
+    def tick(self, admin, statuses: list[dict], kind: str) -> None:
+        """About once a second per kind ("tasks": the curriculum's next stage and the taskset's next pass of tasks;
+        "expert": its next pass of demonstrations), each kind from a thread of its own (run/ticker.py): the
+        explorers' backlog is read from their group's committed offsets, and that read waited 10 s and more on a
+        frozen node while the trainer, fed from the other thread, ran dry of demonstrations (#46)."""
+        if kind == "tasks" and self.curriculum and not self.curriculum.done:
             self._feed_curriculum(admin, statuses)
-        self._feed_passes(admin, statuses)
+        self._feed_pass(admin, statuses, kind)
 
     def _tasks_backlog(self, admin, wait_s: float = 0.0) -> int:
         """Tasks published and not yet rolled out (the explorers commit a task once its group is acked).
@@ -100,25 +102,23 @@ class TaskFeed:
         self.passes = TaskPasses(c, rows, self.log, self.started)
         self.passes.start(list(rows()))
 
-    def _feed_passes(self, admin, statuses: list[dict]) -> None:
-        """The next pass of a kind (run/passes.py) once fewer than one pass of it is waiting. The demonstrations
+    def _feed_pass(self, admin, statuses: list[dict], kind: str) -> None:
+        """The next pass of `kind` (run/passes.py) once fewer than one pass of it is waiting. The demonstrations
         waiting are counted from the trainer's own positions (its status) when it has them: its committed offsets
         stand still while its group's coordinator is frozen (its commits fail), and reading them waited 10-30 s,
         so a run starved its trainer of demonstrations through every coordinator freeze (#46)."""
-        if self.passes is None:
+        if self.passes is None or kind not in self.passes.wants():
             return
         c = self.cfg
-        lanes = {"tasks": (c.explorer.group_id, c.topics.tasks.name), "expert": (c.trainer.group_id, c.topics.expert.name)}
-        for kind in sorted(self.passes.wants(), key=lambda k: k != "expert"):  # the trainer's hunger first
-            group, topic = lanes[kind]
-            own = trainer_positions(statuses, topic) if kind == "expert" else None
-            try:
-                backlog = (kafka_backlog(admin, topic, own, self.ends.setdefault(topic, {})) if own
-                           else group_lag(admin, self.committed, group, [topic]).lag)
-            except (KafkaException, TimeoutError):  # a broker restart: that kind waits for the next look
-                continue
-            if self.passes.tick({kind: backlog}):  # at once: the other kind's read may wait on a frozen node
-                return
+        group, topic = {"tasks": (c.explorer.group_id, c.topics.tasks.name),
+                        "expert": (c.trainer.group_id, c.topics.expert.name)}[kind]
+        own = trainer_positions(statuses, topic) if kind == "expert" else None
+        try:
+            backlog = (kafka_backlog(admin, topic, own, self.ends.setdefault(topic, {})) if own
+                       else group_lag(admin, self.committed, group, [topic]).lag)
+        except (KafkaException, TimeoutError):  # a broker restart: the next look retries
+            return
+        self.passes.tick({kind: backlog})
 
 
 def trainer_positions(statuses: list[dict], topic: str) -> dict[int, int] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import time
+from functools import partial
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -33,6 +34,7 @@ from rftbus.run.display import progress_line, render
 from rftbus.run.lag_view import LagView
 from rftbus.run.ticker import Ticker
 from rftbus.run.feed import TaskFeed
+from rftbus.run.passes import KINDS
 from rftbus.run.live import live_summary
 from rftbus.run.pace import Pace, pace_summary, read_best
 from rftbus.run.plots import plot_eval, plot_steps
@@ -233,11 +235,14 @@ class MainJob:
         return Evaluator(self.cfg, self.started, report=lambda m: self.events.append(f"eval: {m}"),
                          log_path=self.run_dir / "eval.jsonl")
 
+    def _feed_tick(self, admin, kind: str) -> None:
+        self.feed.tick(admin, read_statuses(self.cfg.state_dir), kind)
+
     def _watch(self, sup: Supervisor, admin, evaluator) -> str | None:
         """The live view until the run is done (its reason), a stage is given up on, or a stop is asked (None)."""
         lag_view = LagView(self.cfg, admin, self.lag_groups, self.events.append).start()
-        feeder = Ticker(lambda: self.feed.tick(admin, read_statuses(self.cfg.state_dir)), 1.0, "task feed",
-                        self.events.append).start()
+        feeders = [Ticker(partial(self._feed_tick, admin, kind), 1.0, f"{kind} feed", self.events.append).start()
+                   for kind in KINDS]
         headless = not self.console.is_terminal  # output to a file (nohup, Slurm, Kubernetes): lines, not frames
         view: Any = Live(console=self.console, refresh_per_second=2, transient=False) if not headless else nullcontext()
         last_line = time.monotonic()
@@ -270,7 +275,8 @@ class MainJob:
                         return reason
                     time.sleep(0.5)
         finally:
-            feeder.stop()
+            for feeder in feeders:
+                feeder.stop()
             lag_view.stop()
         return None
 

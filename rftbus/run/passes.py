@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaException, Producer
 
 from rftbus.config import Config
 from rftbus.errors import RftbusError
@@ -39,26 +39,42 @@ class TaskPasses:
         self.next = {"tasks": 2, "expert": 2}
         self.ready = False  # the first pass is published (its sizes are known)
         self._producing = False
+        self._lock = threading.Lock()  # the two kinds' feeds tick from two threads
         self._threads: list[threading.Thread] = []
         self._demo_of: Callable | None = None  # publish.expert_maker, made by the first later pass of demonstrations
+        self._producer: Producer | None = None  # one for every pass (publish_tasks: a new one waited on frozen nodes)
 
     def start(self, first: list[Row]) -> None:
         self._run(self._publish_first, first)
 
     def wants(self) -> list[str]:
         """The kinds that may need a pass now (the caller reads their backlogs)."""
+        with self._lock:
+            return self._wants()
+
+    def _wants(self) -> list[str]:
         self._threads = [t for t in self._threads if t.is_alive()]
         busy = self._producing or len(self._threads) >= IN_FLIGHT
         return [] if busy or not self.ready else [k for k in KINDS if self.next[k] <= self.last[k]]
 
     def tick(self, backlog: dict[str, int]) -> bool:
-        """True if a pass was started."""
-        for kind in self.wants():
-            if kind in backlog and backlog[kind] < self.size[kind]:
-                n, self.next[kind] = self.next[kind], self.next[kind] + 1
-                self._run(self._publish_pass, kind, n)
-                return True
+        """True if a pass was started. Called for each kind from a thread of its own (run/feed.py)."""
+        with self._lock:
+            for kind in self._wants():
+                if kind in backlog and backlog[kind] < self.size[kind]:
+                    n, self.next[kind] = self.next[kind], self.next[kind] + 1
+                    self._run(self._publish_pass, kind, n)
+                    return True
         return False
+
+    def producer(self) -> Producer:
+        """The passes' one producer, made for the first pass and kept."""
+        with self._lock:
+            if self._producer is None:
+                from rftbus.kafka.clients import make_producer
+
+                self._producer = make_producer(self.cfg)
+            return self._producer
 
     def _run(self, fn, *args) -> None:
         def guarded() -> None:
@@ -80,7 +96,7 @@ class TaskPasses:
         from rftbus.producers.tasks.publish import publish_tasks
 
         c = self.cfg
-        report = publish_tasks(c, first, expert=c.run.expert)
+        report = publish_tasks(c, first, expert=c.run.expert, producer=self.producer())
         self.log([f"tasks: published {report.published} {c.taskset.name} tasks"
                   + (f" and {report.expert} expert demonstrations" if c.run.expert else "")
                   + f" ({time.time() - self.started:.1f} s after start)"])
@@ -97,6 +113,6 @@ class TaskPasses:
 
             self._demo_of = expert_maker(self.cfg)
         rep = publish_tasks(self.cfg, again, expert=kind == "expert", tasks=kind == "tasks", on_produced=self._produced,
-                            demo_of=self._demo_of)
+                            demo_of=self._demo_of, producer=self.producer())
         what = f"{rep.published} tasks" if kind == "tasks" else f"{rep.expert} demonstrations"
         self.log([f"tasks: {kind} pass {n}: {what} ({time.time() - self.started:.0f} s)"])

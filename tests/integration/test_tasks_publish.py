@@ -119,3 +119,24 @@ def test_hostile_rows_are_named_by_line_not_a_traceback(broker, tmp_path):
     assert "hostile.jsonl:3" in out.stderr and "nested too deeply" in out.stderr
     assert "2 bad rows skipped" in out.stderr
     assert sorted(t.prompt for _, t in read_topic(cfg, "tasks")) == ["1+1=", "2+2="]
+
+
+def test_publishes_sharing_a_producer_each_count_their_own(broker, tmp_path):
+    """`rftbus run` publishes its passes with one producer (a new one per pass waited on a frozen node, #46), and
+    two may be awaiting Kafka at once: each report counts its own records, not the other's."""
+    import threading
+
+    from rftbus.kafka.clients import make_producer
+
+    cfg = fresh_config(make_config, tmp_path, broker)
+    producer = make_producer(cfg)
+    rows = {n: list(read_source("addition", fields=FieldMap(), split="train", n=n, seed=n)) for n in (7, 12)}
+    reports: dict[int, object] = {}
+    threads = [threading.Thread(target=lambda n=n: reports.__setitem__(n, publish_tasks(cfg, rows[n], producer=producer)))
+               for n in rows]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert {n: (r.published, r.failed) for n, r in reports.items()} == {7: (7, []), 12: (12, [])}
+    assert len(read_topic(cfg, "tasks")) == 19

@@ -10,6 +10,7 @@ import threading
 import time
 
 from rftbus.config import load_config
+from rftbus.kafka import clients as clients_mod
 from rftbus.producers.tasks import publish as publish_mod
 from rftbus.producers.tasks.publish import PublishReport
 from rftbus.run import passes as passes_mod
@@ -25,8 +26,10 @@ def _until(cond, timeout: float = 5.0) -> None:
 def test_a_pass_waiting_for_acknowledgements_does_not_hold_the_next(monkeypatch):
     release, produced, calls = threading.Event(), threading.Event(), []
 
-    def fake_publish(cfg, rows, *, expert=False, tasks=True, on_row=None, on_produced=None, demo_of=None):
+    def fake_publish(cfg, rows, *, expert=False, tasks=True, on_row=None, on_produced=None, demo_of=None,
+                     producer=None):
         assert demo_of is None or demo_of is maker
+        producers.append(producer)
         calls.append("expert" if expert and not tasks else "first" if tasks and expert else "tasks")
         if on_produced:
             on_produced()
@@ -35,13 +38,14 @@ def test_a_pass_waiting_for_acknowledgements_does_not_hold_the_next(monkeypatch)
             release.wait(10)  # acknowledgements held by a frozen leader
         return PublishReport(published=10, expert=10)
 
-    made = []
+    made, producers = [], []
 
     def maker(task):
         return None
 
     monkeypatch.setattr(publish_mod, "publish_tasks", fake_publish)
     monkeypatch.setattr(publish_mod, "expert_maker", lambda cfg: made.append(1) or maker)
+    monkeypatch.setattr(clients_mod, "make_producer", lambda cfg: object())
     cfg = load_config(overrides={"run": {"expert": True, "expert_epochs": 20, "task_passes": 1}}, environ={})
     tp = passes_mod.TaskPasses(cfg, lambda: [], lambda lines: None, time.time())
     tp.start([])
@@ -54,5 +58,7 @@ def test_a_pass_waiting_for_acknowledgements_does_not_hold_the_next(monkeypatch)
     assert calls == ["first"] + ["expert"] * passes_mod.IN_FLIGHT  # none waited for the last one's acks
     assert tp.wants() == []  # IN_FLIGHT passes await Kafka: no more until one is acknowledged
     assert made == [1]  # the demonstrations' maker (a tokenizer load) made once for every later pass
+    # one producer for every pass: a new one asks a bootstrap node first, which waited on a frozen one
+    assert len({id(p) for p in producers}) == 1 and producers[0] is not None
     release.set()
     _until(lambda: tp.wants() == ["expert"])
