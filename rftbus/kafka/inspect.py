@@ -124,17 +124,15 @@ def as_dicts(items: list) -> list[dict]:
     return [asdict(i) for i in items]
 
 
-def backlog(admin: AdminClient, topic: str, positions: dict[int, int], ends: dict[int, int],
-            wait_s: float = 2.0) -> int:
-    """Records of `topic` past a reader's own positions (partition -> next offset it will take): what it has not
-    taken yet, without asking the group coordinator (a frozen one held that question 10-30 s, and the commits a
-    reader makes meanwhile fail, so committed offsets stand still). `ends` is the caller's cache of end offsets: a
-    partition whose leader does not answer within wait_s keeps its last one, which is exact while the leader is
-    frozen (it takes no writes). A partition never seen counts as read."""
+def backlog(admin: AdminClient, topic: str, positions: dict[int, int], wait_s: float = 2.0) -> int:
+    """Records of `topic` past a reader's own positions (partition -> next offset it will take) that it can read
+    now, without asking the group coordinator (a frozen one held that question 10-30 s, and the commits a reader
+    makes meanwhile fail, so committed offsets stand still). A partition whose leader does not answer within
+    wait_s counts as nothing waiting: the reader cannot fetch from that leader either until its request times
+    out, and counted, its records held back the next pass while the trainer ran dry (#46). A partition never
+    seen counts as read."""
     futures = admin.list_offsets({TopicPartition(topic, p): OffsetSpec.latest() for p in positions},
                                  request_timeout=wait_s)
     wait_futures(list(futures.values()), timeout=wait_s)  # one deadline for all
-    for tp, fut in futures.items():
-        if fut.done() and fut.exception() is None:
-            ends[tp.partition] = fut.result().offset
-    return sum(max(0, ends[p] - pos) for p, pos in positions.items() if p in ends)
+    return sum(max(0, fut.result().offset - positions[tp.partition]) for tp, fut in futures.items()
+               if fut.done() and fut.exception() is None)

@@ -26,7 +26,6 @@ class TaskFeed:
         self.cfg, self.committed, self.log, self.note, self.started = cfg, committed, log, note, started
         self.curriculum: Curriculum | None = None  # with `run.curriculum`
         self.passes: TaskPasses | None = None  # the configured taskset's passes, once it is being published
-        self.ends: dict[str, dict[int, int]] = {}  # per topic, the last end offsets read (kafka_backlog)
 
     def publish(self, admin) -> None:
         """The configured taskset now, or with `run.curriculum` its first stage now and the rest
@@ -114,7 +113,7 @@ class TaskFeed:
                         "expert": (c.trainer.group_id, c.topics.expert.name)}[kind]
         own = trainer_positions(statuses, topic) if kind == "expert" else None
         try:
-            backlog = (kafka_backlog(admin, topic, own, self.ends.setdefault(topic, {})) if own
+            backlog = (kafka_backlog(admin, topic, own) if own
                        else group_lag(admin, self.committed, group, [topic]).lag)
         except (KafkaException, TimeoutError):  # a broker restart: the next look retries
             return
