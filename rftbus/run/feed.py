@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import threading
 import time
-from itertools import islice
+from collections import deque
 from collections.abc import Callable
+from itertools import islice
 
 from confluent_kafka import KafkaException
 
@@ -20,12 +21,41 @@ from rftbus.run.passes import TaskPasses
 from rftbus.status import trainer_step
 
 
+RUN_AHEAD_S = 10.0  # demonstrations kept waiting for the trainer's next seconds: a node's failover on the embedded
+# cluster (a frozen one's request timeout, or the fencing of a killed one, then the ISR shrink: 4-6 s) must not empty
+# its lane. With one pass as the only mark, the toy trainer took each pass as it landed (a pass of the ci plan lasts
+# it ~2.5 s), so every failover emptied its lane and a freeze cost 2-3x what a kill did (#46).
+
+
+class TakeRate:
+    """How fast a reader takes records, from its summed positions seen over the last WINDOW_S."""
+
+    WINDOW_S = 15.0
+
+    def __init__(self, ahead_s: float = RUN_AHEAD_S, clock: Callable[[], float] = time.monotonic):
+        self.ahead_s, self.clock = ahead_s, clock
+        self.seen: deque[tuple[float, int]] = deque()
+
+    def ahead(self, taken: int) -> int:
+        """Records the reader takes in ahead_s at its recent rate (0 until 2 s of it are seen; a restart that
+        moved its positions back starts the window again)."""
+        now = self.clock()
+        if self.seen and taken < self.seen[-1][1]:
+            self.seen.clear()
+        self.seen.append((now, taken))
+        while now - self.seen[0][0] > self.WINDOW_S:
+            self.seen.popleft()
+        t0, n0 = self.seen[0]
+        return 0 if now - t0 < 2.0 else int((taken - n0) / (now - t0) * self.ahead_s)
+
+
 class TaskFeed:
     def __init__(self, cfg: Config, committed: CommittedOffsets, log: Callable[[list[str]], None],
                  note: Callable[[str], None], started: float):
         self.cfg, self.committed, self.log, self.note, self.started = cfg, committed, log, note, started
         self.curriculum: Curriculum | None = None  # with `run.curriculum`
         self.passes: TaskPasses | None = None  # the configured taskset's passes, once it is being published
+        self.expert_rate = TakeRate()  # the trainer's, of demonstrations
 
     def publish(self, admin) -> None:
         """The configured taskset now, or with `run.curriculum` its first stage now and the rest
@@ -102,10 +132,11 @@ class TaskFeed:
         self.passes.start(list(rows()))
 
     def _feed_pass(self, admin, statuses: list[dict], kind: str) -> None:
-        """The next pass of `kind` (run/passes.py) once fewer than one pass of it is waiting. The demonstrations
-        waiting are counted from the trainer's own positions (its status) when it has them: its committed offsets
-        stand still while its group's coordinator is frozen (its commits fail), and reading them waited 10-30 s,
-        so a run starved its trainer of demonstrations through every coordinator freeze (#46)."""
+        """The next pass of `kind` (run/passes.py) once fewer than one pass of it is waiting, or, for
+        demonstrations, fewer than the trainer takes in RUN_AHEAD_S. The demonstrations waiting are counted from
+        the trainer's own positions (its status) when it has them: its committed offsets stand still while its
+        group's coordinator is frozen (its commits fail), and reading them waited 10-30 s, so a run starved its
+        trainer of demonstrations through every coordinator freeze (#46)."""
         if self.passes is None or kind not in self.passes.wants():
             return
         c = self.cfg
@@ -117,7 +148,8 @@ class TaskFeed:
                        else group_lag(admin, self.committed, group, [topic]).lag)
         except (KafkaException, TimeoutError):  # a broker restart: the next look retries
             return
-        self.passes.tick({kind: backlog})
+        ahead = {"expert": self.expert_rate.ahead(sum(own.values()))} if own else None
+        self.passes.tick({kind: backlog}, ahead)
 
 
 def trainer_positions(statuses: list[dict], topic: str) -> dict[int, int] | None:

@@ -57,11 +57,12 @@ class TaskPasses:
         busy = self._producing or len(self._threads) >= IN_FLIGHT
         return [] if busy or not self.ready else [k for k in KINDS if self.next[k] <= self.last[k]]
 
-    def tick(self, backlog: dict[str, int]) -> bool:
-        """True if a pass was started. Called for each kind from a thread of its own (run/feed.py)."""
+    def tick(self, backlog: dict[str, int], ahead: dict[str, int] | None = None) -> bool:
+        """True if a pass was started: a kind runs low below one pass, or below `ahead` records (what its reader
+        takes in a while, run/feed.py). Called for each kind from a thread of its own."""
         with self._lock:
             for kind in self._wants():
-                if kind in backlog and backlog[kind] < self.size[kind]:
+                if kind in backlog and backlog[kind] < max(self.size[kind], (ahead or {}).get(kind, 0)):
                     n, self.next[kind] = self.next[kind], self.next[kind] + 1
                     self._run(self._publish_pass, kind, n)
                     return True

@@ -62,3 +62,32 @@ def test_a_pass_waiting_for_acknowledgements_does_not_hold_the_next(monkeypatch)
     assert len({id(p) for p in producers}) == 1 and producers[0] is not None
     release.set()
     _until(lambda: tp.wants() == ["expert"])
+
+
+def test_demonstrations_are_kept_ahead_of_the_trainer_for_its_next_seconds(monkeypatch):
+    """#46: with one pass as the only mark the toy trainer took each pass as it landed, so every node failover
+    (4-6 s) emptied its lane: the feed keeps what the trainer takes in RUN_AHEAD_S waiting, at its recent rate."""
+    from rftbus.run.feed import RUN_AHEAD_S, TakeRate
+
+    now = [0.0]
+    rate = TakeRate(clock=lambda: now[0])
+    assert rate.ahead(0) == 0  # no rate seen yet
+    now[0] = 1.0
+    assert rate.ahead(200) == 0  # under 2 s seen
+    now[0] = 4.0
+    assert rate.ahead(800) == int(200 * RUN_AHEAD_S)  # 200 records/s
+    now[0] = 5.0
+    assert rate.ahead(100) == 0  # positions moved back (a restart from its checkpoint): measured afresh
+    for t in range(6, 40):
+        now[0] = float(t)
+        got = rate.ahead(100 + 50 * (t - 5))
+    assert got == int(50 * RUN_AHEAD_S)  # the window keeps the last WINDOW_S only
+
+    started = []
+    monkeypatch.setattr(passes_mod.TaskPasses, "_run", lambda self, fn, *args: started.append(args))
+    cfg = load_config(overrides={"run": {"expert": True, "expert_epochs": 20, "task_passes": 1}}, environ={})
+    tp = passes_mod.TaskPasses(cfg, lambda: [], lambda lines: None, time.time())
+    tp.ready, tp.size = True, {"tasks": 600, "expert": 600}
+    assert not tp.tick({"expert": 900})  # more than a pass waiting, nothing asked ahead
+    assert not tp.tick({"expert": 900}, {"expert": 500})
+    assert tp.tick({"expert": 900}, {"expert": 2000}) and started == [("expert", 2)]
