@@ -27,7 +27,7 @@ from rftbus.trainer.checks import Reject, by_version, check_record
 from rftbus.trainer.dedupe import TrainedIds
 from rftbus.trainer.dist import all_gather, prepare_env
 from rftbus.trainer.selection import Take, select
-from rftbus.weights.staleness import staleness
+from rftbus.trainer.step_record import step_record
 from rftbus.profile import phase
 
 
@@ -231,25 +231,10 @@ class Trainer:
         dt = time.perf_counter() - t0
         self.step += 1
         self.last_step_at = time.monotonic()
-        rl = [row for row in rows if not row.expert]
-        ref = self.c.staleness_reference(self.version)
-        stal = [staleness(ref, row.sample.model_version) for row in rl]
-        rewards = [row.sample.reward for row in rl if row.sample.reward is not None]
-        tokens = int(batch.attention_mask.sum())
-        self.pending_lineage.append({
-            "step": self.step, "rank": self.rank, "version": self.version,
-            "experience_ids": [row.sample.experience_id for row in rows],
-            "staleness": [staleness(ref, row.sample.model_version) for row in rows],  # per id (analytics)
-            "groups": [g.group_id for _, g, _ in groups],
-            "offsets": [[r.topic, r.partition, r.offset] for r, _ in take],
-            "staleness_max": max(stal, default=0), "time_ms": int(time.time() * 1000),
-        })
-        values = {**parts, "experiences": len(rows), "groups": len({g.group_id for r, g, _ in groups if r.lane != "expert"}),
-                  "tokens": tokens, "step_s": dt, "replayed": len(replayed),
-                  "tokens_per_s": tokens / dt if dt > 0 else 0.0, "experiences_per_s": len(rows) / dt if dt else 0.0,
-                  "staleness_mean": sum(stal) / len(stal) if stal else 0.0, "staleness_max": max(stal, default=0)}
-        if rewards:
-            values["reward_mean"] = sum(rewards) / len(rewards)
+        values, line = step_record(step=self.step, rank=self.rank, version=self.version,
+                                   ref=self.c.staleness_reference(self.version), parts=parts, rows=rows, groups=groups,
+                                   take=take, tokens=int(batch.attention_mask.sum()), step_s=dt, replayed=len(replayed))
+        self.pending_lineage.append(line)
         self.summary.trained += len(rows)
         publish_now = self.step % self.cfg.rl.sync_interval == 0
         if publish_now or self.step - self.last_ckpt >= self.tc.checkpoint_interval:
