@@ -8,7 +8,6 @@ explorers skip (rftbus.producers.seen_tasks), so no task is rolled out twice.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -17,6 +16,7 @@ from confluent_kafka import Producer
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_producer
+from rftbus.kafka.in_flight import InFlight
 from rftbus.producers.tasks.sources import Row
 from rftbus.schemas import ExperienceGroup, Task, make_codec, topic_context
 
@@ -49,27 +49,24 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
     producer = make_producer(cfg) if producer is None else producer
     report = PublishReport()
     demo_of = (demo_of or expert_maker(cfg)) if expert else None
-    lock = threading.Lock()  # a shared producer's callbacks run on whichever publish polls it
-    waiting = [0]
+    flight = InFlight("record")  # this publish's own records (a shared producer holds others' too)
+    lock = threading.Lock()  # the counts: callbacks run on whichever publish polls a shared producer
 
-    def delivered(kind: str):
-        def cb(err, msg):
-            with lock:
-                waiting[0] -= 1
-                if err is not None:
-                    report.failed.append(f"{msg.topic()} key={msg.key()!r}: {err.str()}")
-                elif kind == "task":
-                    report.published += 1
-                else:
-                    report.expert += 1
+    def count(kind: str):
+        def cb(err, _msg):
+            if err is None:
+                with lock:
+                    if kind == "task":
+                        report.published += 1
+                    else:
+                        report.expert += 1
         return cb
 
     def produce(topic: str, key: str, value: bytes | None, kind: str) -> None:
-        with lock:
-            waiting[0] += 1
+        on_delivery = flight.expect(f"{topic} key={key!r}", then=count(kind))
         while True:
             try:
-                producer.produce(topic, key=key, value=value, on_delivery=delivered(kind))
+                producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
                 return
             except BufferError:
                 producer.poll(0.1)
@@ -91,11 +88,8 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
             on_row(row)
     if on_produced:
         on_produced()
-    deadline = time.monotonic() + 60
-    while waiting[0] > 0 and time.monotonic() < deadline:
-        producer.poll(0.1)
-    if waiting[0] > 0:
-        report.failed.append(f"{waiting[0]} records still unacknowledged after 60 s")
+    refused, waiting = flight.settle(producer, 60.0)
+    report.failed += refused + ([f"{waiting} records still unacknowledged after 60 s"] if waiting else [])
     return report
 
 

@@ -8,6 +8,7 @@ own records are acknowledged; a delivery that failed is kept and raised, naming 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,31 +19,50 @@ class DeliveryError(RuntimeError):
 
 
 class InFlight:
+    """Thread-safe: publishes that share one producer (`rftbus run`'s passes) each keep their own, and a delivery
+    callback runs on whichever thread polls the producer."""
+
     def __init__(self, what: str):
         self.what = what  # "rejection", "weight version": named in errors
         self.outstanding = 0
         self.failed: list[str] = []
+        self._lock = threading.Lock()
 
-    def expect(self, name: str) -> Callable[[Any, Any], None]:
-        """One more record on its way; the delivery callback to produce it with."""
-        self.outstanding += 1
+    def expect(self, name: str, then: Callable[[Any, Any], None] | None = None) -> Callable[[Any, Any], None]:
+        """One more record on its way; the delivery callback to produce it with (`then`: called after it with the
+        same arguments, for what the caller counts itself)."""
+        with self._lock:
+            self.outstanding += 1
 
-        def on_delivery(err: Any, _msg: Any) -> None:
-            self.outstanding -= 1
-            if err is not None:
-                self.failed.append(f"{self.what} {name}: {err.str()}")
+        def on_delivery(err: Any, msg: Any) -> None:
+            with self._lock:
+                self.outstanding -= 1
+                if err is not None:
+                    self.failed.append(f"{self.what} {name}: {err.str()}")
+            if then is not None:
+                then(err, msg)
         return on_delivery
 
     def raise_failed(self) -> None:
-        if self.failed:
+        with self._lock:
             failed, self.failed = self.failed, []
+        if failed:
             raise DeliveryError(f"not acknowledged by the broker: {'; '.join(failed)}")
 
-    def wait(self, producer: Any, timeout: float) -> None:
-        """Serve the producer's callbacks until every record of this sink is acknowledged (or `timeout`)."""
+    def settle(self, producer: Any, timeout: float) -> tuple[list[str], int]:
+        """Serve the producer's callbacks until every record of this sink is acknowledged (or `timeout`): the records
+        Kafka refused, by name (taken: a second call reports only new ones), and how many are still unacknowledged."""
         deadline = time.monotonic() + timeout
         while self.outstanding > 0 and time.monotonic() < deadline:
             producer.poll(min(0.1, max(0.0, deadline - time.monotonic())))
-        self.raise_failed()
-        if self.outstanding > 0:
-            raise DeliveryError(f"{self.outstanding} {self.what}(s) not acknowledged by the broker within {timeout:g} s")
+        with self._lock:
+            refused, self.failed = self.failed, []
+            return refused, self.outstanding
+
+    def wait(self, producer: Any, timeout: float) -> None:
+        """`settle`, raising DeliveryError on what it reports: the records Kafka refused first, by name."""
+        refused, waiting = self.settle(producer, timeout)
+        if refused:
+            raise DeliveryError(f"not acknowledged by the broker: {'; '.join(refused)}")
+        if waiting:
+            raise DeliveryError(f"{waiting} {self.what}(s) not acknowledged by the broker within {timeout:g} s")
