@@ -25,6 +25,7 @@ from rftbus.streams.faust_conf import faust_settings, join_timeout_s
 from rftbus.streams.ingest import Ingest, output_partitions
 from rftbus.streams.join import FeedbackFanout, Join
 from rftbus.streams.live import LiveGroups
+from rftbus.streams.local_state import open_local_state
 from rftbus.streams.outputs import Emitter, value_limits
 from rftbus.streams.priority import PassRates
 from rftbus.streams.telemetry import Counters, StatusFile
@@ -52,10 +53,15 @@ class StreamsApp:
     topo: Topology
 
 
+def local_state_dir(cfg: Config, wid: str) -> Path:
+    return Path(cfg.state_dir) / "streams" / wid
+
+
 def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     sc = cfg.streams
-    datadir = Path(cfg.state_dir) / "streams" / wid
+    datadir = local_state_dir(cfg, wid)
     datadir.mkdir(parents=True, exist_ok=True)
+    open_local_state(datadir)  # tables on disk only after a clean stop (streams/local_state.py)
     settings = faust_settings(cfg, str(datadir))
     app = faust.App(sc.app_id, **settings.kwargs)
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
