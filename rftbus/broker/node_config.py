@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from rftbus.config import CLUSTER_FENCE_S, CLUSTER_ISR_LAG_S, Config
+from rftbus.config import Config
+from rftbus.config.bus import CLUSTER_FENCE_S, CLUSTER_ISR_LAG_S
 from rftbus.errors import RftbusError
 
 

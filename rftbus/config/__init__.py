@@ -11,12 +11,17 @@ import os
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from rftbus.config.analytics import AnalyticsConfig
+from rftbus.config.bus import CLUSTER_FENCE_S, DEFAULT_REQUEST_TIMEOUT_S, SchemaRegistryConfig, _Strict
+from rftbus.config.bus import BrokerConfig as BrokerConfig  # (re-exported: the sections most callers name)
+from rftbus.config.bus import KafkaConfig as KafkaConfig
+from rftbus.config.bus import TopicsConfig as TopicsConfig
+from rftbus.config.bus import TopicSpec as TopicSpec
 from rftbus.errors import RftbusError
 from rftbus.models.config import ModelConfig
 from rftbus.config.explorer import ExplorerConfig, TasksetConfig
@@ -37,150 +42,8 @@ DEFAULT_CONFIG_NAME = "rftbus.yaml"
 # Passthrough maps whose keys are librdkafka names (dotted); env overrides spell dots as underscores.
 PASSTHROUGH_KEYS = {"client", "producer", "consumer", "admin"}
 
-ClientValue = str | int | float | bool
-
-
 class ConfigError(RftbusError, ValueError):
     """A configuration problem, with a message that names the key and why it is wrong."""
-
-
-# The embedded cluster's failure detection (rftbus/broker/node_config.py): its controllers fence a node that sent
-# no heartbeat for CLUSTER_FENCE_S (its partitions get new leaders), and a leader drops a silent follower from the ISR
-# after CLUSTER_ISR_LAG_S (acks=all writes go on with the two left).
-CLUSTER_FENCE_S = 4.0
-CLUSTER_ISR_LAG_S = 5.0
-DEFAULT_REQUEST_TIMEOUT_S = 10.0
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
-
-
-class TopicSpec(_Strict):
-    name: str
-    partitions: int = Field(4, ge=1)
-    replication_factor: int = Field(1, ge=1)
-    retention_ms: int | None = Field(None, ge=-1, description="-1 keeps forever; None uses the broker default")
-    cleanup_policy: Literal["delete", "compact", "compact,delete"] = "delete"
-    config: dict[str, str] = Field(default_factory=dict, description="extra topic configs, passed as-is")
-
-    def replicated(self, replicas: int) -> TopicSpec:
-        """This topic on a cluster of `replicas` copies: at least that replication factor, and with three or
-        more, `min.insync.replicas=2` (unless set), so an acks=all write survives the loss of any one node."""
-        rf = max(self.replication_factor, replicas)
-        conf = dict(self.config)
-        if rf >= 3:
-            conf.setdefault("min.insync.replicas", "2")
-        return self.model_copy(update={"replication_factor": rf, "config": conf})
-
-    def topic_config(self) -> dict[str, str]:
-        """The topic-level configs rftbus declares (what `topics create` sets and compares)."""
-        out: dict[str, str] = {"cleanup.policy": self.cleanup_policy}
-        if self.retention_ms is not None:
-            out["retention.ms"] = str(self.retention_ms)
-        out.update(self.config)
-        return out
-
-
-WEEK_MS = 7 * 24 * 3600 * 1000
-
-
-class TopicsConfig(_Strict):
-    tasks: TopicSpec = TopicSpec(name="rft.tasks", partitions=4, retention_ms=-1)
-    raw: TopicSpec = TopicSpec(name="rft.experiences.raw", partitions=4, retention_ms=WEEK_MS)
-    curated: TopicSpec = TopicSpec(name="rft.experiences.curated", partitions=4, retention_ms=WEEK_MS)
-    # The high-priority lane: streams route the experiences worth learning from first here, and the
-    # trainer drains it before the normal curated lane.
-    curated_priority: TopicSpec = TopicSpec(name="rft.experiences.curated.priority", partitions=4, retention_ms=WEEK_MS)
-    expert: TopicSpec = TopicSpec(name="rft.experiences.expert", partitions=4, retention_ms=-1)
-    rejected: TopicSpec = TopicSpec(name="rft.experiences.rejected", partitions=4, retention_ms=WEEK_MS)
-    feedback: TopicSpec = TopicSpec(name="rft.feedback", partitions=4, retention_ms=-1)
-    weights: TopicSpec = TopicSpec(name="rft.weights", partitions=1, cleanup_policy="compact")
-    metrics: TopicSpec = TopicSpec(name="rft.metrics", partitions=1, retention_ms=WEEK_MS)
-    # The gate's decisions (consumers/gate/): one partition, in the order they were made, kept for good (every
-    # served answer's version has the decision that let it serve)
-    decisions: TopicSpec = TopicSpec(name="rft.decisions", partitions=1, retention_ms=-1)
-
-    def all(self) -> dict[str, TopicSpec]:
-        return {key: getattr(self, key) for key in type(self).model_fields}
-
-    def by_name(self, name: str) -> tuple[str, TopicSpec] | None:
-        for key, spec in self.all().items():
-            if spec.name == name:
-                return key, spec
-        return None
-
-
-class KafkaConfig(_Strict):
-    bootstrap_servers: str | None = Field(
-        None, description="host:port list; unset means the embedded broker's address"
-    )
-    replication_factor: int | None = Field(None, ge=1, description="replicas of every declared topic on this "
-                                           "cluster (3: also min.insync.replicas 2); unset: each topic's own, or "
-                                           "the embedded cluster's (broker.nodes)")
-    wait_s: float = Field(0.0, ge=0, description="how long a command keeps asking an unreachable cluster before it "
-                          "gives up (rftbus run's children: they load their models while the broker starts)")
-    request_timeout_s: float | None = Field(None, ge=1, description="how long a client waits for a broker's answer "
-                                            "before it asks the cluster again (librdkafka socket.timeout.ms and the "
-                                            "producer's request.timeout.ms, 60 s and 30 s by default): a frozen node, "
-                                            "whose connections stay open, costs this, then the new leader or "
-                                            "coordinator answers. Unset: as long as the embedded cluster takes to "
-                                            "fence a silent node (4 s, so a frozen node costs what a killed one "
-                                            "does), else 10 s")
-    client: dict[str, ClientValue] = Field(default_factory=dict, description="librdkafka settings for every client")
-    producer: dict[str, ClientValue] = Field(default_factory=dict)
-    consumer: dict[str, ClientValue] = Field(default_factory=dict)
-    admin: dict[str, ClientValue] = Field(default_factory=dict)
-
-
-class BrokerConfig(_Strict):
-    """The embedded Apache Kafka broker: one node, or a cluster of three (KRaft, every node a broker and a
-    controller voter), all on loopback ports."""
-
-    host: str = "127.0.0.1"
-    port: int = Field(9092, ge=1, le=65535)
-    controller_port: int | None = Field(None, ge=1, le=65535, description="default: port + 1 (one node)")
-    nodes: int = Field(1, ge=1, le=5, description="3: a replicated cluster; node k (0, 1, 2, ...) listens on port + "
-                       "2k and its controller on port + 2k + 1; topics get min(3, nodes) replicas, min.insync.replicas 2 "
-                       "with 3")
-    kafka_version: str = "4.1.1"
-    heap: str = "512m"
-    # The quick JIT alone and the serial collector: an embedded broker shares a small machine with the trainer,
-    # and C2's compiler threads and G1's concurrent ones cost it more CPU than they give back at rftbus's rates
-    # (docs/BENCHMARKS.md, "The embedded broker's CPU").
-    jvm_opts: list[str] = Field(default_factory=lambda: ["-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC"],
-                                description="the broker JVM's flags beside its heap")
-    properties: dict[str, str | int | bool] = Field(default_factory=dict, description="server.properties entries "
-                                                    "set over rftbus's own (rftbus/broker/node_config.py)")
-    start_timeout_s: float = Field(120.0, gt=0)
-    node_id: int = 1
-    libs_dir: Path | None = Field(None, description="broker jars folder; default <state_dir>/kafka/libs-<version>")
-    sasl_users: dict[str, SecretStr] = Field(default_factory=dict, description="when set, clients authenticate with "
-                                             "SASL/PLAIN as one of these users and the broker enforces ACLs "
-                                             "(`rftbus topics acls`); `admin` is the super user and must be one")
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(f"{self.host}:{self.port_of(n)}" for n in self.node_ids)
-
-    @property
-    def controller(self) -> int:
-        return self.controller_port if self.controller_port is not None else self.port + 1
-
-    @property
-    def node_ids(self) -> list[int]:
-        return [self.node_id + k for k in range(self.nodes)]
-
-    def port_of(self, node: int) -> int:
-        return self.port + 2 * (node - self.node_id)
-
-    def controller_of(self, node: int) -> int:
-        return self.controller if self.nodes == 1 else self.port + 2 * (node - self.node_id) + 1
-
-
-class SchemaRegistryConfig(_Strict):
-    url: str | None = Field(None, description="Confluent-compatible registry; unset = local schemas/ folder")
-    client: dict[str, ClientValue] = Field(default_factory=dict, description="e.g. basic.auth.user.info")
 
 
 class RLConfig(_Strict):
