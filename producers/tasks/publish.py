@@ -7,7 +7,7 @@ explorers skip (rftbus.producers.seen_tasks), so no task is rolled out twice.
 
 from __future__ import annotations
 
-import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -49,21 +49,13 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
     producer = make_producer(cfg) if producer is None else producer
     report = PublishReport()
     demo_of = (demo_of or expert_maker(cfg)) if expert else None
-    flight = InFlight("record")  # this publish's own records (a shared producer holds others' too)
-    lock = threading.Lock()  # the counts: callbacks run on whichever publish polls a shared producer
-
-    def count(kind: str):
-        def cb(err, _msg):
-            if err is None:
-                with lock:
-                    if kind == "task":
-                        report.published += 1
-                    else:
-                        report.expert += 1
-        return cb
+    # this publish's own records (a shared producer holds others' too); acknowledged = sent - refused - waiting
+    flights = {"task": InFlight("task"), "expert": InFlight("demonstration")}
+    sent = {"task": 0, "expert": 0}
 
     def produce(topic: str, key: str, value: bytes | None, kind: str) -> None:
-        on_delivery = flight.expect(f"{topic} key={key!r}", then=count(kind))
+        on_delivery = flights[kind].expect(f"{topic} key={key!r}")
+        sent[kind] += 1
         while True:
             try:
                 producer.produce(topic, key=key, value=value, on_delivery=on_delivery)
@@ -88,8 +80,12 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
             on_row(row)
     if on_produced:
         on_produced()
-    refused, waiting = flight.settle(producer, 60.0)
-    report.failed += refused + ([f"{waiting} records still unacknowledged after 60 s"] if waiting else [])
+    deadline, acked = time.monotonic() + 60.0, {}
+    for kind, flight in flights.items():
+        refused, waiting = flight.settle(producer, max(0.0, deadline - time.monotonic()))
+        acked[kind] = sent[kind] - len(refused) - waiting
+        report.failed += refused + ([f"{waiting} {kind} records still unacknowledged after 60 s"] if waiting else [])
+    report.published, report.expert = acked["task"], acked["expert"]
     return report
 
 

@@ -28,19 +28,16 @@ class InFlight:
         self.failed: list[str] = []
         self._lock = threading.Lock()
 
-    def expect(self, name: str, then: Callable[[Any, Any], None] | None = None) -> Callable[[Any, Any], None]:
-        """One more record on its way; the delivery callback to produce it with (`then`: called after it with the
-        same arguments, for what the caller counts itself)."""
+    def expect(self, name: str) -> Callable[[Any, Any], None]:
+        """One more record on its way; the delivery callback to produce it with."""
         with self._lock:
             self.outstanding += 1
 
-        def on_delivery(err: Any, msg: Any) -> None:
+        def on_delivery(err: Any, _msg: Any) -> None:
             with self._lock:
                 self.outstanding -= 1
                 if err is not None:
                     self.failed.append(f"{self.what} {name}: {err.str()}")
-            if then is not None:
-                then(err, msg)
         return on_delivery
 
     def raise_failed(self) -> None:
