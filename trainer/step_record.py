@@ -16,13 +16,13 @@ def step_record(*, step: int, rank: int, version: int, ref: int, parts: dict[str
                 groups: list, take: list, tokens: int, step_s: float, replayed: int) -> tuple[dict[str, Any], dict]:
     """(values, lineage line) of a step that trained `rows` (from `groups`: (record, group, sample indices)) of
     `take`, `replayed` rows drawn again beside them, in step_s. `ref`: the version staleness is counted from."""
-    rl = [row for row in rows if not row.expert]
-    stal = [staleness(ref, row.sample.model_version) for row in rl]
-    rewards = [row.sample.reward for row in rl if row.sample.reward is not None]
+    per_row = [staleness(ref, row.sample.model_version) for row in rows]
+    stal = [s for s, row in zip(per_row, rows) if not row.expert]  # a demonstration has no policy version
+    rewards = [row.sample.reward for row in rows if not row.expert and row.sample.reward is not None]
     line = {
         "step": step, "rank": rank, "version": version,
         "experience_ids": [row.sample.experience_id for row in rows],
-        "staleness": [staleness(ref, row.sample.model_version) for row in rows],  # per id (analytics)
+        "staleness": per_row,  # per id (analytics)
         "groups": [g.group_id for _, g, _ in groups],
         "offsets": [[r.topic, r.partition, r.offset] for r, _ in take],
         "staleness_max": max(stal, default=0), "time_ms": int(time.time() * 1000),
