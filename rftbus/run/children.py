@@ -38,9 +38,11 @@ def child_specs(c: Config, config_path: Path) -> list[ChildSpec]:
     for i in range(c.run.streams_workers):
         specs.append(ChildSpec(f"streams-{i}", base + ["streams", "--worker-id", f"s{i}"], env,
                                c.run.max_restarts, logs / f"streams-{i}.log"))
+    # explorers may run under another Python: vLLM's environment (explorer.engine.python)
+    explore = [c.explorer.engine.python or sys.executable] + base[1:]
     for i in range(c.run.explorers):
         # Static members: a crashed explorer's restart (same id) gets its partitions back at once.
-        specs.append(ChildSpec(f"explorer-{i}", base + ["explore", "--id", f"e{i}"],
+        specs.append(ChildSpec(f"explorer-{i}", explore + ["explore", "--id", f"e{i}"],
                                {**env, "OMP_NUM_THREADS": str(threads.explorer),
                                 "RFTBUS_EXPLORER__STATIC_MEMBERSHIP": "true"},
                                c.run.max_restarts, logs / f"explorer-{i}.log"))
