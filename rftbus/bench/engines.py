@@ -20,10 +20,11 @@ import typer
 from rftbus.bench.context import state
 
 
-def _worker(python: str, config: Path, kind: str, groups: int, n: int, tokens: int, threads: int) -> subprocess.Popen:
+def _worker(python: str, config: Path, kind: str, groups: int, n: int, tokens: int, threads: int,
+            lora: bool) -> subprocess.Popen:
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([python, "-m", "rftbus.bench.engine_worker", str(config), kind, str(groups), str(n),
-                             str(tokens)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                             str(tokens), "lora" if lora else "base"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True, env=env)
 
 
@@ -43,6 +44,8 @@ def engines(
     n: int = typer.Option(8, "--n", min=1, help="Answers per prompt."),
     max_new_tokens: int = typer.Option(48, "--max-new-tokens", min=1),
     threads: int = typer.Option(1, "--threads", min=1, help="Threads each engine's worker gets (an explorer: 1)."),
+    lora: bool = typer.Option(True, "--lora/--base", help="With trainer.lora: serve an adapter version (as explorers "
+                              "do after the first step), or the base weights."),
     plot: Path | None = typer.Option(None, "--plot", help="Write a PNG of tokens/s per round."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -56,7 +59,7 @@ def engines(
     for kind in names:  # loaded one after the other (a load is CPU-bound), then kept for the rounds
         python = (cfg.explorer.engine.python if kind == "vllm" else None) or sys.executable
         with st.err.status(f"loading the {kind} engine ..."):
-            procs[kind] = _worker(python, st.config_path, kind, groups, n, max_new_tokens, threads)
+            procs[kind] = _worker(python, st.config_path, kind, groups, n, max_new_tokens, threads, lora)
             loads[kind] = _line(procs[kind], kind)["load_s"]
     runs: dict[str, list[dict]] = {k: [] for k in names}
     try:
@@ -73,7 +76,8 @@ def engines(
                 p.stdin.close()
             p.wait(timeout=120)
     out: dict = {"model": cfg.model.path or cfg.model.name, "answers_per_batch": groups * n,
-                 "max_new_tokens": max_new_tokens, "threads": threads, "rounds": rounds, "engines": {}}
+                 "max_new_tokens": max_new_tokens, "threads": threads, "rounds": rounds,
+                 "lora": bool(lora and cfg.trainer.lora), "engines": {}}
     for kind, rs in runs.items():
         out["engines"][kind] = {"load_s": loads[kind],
                                 "tokens_per_s": round(statistics.median(x["tokens_per_s"] for x in rs), 1),
@@ -104,7 +108,8 @@ def _plot(out: dict, path: Path) -> None:
     ax.set_xlabel("round (engines alternate)")
     ax.set_ylabel("tokens / s")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{out['answers_per_batch']} answers a batch, {out['threads']} thread(s) each")
+    ax.set_title(f"{out['answers_per_batch']} answers a batch, {out['threads']} thread(s) each"
+                 + (", a LoRA version" if out["lora"] else ", base weights"))
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=100)
