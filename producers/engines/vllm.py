@@ -190,7 +190,12 @@ class VllmEngine(RolloutEngine):
         lora = cfg.trainer.lora
         self.lora_request = None  # the adapter of the version served (None: the base weights, v0)
         self._lora_slots = cfg.rl.max_staleness + 1  # versions an admitted group may still be generating with
-        extra = {"enable_lora": True, "max_loras": self._lora_slots, "max_lora_rank": lora.r} if lora else {}
+        # LoRA versions as adapters (LoRARequest), or folded into full weights: the CPU build's LoRA kernels ran 3.5x
+        # slower than its base model here (docs/BENCHMARKS.md, "vLLM on this CPU"), a full swap takes ~1 s
+        self.lora_mode = (ec.lora_mode if ec.lora_mode != "auto" else "merged" if device == "cpu" else "adapter")
+        self._base_state: dict[str, torch.Tensor] | None = None
+        extra = ({"enable_lora": True, "max_loras": self._lora_slots, "max_lora_rank": lora.r}
+                 if lora and self.lora_mode == "adapter" else {})
         self.llm = LLM(model=folder, dtype=cfg.model.dtype, revision=cfg.model.revision, **extra,
                        trust_remote_code=cfg.model.trust_remote_code,
                        gpu_memory_utilization=ec.gpu_memory_utilization,
@@ -201,6 +206,7 @@ class VllmEngine(RolloutEngine):
         self.device = device
         self.version = 0
         self.max_context = int(self.llm.llm_engine.model_config.max_model_len)
+        self._folder = folder
         self._shapes, self._base = folder_shapes(folder)  # what a full version must match, checked before a swap
         self._max_rank = lora.r if lora else 0
         # the swap file: local disk of this explorer, read by its own vLLM workers
@@ -236,9 +242,11 @@ class VllmEngine(RolloutEngine):
     def load_weights(self, state_dict: dict[str, torch.Tensor] | Adapter, version: int) -> None:
         from safetensors.torch import save_file
 
-        if isinstance(state_dict, Adapter):  # a LoRA version: a new adapter id, the base weights untouched
+        if isinstance(state_dict, Adapter) and self.lora_mode == "adapter":  # a new adapter id, the base untouched
             self._load_adapter(state_dict, version)
             return
+        if isinstance(state_dict, Adapter):  # lora_mode merged: the base weights with this version folded in
+            state_dict = self._merged(state_dict, version)
         misfit = misfits(state_dict, self._shapes)
         if misfit:  # refused before the workers see a tensor: the weights served stay whole
             raise RftbusError(f"v{version} does not fit the model vLLM serves: {misfit}")
@@ -250,6 +258,21 @@ class VllmEngine(RolloutEngine):
             path.unlink(missing_ok=True)
         self.llm.reset_prefix_cache()
         self.version = version
+
+    def _merged(self, adapter: Adapter, version: int) -> dict[str, torch.Tensor]:
+        from safetensors.torch import load_file
+
+        from rftbus.models.lora import merged_state
+
+        if adapter.base != self._base:
+            raise RftbusError(f"adapter v{version} is for base model {adapter.base}, vLLM serves {self._base}")
+        if self._base_state is None:  # the base weights, read once from the folder vLLM loaded
+            self._base_state = {}
+            for f in sorted(Path(self._folder).glob("*.safetensors")):
+                self._base_state.update(load_file(str(f)))
+            if not self._base_state:
+                raise RftbusError(f"lora_mode merged needs the model's safetensors: {self._folder} has none")
+        return merged_state(self._base_state, adapter)
 
     def _load_adapter(self, adapter: Adapter, version: int) -> None:
 

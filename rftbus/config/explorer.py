@@ -75,6 +75,9 @@ class EngineConfig(_Strict):
                                 "2-core CPU the compiled engine starts in ~200 s against ~40 s and decodes ~10 % faster)")
     kv_cache_gb: float | None = Field(None, gt=0, description="vllm: KV cache size in GiB (default: "
                                       "gpu_memory_utilization of the GPU; 1 GiB of host memory on vLLM's CPU build)")
+    lora_mode: Literal["auto", "adapter", "merged"] = Field(
+        "auto", description="vllm with trainer.lora: each version as an adapter (a LoRARequest), or merged into full "
+        "weights (one full swap a version); auto: merged on vLLM's CPU build (its LoRA kernels are slow), adapter on GPUs")
     python: str | None = Field(None, description="the Python the explorers run under (`rftbus run`): the "
                                "environment vLLM is installed in, e.g. .venv-vllm/bin/python (make install-vllm); "
                                "vLLM pins torch exactly, so it gets an environment of its own. Default: the run's own")

@@ -160,3 +160,22 @@ def read_peft_folder(folder: Any, base: str) -> Adapter:
     except (OSError, KeyError, ValueError, TypeError) as e:
         raise ModelError(f"{folder} is not a PEFT LoRA adapter folder: {type(e).__name__}: {e}") from None
     return Adapter(spec, named or base, state)
+
+
+def merged_state(base: dict[str, torch.Tensor], adapter: Adapter) -> dict[str, torch.Tensor]:
+    """The base weights with the adapter folded in (W + alpha/r · B·A per target module): what an engine that serves
+    full weights only (vLLM's CPU build, whose LoRA kernels are slow) loads for a LoRA version. Raises ModelError for
+    an adapter module the base has not."""
+    scale = adapter.spec.alpha / adapter.spec.r
+    out = dict(base)
+    for key, a in adapter.state.items():
+        if not key.endswith(".lora_A.weight"):
+            continue
+        stem = key.removesuffix(".lora_A.weight")
+        name = stem.removeprefix("base_model.model.") + ".weight"
+        w = base.get(name)
+        if w is None:
+            raise ModelError(f"adapter module {stem} has no base weight {name}")
+        b = adapter.state[stem + ".lora_B.weight"]
+        out[name] = (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
+    return out

@@ -106,3 +106,24 @@ def test_lora_dropout_reaches_the_adapter(smollm2_two_layers):
     drops = [mod for n, mod in m.named_modules() if n.endswith("lora_dropout.default")]
     assert drops and all(isinstance(d, torch.nn.Dropout) and d.p == 0.25 for d in drops)
     assert json.loads(version_payload(m)[1]["rftbus.lora"])["dropout"] == 0.25
+
+
+def test_an_adapter_folded_into_the_base_weights_computes_what_peft_does(smollm2_two_layers):
+    """merged_state (vLLM's CPU build serves LoRA versions as full weights): W + alpha/r·B·A loaded into a plain model
+    gives the PEFT model's logits."""
+    from rftbus.models.lora import adapter_payload, from_payload, merged_state
+
+    trained = _trained(smollm2_two_layers)
+    adapter = from_payload(*adapter_payload(trained))
+    plain = AutoModelForCausalLM.from_pretrained(smollm2_two_layers).eval()
+    base = {k: v.clone() for k, v in plain.state_dict().items()}
+    folded = merged_state(base, adapter)
+    changed = [k for k in base if not torch.equal(base[k], folded[k])]
+    assert changed and all(k.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"))
+                           for k in changed)
+    plain.load_state_dict(folded)
+    ids = torch.tensor([[1, 5, 9, 33, 70]])
+    with torch.no_grad():
+        assert torch.allclose(plain(ids).logits, trained(ids).logits, atol=1e-4)
+    with pytest.raises(ModelError, match="no base weight"):
+        merged_state({k: v for k, v in base.items() if "q_proj" not in k}, adapter)

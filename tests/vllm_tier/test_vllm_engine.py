@@ -26,11 +26,11 @@ LOGP_ATOL = 2e-3
 QUESTIONS = [f"What is {a} times {b}? Answer with the number only." for a, b in [(7, 8), (3, 9), (6, 12), (4, 11)]]
 
 
-def cfg_for(folder: str, lora: dict | None = None) -> Config:
+def cfg_for(folder: str, lora: dict | None = None, lora_mode: str = "auto") -> Config:
     return Config.model_validate({
         "model": {"name": "smollm2", "path": folder, "dtype": "float32"},
         "explorer": {"engine": {"kind": "vllm", "device": "cpu", "enforce_eager": True, "max_model_len": 512,
-                                "kv_cache_gb": 0.5}},
+                                "kv_cache_gb": 0.5, "lora_mode": lora_mode}},
         "trainer": {"lora": lora}, "rl": {"max_staleness": 1}})
 
 
@@ -145,12 +145,14 @@ def test_a_full_swap_reaches_the_workers_resets_the_prefix_cache_and_a_misfit_is
 
 @pytest.fixture(scope="module")
 def lora(smollm2_folder):
-    cfg = cfg_for(smollm2_folder, lora={"r": 8, "alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj",
-                                                                               "o_proj"]})
+    cfg = cfg_for(smollm2_folder, lora=LORA, lora_mode="adapter")
     tok = load_tokenizer(cfg.model)
     engine = make_engine(cfg, tok)
     yield cfg, tok, engine
     engine.close()
+
+
+LORA = {"r": 8, "alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 
 
 def trained_adapter(cfg, tok, seed: int, r: int = 8):
@@ -184,3 +186,28 @@ def test_lora_versions_by_lorarequest_answer_as_peft_does_and_a_misfit_is_refuse
     with pytest.raises(RftbusError, match="base model"):
         engine.load_weights(other, 2)
     assert engine.version == 1 and greedy(prompts, 12) == got  # v1 keeps serving
+
+
+def test_on_the_cpu_build_a_lora_version_is_served_merged_and_answers_as_peft_does(full):
+    """lora_mode auto on the CPU build: each LoRA version folded into full weights (the CPU build's LoRA kernels are
+    slow), swapped through the worker extension; it answers as the PEFT model does, and a foreign adapter is refused."""
+    folder = full[0].model.path
+    cfg = cfg_for(folder, lora=LORA)
+    tok = load_tokenizer(cfg.model)
+    engine = make_engine(cfg, tok)
+    try:
+        assert engine.lora_mode == "merged"
+        prompts = prompts_of(cfg, tok)
+        fmt = prompt_format(tok, cfg.model)
+        greedy = engine_greedy(engine)
+        peft, adapter = trained_adapter(cfg, tok, seed=3)
+        engine.load_weights(adapter, 1)
+        assert engine.version == 1 and engine.lora_request is None
+        want = [fmt.cut(r)[0] for r in policy_greedy(peft, tok.pad_token_id, list(fmt.stop_ids))(prompts, 12)]
+        got = greedy(prompts, 12)
+        assert [fmt.cut(r)[0] for r in got] == want
+        with pytest.raises(RftbusError, match="base model"):
+            engine.load_weights(Adapter(adapter.spec, "llama-0000000000000000", adapter.state), 2)
+        assert engine.version == 1 and greedy(prompts, 12) == got
+    finally:
+        engine.close()
