@@ -20,7 +20,7 @@ Written against vLLM 0.32-0.33 (V1 engine) through its supported API only:
 - on the CPU build the engine runs in the explorer's own process (no engine-core and worker processes, each of
   which imports vLLM again: ~15 s apiece here), and its KV cache is `kv_cache_gb` of host memory (vLLM reads
   gpu_memory_utilization there as a fraction of all host memory).
-tests/vllm/ runs it on the CPU build in every `make test`; tests/gpu/ on CUDA where a GPU is lent.
+tests/vllm_tier/ runs it on the CPU build in every `make test`; tests/gpu/ on CUDA where a GPU is lent.
 """
 
 from __future__ import annotations
@@ -203,7 +203,6 @@ class VllmEngine(RolloutEngine):
                        enforce_eager=ec.enforce_eager, enable_prefix_caching=True,
                        logprobs_mode="processed_logprobs", worker_extension_cls=EXTENSION,
                        seed=cfg.explorer.sampling.seed or 0, **place)
-        self.device = device
         self.version = 0
         self.max_context = int(self.llm.llm_engine.model_config.max_model_len)
         self._folder = folder
@@ -242,11 +241,13 @@ class VllmEngine(RolloutEngine):
     def load_weights(self, state_dict: dict[str, torch.Tensor] | Adapter, version: int) -> None:
         from safetensors.torch import save_file
 
+        if isinstance(state_dict, Adapter) and state_dict.base != self._base:
+            raise RftbusError(f"adapter v{version} is for base model {state_dict.base}, vLLM serves {self._base}")
         if isinstance(state_dict, Adapter) and self.lora_mode == "adapter":  # a new adapter id, the base untouched
             self._load_adapter(state_dict, version)
             return
         if isinstance(state_dict, Adapter):  # lora_mode merged: the base weights with this version folded in
-            state_dict = self._merged(state_dict, version)
+            state_dict = self._merged(state_dict)
         misfit = misfits(state_dict, self._shapes)
         if misfit:  # refused before the workers see a tensor: the weights served stay whole
             raise RftbusError(f"v{version} does not fit the model vLLM serves: {misfit}")
@@ -259,13 +260,11 @@ class VllmEngine(RolloutEngine):
         self.llm.reset_prefix_cache()
         self.version = version
 
-    def _merged(self, adapter: Adapter, version: int) -> dict[str, torch.Tensor]:
+    def _merged(self, adapter: Adapter) -> dict[str, torch.Tensor]:
         from safetensors.torch import load_file
 
         from rftbus.models.lora import merged_state
 
-        if adapter.base != self._base:
-            raise RftbusError(f"adapter v{version} is for base model {adapter.base}, vLLM serves {self._base}")
         if self._base_state is None:  # the base weights, read once from the folder vLLM loaded
             self._base_state = {}
             for f in sorted(Path(self._folder).glob("*.safetensors")):
@@ -275,13 +274,10 @@ class VllmEngine(RolloutEngine):
         return merged_state(self._base_state, adapter)
 
     def _load_adapter(self, adapter: Adapter, version: int) -> None:
-
         from vllm.lora.request import LoRARequest
 
         from rftbus.models.lora import write_peft_folder
 
-        if adapter.base != self._base:
-            raise RftbusError(f"adapter v{version} is for base model {adapter.base}, vLLM serves {self._base}")
         if not self._max_rank or adapter.spec.r > self._max_rank:
             raise RftbusError(f"adapter v{version} has rank {adapter.spec.r}: the engine was started for LoRA rank "
                               f"<= {self._max_rank} (trainer.lora.r)")
