@@ -10,23 +10,8 @@ import torch
 from rftbus.config.explorer import SamplingConfig
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.producers.engines import make_engine
-from rftbus.schemas import Experience, ExperienceGroup
-from rftbus.trainer.batch import Row, collate
-from rftbus.trainer.policy import PolicyWithValue, token_logp_entropy
+from recompute import trainer_logp
 from tests.gpu.models import SMALL, config, saved_small
-
-
-def forward_logp(model, tok, prompt: list[int], comps, temperature: float) -> list[torch.Tensor]:
-    rows = []
-    for c in comps:
-        e = Experience(response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
-                       model_version=0, metadata={"logprob_temperature": repr(temperature)})
-        rows.append(Row(ExperienceGroup(task_id="t", explorer_id="gpu", prompt_ids=prompt, samples=[e]), e))
-    b = collate(rows, tok.pad_token_id, 512).to("cuda")
-    with torch.no_grad():
-        logits, _ = PolicyWithValue(model, value_head=False)(b.input_ids, b.attention_mask)
-        logp, _ = token_logp_entropy(logits, b)
-    return [logp[i][b.mask[i]].cpu() for i in range(len(rows))]
 
 
 def test_transformers_engine_logprobs_match_a_forward_pass_and_swap():
@@ -36,7 +21,7 @@ def test_transformers_engine_logprobs_match_a_forward_pass_and_swap():
     prompt = tok("37+45=")["input_ids"]
     sampling = SamplingConfig(temperature=0.8, max_new_tokens=32)
     comps = engine.generate([prompt] * 4, sampling)
-    for c, lp in zip(comps, forward_logp(engine.model, tok, prompt, comps, 0.8)):
+    for c, lp in zip(comps, trainer_logp(engine.model, tok, prompt, comps, 0.8, "cuda")):
         assert torch.allclose(torch.tensor(c.logprobs), lp, atol=2e-3), (c.logprobs[:4], lp[:4])
     other = {k: torch.randn_like(v) * 0.02 for k, v in load_policy(cfg.model, tok).state_dict().items()}
     engine.load_weights(other, 7)
@@ -65,7 +50,7 @@ def test_vllm_engine_n_samples_processed_logprobs_and_hot_swap(tmp_path):
     assert all(c.metadata["logprob_kind"] == "sampling" for c in comps)
     # processed logprobs: the trainer's recompute at the sampling temperature agrees (fp32 both sides)
     ref = lm.to("cuda").eval()
-    for c, lp in zip(comps[:8], forward_logp(ref, tok, prompt, comps[:8], 0.7)):
+    for c, lp in zip(comps[:8], trainer_logp(ref, tok, prompt, comps[:8], 0.7, "cuda")):
         assert torch.allclose(torch.tensor(c.logprobs), lp, atol=2e-2), (c.logprobs[:4], lp[:4])
     new = {k: v * 0 + 0.01 for k, v in lm.state_dict().items()}
     engine.load_weights(new, 3)

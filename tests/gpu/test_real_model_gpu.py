@@ -17,7 +17,7 @@ from rftbus.models.loading import load_tokenizer
 from rftbus.models.lora import Adapter, base_fingerprint, version_payload, wrap
 from rftbus.models.prompt import prompt_format
 from rftbus.producers.engines import make_engine
-from tests.gpu.test_engines_gpu import forward_logp
+from recompute import trainer_logp
 
 QUESTION = "What is 7 times 8? Answer with the number only."
 
@@ -39,7 +39,7 @@ def test_smollm2_in_bf16_stops_at_its_turn_and_logprobs_agree(tmp_path):
     prompt = fmt.task(QUESTION)
     comps = engine.generate([prompt] * 8, SamplingConfig(temperature=0.7, max_new_tokens=48))
     assert any(c.finish_reason == "stop" and c.response_ids[-1] in fmt.stop_ids for c in comps)
-    for c, lp in zip(comps, forward_logp(engine.model, tok, prompt, comps, 0.7)):
+    for c, lp in zip(comps, trainer_logp(engine.model, tok, prompt, comps, 0.7, "cuda")):
         assert torch.allclose(torch.tensor(c.logprobs), lp, atol=5e-2), (c.logprobs[:4], lp[:4])
 
 

@@ -16,10 +16,8 @@ from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.models.lora import Adapter, adapter_payload, from_payload, wrap
 from rftbus.models.prompt import prompt_format
 from rftbus.producers.engines import make_engine
-from rftbus.schemas import Experience, ExperienceGroup
-from rftbus.trainer.batch import Row, collate
 from rftbus.trainer.evaluate import engine_greedy, policy_greedy
-from rftbus.trainer.policy import PolicyWithValue, token_logp_entropy
+from recompute import trainer_logp
 
 # vLLM fp32 on CPU against transformers fp32 on CPU: the same model, other kernels (measured max 3e-4)
 LOGP_ATOL = 2e-3
@@ -46,20 +44,6 @@ def full(smollm2_folder):
 def prompts_of(cfg, tok) -> list[list[int]]:
     fmt = prompt_format(tok, cfg.model)
     return [fmt.task(q) for q in QUESTIONS]
-
-
-def trainer_logp(model, tok, prompt: list[int], comps, temperature: float) -> list[torch.Tensor]:
-    """The trainer's own recomputation of each completion's token logprobs (collate + PolicyWithValue)."""
-    rows = []
-    for c in comps:
-        e = Experience(response_ids=c.response_ids, logprobs=c.logprobs, loss_mask=[True] * len(c.response_ids),
-                       model_version=0, metadata={"logprob_temperature": repr(temperature)})
-        rows.append(Row(ExperienceGroup(task_id="t", explorer_id="vllm", prompt_ids=prompt, samples=[e]), e))
-    b = collate(rows, tok.pad_token_id, 512)
-    with torch.no_grad():
-        logits, _ = PolicyWithValue(model, value_head=False)(b.input_ids, b.attention_mask)
-        logp, _ = token_logp_entropy(logits, b)
-    return [logp[i][b.mask[i]] for i in range(len(rows))]
 
 
 def test_a_group_is_one_request_with_n_and_logprobs_match_the_trainer(full):
