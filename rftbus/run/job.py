@@ -65,6 +65,9 @@ class MainJob:
         self.lags: dict[str, int] = {}  # the last ones read (the live view and /metrics)
         self.eval_points: list[dict] = []  # the evaluator's, once it is loaded (/metrics)
         self.candidate_evals: list[dict] = []  # the gate's candidates scored by the evaluator (gate.eval_candidates)
+        # each streams worker's status as last seen, per process: its feedback join latency window lives in memory,
+        # so a worker restarted (kill -9) near the end would otherwise leave the summary without one
+        self.streams_seen: dict[tuple, dict] = {}
         further = [cfg.lineage_trainer(i) for i in range(len(cfg.run.trainers))]
         self.lag_groups = {cfg.streams.app_id: "streams", cfg.trainer.group_id: "trainer",  # group -> live view's name
                            cfg.explorer.group_id: "explorers", **{t.group_id: f"trainer-{t.lineage}" for t in further}}
@@ -254,6 +257,8 @@ class MainJob:
                         self._log(self.broker.poll())
                     statuses = read_statuses(self.cfg.state_dir)
                     self.pace.see(time.time(), statuses)
+                    self.streams_seen.update({(st.get("id"), st.get("pid")): st for st in statuses
+                                              if st.get("role") == "streams"})
                     self.lags = lags = lag_view.lags
                     children = {n: child_state(c) for n, c in sup.children.items()}
                     if self.broker is not None:
@@ -306,7 +311,7 @@ class MainJob:
         pace = pace_summary(self.pace, evals, rec, self.started, self.broker_ready, time.time())
         plots += plot_steps(pace["steps_timeline"], self.run_dir, title=f"{self.cfg.taskset.name}: trainer steps")
         live, live_plots = live_summary(self.cfg, self.started, rec.rejected_by_reason, self.run_dir, evals,
-                                        self.candidate_evals)
+                                        self.candidate_evals, list(self.streams_seen.values()))
         plots += live_plots
         best = read_best(self.run_dir)
         prof = collect_profile(self.cfg.state_dir, self.started,

@@ -16,7 +16,8 @@ from rftbus.status import read_statuses
 
 
 def _join_latency(streams: list[dict]) -> dict:
-    """p50/p99 of the busiest worker's window (each worker keeps its own; one worker in the demos)."""
+    """p50/p99 of the busiest worker's window (each worker process keeps its own; one worker in the demos): of the
+    statuses now and as last seen of every process during the run (a restarted worker starts an empty window)."""
     best = max((s for s in streams if s.get("feedback_join_n")), key=lambda s: s["feedback_join_n"], default=None)
     if best is None:
         return {"feedback_join_p50_s": None, "feedback_join_p99_s": None}
@@ -24,7 +25,8 @@ def _join_latency(streams: list[dict]) -> dict:
 
 
 def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int], out_dir: Path,
-                 evals: list[dict] | None = None, candidate_evals: list[dict] | None = None) -> tuple[dict, list[Path]]:
+                 evals: list[dict] | None = None, candidate_evals: list[dict] | None = None,
+                 streams_seen: list[dict] | None = None) -> tuple[dict, list[Path]]:
     if not cfg.run.serve:
         return {}, []
     statuses = read_statuses(cfg.state_dir)
@@ -32,7 +34,7 @@ def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int]
     sims = [s for s in statuses if s.get("role") == "simulate"]
     rows = [r for r in live_reward.read_answers(cfg.state_dir) if r["t"] >= started]
     out = live_reward.summary(rows, started)
-    out.update(_join_latency(streams))
+    out.update(_join_latency(streams + (streams_seen or [])))
     total = lambda key: sum(int(s.get(key) or 0) for s in streams)  # noqa: E731
     out["feedback"] = {
         "joined": total("joined"), "joined_groups": total("joined_groups"),
