@@ -44,3 +44,26 @@ def test_the_rftbus_side_keeps_every_version_and_does_not_stop_early(tmp_path):
     run = _rftbus_config(cfg, tmp_path / "side", 10.0)
     assert run.state_dir == tmp_path / "side" and run.trainer.keep_versions >= 10**6
     assert run.run.target_eval_reward is None and run.run.max_minutes == 10.0 and not run.run.analytics
+
+
+def test_trl_is_given_the_batch_rftbus_really_trained_on(tmp_path):
+    """--batch matched: answers in the loss per optimizer step (the run's summary), rounded to whole groups;
+    --batch fixed: rftbus waits for B groups a step."""
+    import pytest
+    import typer
+
+    from rftbus.bench.peer import matched_groups, trl_config
+
+    cfg = make_config(tmp_path, 9, **{"rl.group_size": 8, "rl.batch_groups": 8, "trainer.step_wait_s": 5.0})
+    side = tmp_path / "rftbus-0"
+    with pytest.raises(typer.BadParameter, match="needs the rftbus side's run first"):
+        matched_groups(side, 8)
+    (side / "run").mkdir(parents=True)
+    (side / "run" / "summary.json").write_text(json.dumps({"trainer_steps": 89, "experiences_trained": 1624}))
+    assert matched_groups(side, 8) == (2, 1624 / 89)  # 18.2 answers a step: two groups of 8
+    assert trl_config(cfg, 2).rl.batch_groups == 2 and cfg.rl.batch_groups == 8
+    (side / "run" / "summary.json").write_text(json.dumps({"trainer_steps": 0, "experiences_trained": 0}))
+    with pytest.raises(typer.BadParameter, match="no trainer step"):
+        matched_groups(side, 8)
+    assert _rftbus_config(cfg, tmp_path / "f", 5.0, fixed=True).trainer.step_wait_s is None
+    assert _rftbus_config(cfg, tmp_path / "m", 5.0).trainer.step_wait_s == 5.0
