@@ -28,11 +28,11 @@ from tests.integration.test_serve import CODEC, FB, INF, recorded, serving
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
 
 
-def publish_adapter(cfg, version: int, scale: float, lineage: str = "") -> None:
-    """Adapter version `version` of the tiny model in the store and on the weights topic (scale 0: the seed's), of
-    `lineage` (another trainer's, rftbus/models/lineage.py)."""
+def publish_adapter(cfg, version: int, scale: float, lineage: str = "", lora: dict = LORA) -> None:
+    """Adapter version `version` of the config's model in the store and on the weights topic (scale 0: the seed's),
+    of `lineage` (another trainer's, rftbus/models/lineage.py)."""
     tok = load_tokenizer(cfg.model)
-    model = wrap(load_policy(cfg.model, tok), LoraSpec(**LORA))
+    model = wrap(load_policy(cfg.model, tok), LoraSpec(**lora))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
