@@ -183,3 +183,28 @@ def pytest_collection_modifyitems(config, items) -> None:
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
     items.sort(key=lambda item: KIND_ORDER.get(item.path.parent.name, 2))
+
+
+def stop_run(proc: subprocess.Popen, state_dir: Path | None = None, wait_s: float = 60.0) -> None:
+    """A `rftbus run` still going when its test ends: SIGTERM first, so its supervisor stops the stages (each runs in
+    a session of its own and outlives a SIGKILLed run), then SIGKILL for the run and any of its stages left (pids
+    from its status files, each checked to be this run's by its command line). An orphaned run once kept three
+    stages busy for 20 minutes and timed out eight whole-run tests after it."""
+    import signal
+
+    from rftbus.status import read_statuses
+
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    for st in read_statuses(state_dir) if state_dir is not None else []:
+        pid = st.get("pid")
+        try:
+            if pid and pid != os.getpid() and str(state_dir) in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+                os.kill(int(pid), signal.SIGKILL)
+        except (OSError, ValueError):
+            continue

@@ -14,7 +14,7 @@ import uuid
 
 import httpx
 import pytest
-from conftest import REPO, make_config
+from conftest import REPO, make_config, stop_run
 
 from rftbus.bench.processes import WorkerProcess, read_all
 from rftbus.kafka.clients import make_admin
@@ -208,8 +208,7 @@ def test_live_run_books_balance_through_kill9_of_serve_and_streams(broker, tmp_p
             assert back(), f"{role} was not restarted after kill -9"
         out, _ = proc.communicate(timeout=420)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop_run(proc, state)
     text = out.decode(errors="replace")
     assert proc.returncode == 0, text[-4000:]
     s = json.loads(summary.read_text())

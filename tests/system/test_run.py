@@ -10,7 +10,7 @@ import sys
 import uuid
 from pathlib import Path
 
-from tests.conftest import REPO, rftbus_cli
+from tests.conftest import REPO, rftbus_cli, stop_run
 
 
 def _env(broker, tag: str) -> dict[str, str]:
@@ -91,8 +91,7 @@ def test_ctrl_c_during_start_up_stops_cleanly(broker, tmp_path):
                 break
         rest, _ = proc.communicate(timeout=120)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop_run(proc, tmp_path / "state")
     out = "".join(seen) + rest
     assert proc.returncode == 0, out[-3000:]
     s = json.loads((tmp_path / "s.json").read_text())
@@ -200,8 +199,7 @@ def test_kill9_of_the_embedded_broker_is_recovered_without_help(tmp_path):
         os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=560)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop_run(proc, state)
         log.close()
         embedded.stop(cfg)
     out = (tmp_path / "run.out").read_text()
