@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import torch
@@ -18,6 +20,7 @@ from rftbus.models.config import LoraSpec
 from rftbus.models.lineage import weights_key
 from rftbus.models.loading import load_policy, load_tokenizer
 from rftbus.models.lora import adapter_payload, wrap
+from rftbus.producers.serve.gated import GatedVersions
 from rftbus.producers.serve.sessions import SESSION_HEADER
 from rftbus.schemas import WeightVersion
 from rftbus.weights import WeightStore
@@ -47,6 +50,28 @@ def publish_adapter(cfg, version: int, scale: float, lineage: str = "", lora: di
     assert p.flush(30) == 0
 
 
+@contextmanager
+def gate_serving(cfg, server, timeout: float) -> Iterator[tuple[GatedVersions, float]]:
+    """The real `Gate` on a thread of this test until the block ends, entered once it has promoted v0 (published
+    before) and serve follows it (within `timeout` s of the promotion): yields serve's gated versions and that
+    deadline (the later waits of a test count from it)."""
+    gate = Gate(cfg, report=lambda m: None)
+    thread = threading.Thread(target=gate.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(cfg, "promote", 0)
+        gated = server.service.gated
+        assert gated is not None
+        deadline = time.monotonic() + timeout
+        while gated.serving is None:
+            assert time.monotonic() < deadline, "serve never followed the first promotion"
+            time.sleep(0.2)
+        yield gated, deadline
+    finally:
+        gate.stop()
+        thread.join(30)
+
+
 def ask(c: httpx.Client, session: str) -> tuple[int, str]:
     r = c.post("/v1/completions", json={"prompt": "12+30=", "max_tokens": 3}, headers={SESSION_HEADER: session})
     assert r.status_code == 200, r.text
@@ -58,20 +83,12 @@ def test_serve_follows_the_gate_canary_sessions_keep_their_version_and_a_rollbac
             "trainer.lora": LORA, "serve.weights_wait_s": 60.0}
     with serving(tmp_path, broker, **more) as (cfg, server):
         publish_adapter(cfg, 0, 0.0)
-        gate = Gate(cfg, report=lambda m: None)
-        thread = threading.Thread(target=gate.run, daemon=True)
-        thread.start()
-        try:
-            wait_for(cfg, "promote", 0)
+        with gate_serving(cfg, server, 60) as (gated, deadline):
             c = httpx.Client(base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {INF}"})
-            deadline = time.monotonic() + 60
-            while server.service.gated.serving is None:  # type: ignore[union-attr]
-                assert time.monotonic() < deadline, "serve never followed the first decision"
-                time.sleep(0.2)
             assert {ask(c, f"early-{i}")[0] for i in range(3)} == {0}
             publish_adapter(cfg, 1, 0.05)
             wait_for(cfg, "canary", 1)
-            while server.service.gated.canary is None:  # type: ignore[union-attr]
+            while gated.canary is None:
                 assert time.monotonic() < deadline + 60, "serve never put v1 on canary"
                 time.sleep(0.2)
             answers: dict[str, list[tuple[int, str]]] = {f"s{i}": [] for i in range(40)}
@@ -100,7 +117,7 @@ def test_serve_follows_the_gate_canary_sessions_keep_their_version_and_a_rollbac
             rb = next(d for d in got if d.decision == "rollback")
             assert rb.evidence["mean_candidate"] == 0.0 and rb.evidence["mean_serving"] == 1.0
             deadline = time.monotonic() + 30
-            while server.service.gated.canary is not None:  # type: ignore[union-attr]
+            while gated.canary is not None:
                 assert time.monotonic() < deadline, "serve kept the rolled-back candidate on canary"
                 time.sleep(0.2)
             assert {ask(c, f"after-{i}")[0] for i in range(12)} == {0}
@@ -110,7 +127,7 @@ def test_serve_follows_the_gate_canary_sessions_keep_their_version_and_a_rollbac
             # one's; the graders like it as well as v0: promoted, and every new session is served by it
             publish_adapter(cfg, 1, 0.02, lineage="hot")
             wait_for(cfg, "canary", 1, lineage="hot")
-            while server.service.gated.canary is None:  # type: ignore[union-attr]
+            while gated.canary is None:
                 assert time.monotonic() < deadline + 60, "serve never put hot:v1 on canary"
                 time.sleep(0.2)
             hot = [ask(c, f"hot-{i}") for i in range(40)]
@@ -124,7 +141,7 @@ def test_serve_follows_the_gate_canary_sessions_keep_their_version_and_a_rollbac
             got = wait_for(cfg, "promote", 1, lineage="hot")
             pr = next(d for d in got if d.decision == "promote" and d.lineage == "hot")
             assert (pr.serving, pr.serving_lineage) == (1, "hot")
-            while server.service.gated.serving.lineage != "hot":  # type: ignore[union-attr]
+            while gated.serving.lineage != "hot":  # type: ignore[union-attr]
                 assert time.monotonic() < deadline + 120, "serve never served hot:v1"
                 time.sleep(0.2)
             after = [ask(c, f"after-hot-{i}") for i in range(6)]
@@ -133,6 +150,3 @@ def test_serve_follows_the_gate_canary_sessions_keep_their_version_and_a_rollbac
             found = audit_log(cfg)  # the log's own account: every answer licensed before it, no session switched
             assert found["ok"] and found["unlicensed_answers"] == 0 and found["sessions_that_switched_version"] == 0
             assert found["promotes_by_lineage"] == {"": 1, "hot": 1} and found["rollbacks"][0]["version"] == "v1"
-        finally:
-            gate.stop()
-            thread.join(30)

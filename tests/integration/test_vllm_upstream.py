@@ -7,7 +7,6 @@ server generates."""
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 
@@ -16,11 +15,10 @@ import pytest
 from conftest import SMOLLM2
 
 from rftbus.consumers.gate.audit import audit_log
-from rftbus.consumers.gate.service import Gate
 from rftbus.producers.serve.sessions import SESSION_HEADER
 from tests.integration.test_gate import wait_for
 from tests.integration.test_serve import FB, INF, recorded, serving
-from tests.integration.test_serve_gate import publish_adapter
+from tests.integration.test_serve_gate import gate_serving, publish_adapter
 from tests.vllm_server import asked_adapters, vllm_serve, vllm_serve_missing
 
 NAME = "smollm2-135m-instruct"
@@ -58,18 +56,9 @@ def test_serve_behind_the_gate_in_front_of_vllm_serve(broker, smollm2_folder, tm
                                  "lora_dir": str(tmp_path / "lora"), "request_timeout_s": 120.0}}
         with serving(tmp_path / "front", broker, **more) as (cfg, server):
             publish_adapter(cfg, 0, 0.0, lora=LORA)
-            gate = Gate(cfg, report=lambda m: None)
-            thread = threading.Thread(target=gate.run, daemon=True)
-            thread.start()
-            try:
-                wait_for(cfg, "promote", 0)
+            with gate_serving(cfg, server, 120) as (gated, deadline):
                 c = httpx.Client(base_url=server.url, timeout=120, headers={"Authorization": f"Bearer {INF}"})
                 f = httpx.Client(base_url=server.url, timeout=60, headers={"Authorization": f"Bearer {FB}"})
-                gated = server.service.gated
-                deadline = time.monotonic() + 120
-                while gated.serving is None:
-                    assert time.monotonic() < deadline, "serve never followed the first promotion"
-                    time.sleep(0.2)
                 first = [ask(c, f"early-{i}") for i in range(3)]
                 assert {v for v, _, _ in first} == {0}
                 assert asked_adapters(log) == [f"{NAME}-v0"] * 3  # the promoted version, by its own name there
@@ -109,6 +98,3 @@ def test_serve_behind_the_gate_in_front_of_vllm_serve(broker, smollm2_folder, tm
                 assert asked_adapters(log, before) == [f"{NAME}-v0"] * 8
                 found = audit_log(cfg)
                 assert found["ok"] and found["unlicensed_answers"] == 0 and found["rollbacks"][0]["version"] == "v1"
-            finally:
-                gate.stop()
-                thread.join(30)
