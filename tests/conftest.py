@@ -192,6 +192,8 @@ def stop_run(proc: subprocess.Popen, state_dir: Path | None = None, wait_s: floa
     stages busy for 20 minutes and timed out eight whole-run tests after it."""
     import signal
 
+    import psutil
+
     from rftbus.status import read_statuses
 
     if proc.poll() is None:
@@ -204,7 +206,7 @@ def stop_run(proc: subprocess.Popen, state_dir: Path | None = None, wait_s: floa
     for st in read_statuses(state_dir) if state_dir is not None else []:
         pid = st.get("pid")
         try:
-            if pid and pid != os.getpid() and str(state_dir) in Path(f"/proc/{pid}/cmdline").read_text(errors="replace"):
+            if pid and pid != os.getpid() and str(state_dir) in " ".join(psutil.Process(int(pid)).cmdline()):
                 os.kill(int(pid), signal.SIGKILL)
-        except (OSError, ValueError):
+        except (psutil.Error, OSError, ValueError):
             continue

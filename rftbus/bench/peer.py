@@ -108,7 +108,7 @@ def matched_groups(state_dir: Path, group_size: int) -> tuple[int, float]:
     summary = json.loads(path.read_text())
     steps, trained = int(summary.get("trainer_steps") or 0), int(summary.get("experiences_trained") or 0)
     if steps <= 0:
-        raise typer.BadParameter(f"the rftbus side made no trainer step ({state_dir / 'run' / 'summary.json'}): "
+        raise typer.BadParameter(f"the rftbus side made no trainer step ({path}): "
                                  "there is no batch to match")
     per_step = trained / steps
     return max(1, round(per_step / group_size)), per_step
