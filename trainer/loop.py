@@ -363,8 +363,9 @@ class Trainer:
             while True:
                 with phase("poll"):
                     bc.poll(self.tc.poll_timeout_s)
-                records = self._select(bc, partial=False)
-                at_end = records is None and self.opts.until_end and bc.caught_up()
+                held = self.tc.hold_at_step is not None and self.step >= self.tc.hold_at_step
+                records = None if held else self._select(bc, partial=False)
+                at_end = records is None and not held and self.opts.until_end and bc.caught_up()
                 ran = self.step - self.summary.start_step
                 if not self.stop_reason and self.tc.max_steps is not None and ran >= self.tc.max_steps:
                     self.stop_reason = "max_steps"
@@ -397,7 +398,9 @@ class Trainer:
                     break
                 if any(f[3] for f in flags):
                     self._checkpoint(bc, self.version)
-                self.c.status.update(state="waiting", pending_units=sum(len(b) for b in bc.lanes.values()))
+                self.c.status.update(state="waiting", pending_units=sum(len(b) for b in bc.lanes.values()),
+                                     **({"waiting_reason": f"held at step {self.step} (trainer.hold_at_step)"}
+                                        if held else {}))
             if self.step > self.last_ckpt or self._rejected_since_checkpoint():
                 self._checkpoint(bc, self.version, final=True)
         finally:

@@ -105,6 +105,10 @@ class TrainerConfig(BaseModel):
     max_pending_groups: int | None = Field(None, ge=1, description="buffer cap before lanes pause; default 4·B")
     max_steps: int | None = Field(None, ge=1, description="stop after this many steps (counting from the checkpoint)")
     idle_exit_s: float | None = Field(None, gt=0, description="exit after this long with no trainable batch")
+    hold_at_step: int | None = Field(None, ge=1, description="begin no step past this one (the step count, not "
+                                     "since the checkpoint) and wait: `rftbus run --max-steps` sets it, so no step "
+                                     "is in flight when the run stops it (a real model's step can outlast the stop's "
+                                     "grace, and a kill between checkpoint and publish leaves a version unpublished)")
     status_interval_s: float = Field(1.0, gt=0)
     eval_interval: int = Field(0, ge=0, description="steps between evals on the held-out split; 0 = off")
     eval_n: int = Field(16, ge=1)

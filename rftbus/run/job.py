@@ -110,7 +110,10 @@ class MainJob:
         they are started beside it (#19: each imports torch and builds its model while the JVM boots)."""
         mark_run(self.cfg.state_dir, self.started)
         wait = max(self.cfg.kafka.wait_s, self.cfg.broker.start_timeout_s + 30)
-        child = self.cfg.model_copy(update={"kafka": self.cfg.kafka.model_copy(update={"wait_s": wait})})
+        update: dict = {"kafka": self.cfg.kafka.model_copy(update={"wait_s": wait})}
+        if self.cfg.run.max_steps:  # the trainer holds there: no step is in flight when the run stops at it
+            update["trainer"] = self.cfg.trainer.model_copy(update={"hold_at_step": self.cfg.run.max_steps})
+        child = self.cfg.model_copy(update=update)
         return write_config(child, self.run_dir / "config.yaml")
 
     def child_specs(self, config_path: Path) -> list[ChildSpec]:

@@ -15,7 +15,7 @@ from rftbus.kafka.clients import make_consumer, make_producer
 from rftbus.schemas import ExperienceGroup, Rejection, Source, TrainerMetric, WeightVersion
 from rftbus.trainer.checkpoint import read_lineage
 from rftbus.trainer.publish import protected_versions
-from tests.integration.test_trainer import CODEC, curated_group, produce_groups, read_topic, trainer_config
+from tests.integration.test_trainer import CODEC, committed, curated_group, produce_groups, read_topic, trainer_config
 
 
 @pytest.fixture
@@ -136,6 +136,20 @@ def test_priority_lane_first_stale_and_bad_records_rejected(broker, tmp_path, di
     assert by_reason["schema"] == [None]  # Confluent framing (magic 0), and no registry to read it with
     m = metrics_of(cfg)[0].values
     assert m["staleness_max"] == 0 and "reward_mean" in m and "tokens_per_s" in m
+
+
+def test_a_trainer_held_at_a_step_begins_no_further_one(broker, tmp_path, dist_env):
+    """`trainer.hold_at_step` (what `rftbus run --max-steps` sets): with work for three steps it takes one and
+    waits, so nothing is in flight when the run stops it; the groups it did not take stay uncommitted."""
+    cfg, _ = trainer_config(tmp_path, broker, **{
+        "rl.batch_groups": 1, "trainer.idle_exit_s": 3.0, "trainer.hold_at_step": 1, "topics.curated.partitions": 1})
+    first = produce_groups(cfg, cfg.topics.curated.name, 1, prefix="h")
+    produce_groups(cfg, cfg.topics.curated.name, 2, prefix="k")
+    summary = run_trainer(cfg)
+    assert summary.steps == 1 and summary.stopped_by == "idle", summary
+    lineage = read_lineage(cfg.state_dir / "checkpoints" / "lineage.jsonl")
+    assert [line["experience_ids"] for line in lineage] == [first]
+    assert committed(cfg, cfg.trainer.group_id, cfg.topics.curated.name) == {0: 1}
 
 
 def test_positions_are_plain_offsets_and_records_finish_in_order(broker, tmp_path):
