@@ -70,7 +70,8 @@ def _run_config(base: Config, eta: int, u: str, steps: int, minutes: float, scal
         "explorers": 1, "streams_workers": 1, "expert": False, "expert_epochs": 1, "task_passes": 1,
         # S·B tasks are trained; the rest is slack for what is in flight; admission paces the explorer
         "tasks": 2 * (steps + 2 * (eta + 1)) * B, "max_steps": steps, "max_minutes": minutes,
-        "eval_n": 8, "eval_every_versions": 10 ** 6, "analytics": False, "target_eval_reward": None,
+        "eval_n": 8, "eval_every_versions": 10 ** 6, "analytics": False, "studio": False, "serve": False,
+        "target_eval_reward": None,
     })
     return Config.model_validate(data)
 

@@ -22,6 +22,8 @@ def _env(broker, tag: str) -> dict[str, str]:
         "RFTBUS_TRAINER__GROUP_ID": f"e2e{tag}-trainer",
         "RFTBUS_RUN__TASKS": "200", "RFTBUS_RUN__EVAL_N": "16", "RFTBUS_RUN__ANALYTICS": "false",
         "RFTBUS_RL__GROUP_SIZE": "4", "RFTBUS_RL__BATCH_GROUPS": "4",
+        "RFTBUS_RUN__STUDIO": "false",  # a process less per run (and no two runs on the studio's one port);
+        # the tests of the studio turn it on
     })
     return env
 
