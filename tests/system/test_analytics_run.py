@@ -22,7 +22,7 @@ from rftbus.kafka.clients import make_producer
 from rftbus.kafka.read import read_to_end
 from rftbus.schemas import ExperienceGroup, Feedback, FeedbackKind
 from rftbus.trainer.checkpoint import read_lineage
-from tests.conftest import REPO
+from tests.conftest import REPO, stop_run
 from tests.integration.test_analytics import CODEC, DECODE, TOPIC_KEYS, assert_counts_match, kafka_truth
 
 SECTIONS = ["reward_by_version", "staleness", "rejections", "throughput", "latency", "task_pass_rate", "feedback"]
@@ -146,9 +146,7 @@ def test_run_with_sink_counts_match_kafka_and_report_plots(broker, tmp_path):
         proc.send_signal(signal.SIGINT)  # the user's clean stop (a step budget could end the run before the sink is back)
         assert proc.wait(600) == 0, (tmp_path / "run.log").read_text()[-3000:]
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGINT)
-            proc.wait(120)
+        stop_run(proc, state)
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["restarts"].get("analytics", 0) >= 1 and s["exit_codes"].get("analytics") == 0, s
 

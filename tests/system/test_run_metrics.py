@@ -19,7 +19,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import REPO
+from tests.conftest import REPO, stop_run
 from tests.integration.test_trackers import tracked_eval_curves
 from tests.system.test_run import _env
 
@@ -91,7 +91,10 @@ def test_metrics_of_a_run_and_its_children_are_present_and_moving(broker, tmp_pa
         s2, st2 = scrape(serve_url + "/metrics"), scrape(studio_url + "/metrics")
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(180)
+        try:
+            proc.wait(180)
+        finally:
+            stop_run(proc, state)
     assert 0 <= second["rftbus_eval_reward"] <= 1 and "rftbus_eval_version" in second
     points = [json.loads(line) for line in (state / "run" / "eval.jsonl").read_text().splitlines()]
     assert len(points) >= 2, points  # v0 and the last version at least
