@@ -53,7 +53,7 @@ def add_timers(sa: StreamsApp, cfg: Config, wid: str) -> None:
         snap = counters.snapshot(sizes["held"], sizes["pending"])
         assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in app.consumer.assignment()
                           if tp.topic in (topo.raw, topo.feedback))
-        status.write({"role": "streams", "id": wid, "pid": os.getpid(), "app_id": sc.app_id,
+        status.write({"role": "streams", "id": wid, "pid": os.getpid(), "state": "running", "app_id": sc.app_id,
                       "processing_guarantee": sc.processing_guarantee, "latest_version": follower.version,
                       "started_at": started, "updated_at": time.time(), "cpu_s": round(time.process_time(), 3),
                       "assigned": assigned,

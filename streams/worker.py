@@ -8,8 +8,10 @@ from __future__ import annotations
 import cProfile
 import logging
 import os
+import time
 
 from rftbus.config import Config
+from rftbus.status import write_status
 from rftbus.streams.telemetry import worker_id
 from rftbus.streams.topology import prepare
 
@@ -18,6 +20,10 @@ PROFILE_ENV = "STREAMS_WORKER_PROFILE"  # a path: the worker writes cProfile sta
 
 
 def run(cfg: Config, wid: str | None = None, on_ready=None) -> int:
+    wid = wid or worker_id(cfg)
+    # At once, before the heavy imports, the topics and the Faust start (its first status comes from a timer, after
+    # table recovery, which under load took over two minutes): whoever watches sees this process is up, starting.
+    write_status(cfg.state_dir, "streams", wid, {"state": "starting", "started_at": time.time()})
     import faust  # noqa: F401  (heavy import only when a worker really starts)
     from faust import Worker
 
@@ -26,7 +32,6 @@ def run(cfg: Config, wid: str | None = None, on_ready=None) -> int:
     from rftbus.streams.faust_patches import require_versions
 
     require_versions()  # before anything is built: a wrong faust-streaming or aiokafka is one clear line
-    wid = wid or worker_id(cfg)
     topo = prepare(cfg)
     sa = build(cfg, topo, wid)
     if sa.untranslated:
