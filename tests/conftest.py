@@ -14,6 +14,8 @@ import pytest
 from rftbus.broker import embedded
 from rftbus.config import BrokerConfig, Config, load_config
 
+pytest_plugins = ["tests.cpu_report"]  # CPU seconds per test, after --durations
+
 REPO = Path(__file__).resolve().parent.parent
 # the vLLM tier runs in vLLM's own environment (.venv-vllm), as its own pytest (the Makefile's test target)
 collect_ignore = ["vllm_tier"]
