@@ -17,10 +17,10 @@ from rftbus.streams.curate import Decision, decide
 from rftbus.streams.join import ScanClock
 from rftbus.streams.live import Late, LiveGroups
 from rftbus.streams.outputs import H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0, Output
+from rftbus.streams.topology import OUTPUT_ROLES
 from rftbus.streams.verify import Drop, Verdict, needs_feedback, placement, read_group, sample_drops
 from rftbus.streams.view import GroupReader, GroupView
 
-OUTPUT_ROLES = ("curated", "curated_priority", "expert", "rejected")
 
 
 def output_partitions(emit) -> Any:

@@ -1,9 +1,9 @@
 """The topics the streams app reads and writes, checked (and the internal ones created) before start.
 
-Internal topics: `<app_id>-join` (feedback and index records, keyed by experience_id), `<app_id>-joined`
-(grades, same partition count as raw: co-partitioned with it in the ingest agent) and the changelogs of
-the `pending` (join) and `live` (held live groups) tables. rftbus declares them itself (Faust's topic_allow_declare is off)
-so partitions and retention are what this module says.
+Internal topics (described in rftbus/kafka/registry.py): `<app_id>-join` (feedback and index records, keyed by
+experience_id), `<app_id>-joined` (grades, same partition count as raw: co-partitioned with it in the ingest agent)
+and the changelogs of the `pending` (join) and `live` (held live groups) tables. rftbus declares them itself (Faust's
+topic_allow_declare is off) so partitions and retention are what this module says.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ from confluent_kafka.admin import NewTopic
 
 from rftbus.config import Config
 from rftbus.errors import RftbusError
+from rftbus.kafka import registry
 from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.retry import retry_kafka
 from rftbus.kafka.topics import create_topics, wait_visible
 
-OUTPUT_ROLES = ("curated", "curated_priority", "expert", "rejected")
+OUTPUT_ROLES = registry.keys(streams_output=True)
 
 
 @dataclass
@@ -36,18 +37,17 @@ class Topology:
 
 
 def pending_table_changelog(cfg: Config) -> str:
-    return f"{cfg.streams.app_id}-pending-changelog"
+    return registry.PENDING_CHANGELOG.name(cfg)
 
 
 def live_table_changelog(cfg: Config) -> str:
-    return f"{cfg.streams.app_id}-live-changelog"
+    return registry.LIVE_CHANGELOG.name(cfg)
 
 
 def prepare(cfg: Config) -> Topology:
     admin = check_reachable(cfg)
     create_topics(cfg, admin)
     t = cfg.topics
-    app_id = cfg.streams.app_id
     names = {role: getattr(t, role).name for role in OUTPUT_ROLES}
     # Every node's metadata, not only the one that created the topics: on a fresh cluster another node's
     # cache shows a just-created topic a moment later, and reading it as missing crashed the worker (#37).
@@ -64,9 +64,7 @@ def prepare(cfg: Config) -> Topology:
     if n != r:
         raise RftbusError(f"streams.partitions={n} must equal topics.raw partitions ({r}): "
                           "the joined topic is co-partitioned with raw")
-    internal = {f"{app_id}-join": {"cleanup.policy": "delete"}, f"{app_id}-joined": {"cleanup.policy": "delete"},
-                pending_table_changelog(cfg): {"cleanup.policy": "compact"},
-                live_table_changelog(cfg): {"cleanup.policy": "compact"}}
+    internal = {topic.name(cfg): {"cleanup.policy": topic.cleanup_policy} for topic in registry.INTERNAL}
     missing = []
     for name, conf in internal.items():
         if name in md.topics:
@@ -83,7 +81,7 @@ def prepare(cfg: Config) -> Topology:
     if missing:
         retry_kafka(lambda: _create(admin, missing), "creating the streams' internal topics")
     md = wait_visible(admin, [t.raw.name, *names.values(), *internal], 30.0)
-    names.update(join=f"{app_id}-join", joined=f"{app_id}-joined")
+    names.update(join=registry.JOIN.name(cfg), joined=registry.JOINED.name(cfg))
     partitions = {role: parts(name) for role, name in names.items()}
     return Topology(raw=t.raw.name, feedback=t.feedback.name, join=names["join"], joined=names["joined"],
                     changelog=pending_table_changelog(cfg), live_changelog=live_table_changelog(cfg), raw_partitions=r,

@@ -45,6 +45,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if not _SEEN or config.getoption("collectonly", False):
         return
     total = sum(cpu for cpu, _, _ in _SEEN)
-    terminalreporter.write_sep("=", f"most CPU, 30 of {len(_SEEN)} phases ({total / 60:.1f} CPU-min in tests)")
+    terminalreporter.write_sep("=", f"most CPU, {min(30, len(_SEEN))} of {len(_SEEN)} phases ({total / 60:.1f} CPU-min in tests)")
     for cpu, when, nodeid in sorted(_SEEN, reverse=True)[:30]:
         terminalreporter.write_line(f"{cpu:8.1f}s cpu {when:<8} {nodeid}")

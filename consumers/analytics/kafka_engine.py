@@ -15,18 +15,16 @@ from __future__ import annotations
 import json
 
 from rftbus.config import Config
+from rftbus.kafka import registry
 from rftbus.schemas import SCHEMA_DIR
 
-# Kafka table -> (record schema, topic keys it reads).
+RECORD_TABLES = {"Task": "kafka_tasks", "ExperienceGroup": "kafka_experiences", "Rejection": "kafka_rejections",
+                 "Feedback": "kafka_feedback", "WeightVersion": "kafka_weights", "TrainerMetric": "kafka_metrics",
+                 "GateDecision": "kafka_decisions"}
+# Kafka table -> (record schema, topic keys it reads): one table per record type, over every topic that holds it.
 SOURCES: dict[str, tuple[str, list[str]]] = {
-    "kafka_tasks": ("Task", ["tasks"]),
-    "kafka_experiences": ("ExperienceGroup", ["raw", "curated", "curated_priority", "expert"]),
-    "kafka_rejections": ("Rejection", ["rejected"]),
-    "kafka_feedback": ("Feedback", ["feedback"]),
-    "kafka_weights": ("WeightVersion", ["weights"]),
-    "kafka_metrics": ("TrainerMetric", ["metrics"]),
-    "kafka_decisions": ("GateDecision", ["decisions"]),
-}
+    table: (record, [t.key for t in registry.TOPICS if t.value.__name__ == record])
+    for record, table in RECORD_TABLES.items()}
 TARGET = {"kafka_tasks": "tasks", "kafka_experiences": "experiences", "kafka_rejections": "rejections",
           "kafka_feedback": "feedback", "kafka_weights": "weights", "kafka_metrics": "metrics",
           "kafka_decisions": "decisions"}
@@ -133,7 +131,7 @@ def views(cfg: Config, db: str, name: str) -> list[str]:
     where = ok
     if target.name == "experiences":  # one row per sample; on a curated lane only the survivors
         source += "\nARRAY JOIN src.samples AS s, arrayEnumerate(src.samples) AS idx"
-        lanes = [getattr(cfg.topics, k).name for k in ("curated", "curated_priority")]
+        lanes = [getattr(cfg.topics, k).name for k in registry.keys(curated=True)]
         where += f" AND (src._topic NOT IN {tuple(lanes)!r} OR has(src.survivors, toInt32(idx - 1)))".replace('"', "'")
     out = [f"CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.{name}_mv TO {db}.{target.name} AS\n"
            f"SELECT\n  {sep.join(pos + cols)}\nFROM {source}\n{where}",

@@ -13,18 +13,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from rftbus.kafka import registry
 from rftbus.schemas import (
     AvroRecord, DecodeError, ExperienceGroup, Feedback, GateDecision, Rejection, Task, TrainerMetric, WeightVersion,
 )
 
 TRAINED_KIND = "trained"  # TrainerMetric.kind of the trainer's lineage records (trainer/metrics.py)
 
-# TopicsConfig key -> the record class its messages hold.
-TOPIC_RECORDS: dict[str, type[AvroRecord]] = {
-    "tasks": Task, "raw": ExperienceGroup, "curated": ExperienceGroup, "curated_priority": ExperienceGroup,
-    "expert": ExperienceGroup, "rejected": Rejection, "feedback": Feedback, "weights": WeightVersion,
-    "metrics": TrainerMetric, "decisions": GateDecision,
-}
+# TopicsConfig key -> the record class its messages hold (the registry's).
+TOPIC_RECORDS: dict[str, type[AvroRecord]] = {t.key: t.value for t in registry.TOPICS}
 
 Row = dict[str, Any]
 
@@ -60,7 +57,7 @@ def _fmap(d: dict[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in d.items() if v is not None and math.isfinite(v)}
 
 
-CURATED = ("curated", "curated_priority")
+CURATED = registry.keys(curated=True)
 
 
 def _experiences(g: ExperienceGroup, topic: str) -> list[Row]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rftbus.config import Config
+from rftbus.kafka import registry
 from rftbus.consumers.analytics import report_sql as R
 from rftbus.consumers.analytics.backends import Backend
 from rftbus.consumers.analytics.backends.base import _PLACEHOLDER
@@ -125,7 +126,7 @@ class Path:
         for rec in self.records:
             e = out.setdefault(rec["experience_id"], {**rec, "lanes": [], "rejections": [], "trained": [],
                                                      "feedback": [], "served_in": None})
-            if rec["topic"] in ("curated", "curated_priority"):
+            if rec["topic"] in registry.keys(curated=True):
                 e["lanes"].append(rec)
             if rec["topic"] == "raw" and e["topic"] != "raw":  # show the raw record first
                 e.update({k: v for k, v in rec.items()})

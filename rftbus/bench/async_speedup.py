@@ -31,12 +31,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rftbus.bench.context import state
 from rftbus.config import Config, plain_data, write_config
 from rftbus.errors import RftbusError
+from rftbus.kafka import registry
 from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.read import read_to_end
 from rftbus.schemas import DecodeError, TrainerMetric, make_codec
 from rftbus.status import read_statuses, trainer_step
 
-TOPIC_KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
+TOPIC_KEYS = registry.keys()  # every topic, renamed per mode
 
 
 def _run_config(base: Config, eta: int, u: str, steps: int, minutes: float, scale: dict) -> Config:

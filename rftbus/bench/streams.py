@@ -20,6 +20,7 @@ from confluent_kafka.admin import NewTopic
 
 from rftbus.bench.context import state
 from rftbus.errors import RftbusError
+from rftbus.kafka import registry
 from rftbus.kafka.clients import check_reachable, make_consumer, make_producer
 from rftbus.kafka.topics import create_new, create_topics
 from rftbus.schemas import make_codec
@@ -28,7 +29,7 @@ from rftbus.streams.headers import H_T0
 from rftbus.bench.synthetic import make_group
 from rftbus.streams.worker import PROFILE_ENV
 
-KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]
+KEYS = registry.keys()  # every topic, renamed for this bench
 
 
 def _records(n_exp: int, group: int, tokens: int) -> list[tuple[bytes, bytes]]:
@@ -116,7 +117,7 @@ def _drain_rate(cfg, worker: WorkerProcess, expected: int, group: int, timeout: 
         if st.get("curated", 0) >= expected:
             break
         time.sleep(0.1)
-    msgs = [m for r in ("curated", "curated_priority") for m in read_all(cfg, getattr(cfg.topics, r).name)]
+    msgs = [m for r in registry.keys(curated=True) for m in read_all(cfg, getattr(cfg.topics, r).name)]
     ts = sorted(m.timestamp()[1] for m in msgs)
     if not ts:
         raise RftbusError(f"the worker curated nothing within {timeout:g} s (status: {st})")

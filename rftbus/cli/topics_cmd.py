@@ -1,4 +1,5 @@
-"""`rftbus topics create`: the declared topics, idempotently, with drift reported."""
+"""`rftbus topics list|create|acls`: what each topic is, the declared topics created idempotently with drift
+reported, and who may write each."""
 
 from __future__ import annotations
 
@@ -12,6 +13,29 @@ from rftbus.kafka.topics import create_topics
 app = typer.Typer(help="Manage the topics declared in the config.", no_args_is_help=True)
 
 _STYLE = {"created": "green", "exists": "dim", "differs": "yellow", "error": "red"}
+
+
+@app.command("list")
+def list_topics(ctx: typer.Context) -> None:
+    """Every topic rftbus uses, from the registry (rftbus/kafka/registry.py) with this config's names: what a record
+    is, its key, its value schema, partitions, retention and cleanup, and who may write it. Needs no broker."""
+    from rich.table import Table
+
+    from rftbus.kafka import registry
+
+    st = state(ctx)
+    cfg = st.config()
+    table = Table("key", "name", "holds", "record key", "value", "partitions", "retention", "cleanup", "writers")
+    for t in registry.TOPICS:
+        spec = t.spec(cfg)
+        retention = ("forever" if spec.retention_ms == -1 else "broker default" if spec.retention_ms is None
+                     else f"{spec.retention_ms / 86_400_000:g} d")
+        table.add_row(t.key, escape(spec.name), t.holds, t.record_key, t.value.__name__, str(spec.partitions),
+                      retention, spec.cleanup_policy, ", ".join(t.writers))
+    for it in registry.INTERNAL:
+        table.add_row("(streams)", escape(it.name(cfg)), it.holds, "", "streams' own bytes", "as raw", "",
+                      it.cleanup_policy, "streams")
+    st.console.print(table)
 
 
 @app.command("create")

@@ -16,22 +16,12 @@ from confluent_kafka import KafkaException
 
 from rftbus.config import Config
 from rftbus.errors import RftbusError
+from rftbus.kafka.registry import TOPICS
 
 ROLES = ("tasks", "explorer", "serve", "studio", "streams", "trainer", "evaluator", "analytics", "gate")
 
-# topic key -> the roles that write it (everything else is refused a write by the broker).
-WRITERS: dict[str, tuple[str, ...]] = {
-    "tasks": ("tasks",),
-    "raw": ("explorer", "serve"),
-    "curated": ("streams",),
-    "curated_priority": ("streams",),
-    "expert": ("tasks", "explorer", "serve", "studio", "streams"),  # demonstrations, corrections
-    "rejected": ("explorer", "streams", "trainer"),
-    "feedback": ("serve", "studio"),
-    "weights": ("trainer",),
-    "metrics": ("streams", "trainer", "evaluator"),
-    "decisions": ("gate",),
-}
+# topic key -> the roles that write it (everything else is refused a write by the broker): the registry's.
+WRITERS: dict[str, tuple[str, ...]] = {t.key: t.writers for t in TOPICS}
 
 
 @dataclass(frozen=True)
@@ -68,7 +58,7 @@ def acls(cfg: Config) -> list[Acl]:
     topics = cfg.topics.all()
     missing = set(topics) - set(WRITERS)
     if missing:
-        raise ValueError(f"no writers listed for topic keys {sorted(missing)} (rftbus/kafka/acls.py)")
+        raise ValueError(f"topic keys {sorted(missing)} are not in the registry (rftbus/kafka/registry.py)")
     out: list[Acl] = []
     for role in ROLES:
         p = principal(role)

@@ -15,15 +15,15 @@ from confluent_kafka import TopicPartition
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_admin
+from rftbus.kafka import registry
 from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.read import read_to_end
 from rftbus.kafka.retry import retrying
 from rftbus.models.lineage import is_further_trainer_stage
-from rftbus.schemas import (DecodeError, ExperienceGroup, Feedback, GateDecision, Rejection, Task, TrainerMetric, WeightVersion,
-                            make_codec)
+from rftbus.schemas import DecodeError, ExperienceGroup, Rejection, WeightVersion, make_codec
 
 Pos = tuple[str, int, int]  # topic, partition, offset
-LANES = ("curated", "curated_priority", "expert")
+LANES = registry.keys(lane=True)
 H_SRC = "rftbus-src"  # streams/outputs.py: the raw record an output derives from
 
 
@@ -121,13 +121,11 @@ def _kept_ids(g: ExperienceGroup) -> list[str]:
 
 # What the analytics sink counts per topic key: distinct ids of records of the topic's own type (per
 # experience on the experience topics: every sample on raw and expert, the survivors on a curated lane).
-ID_OF = {
-    "tasks": (Task, lambda r: [r.task_id]), "raw": (ExperienceGroup, lambda r: r.experience_ids()),
-    "curated": (ExperienceGroup, _kept_ids), "curated_priority": (ExperienceGroup, _kept_ids),
-    "expert": (ExperienceGroup, lambda r: r.experience_ids()), "rejected": (Rejection, lambda r: [r.rejection_id]),
-    "feedback": (Feedback, lambda r: [r.feedback_id]),
-    "weights": (WeightVersion, lambda r: [f"{r.model}:{r.version}"]), "metrics": (TrainerMetric, lambda r: [r.metric_id]),
-    "decisions": (GateDecision, lambda r: [r.decision_id]),
+IDS_OF = {
+    "tasks": lambda r: [r.task_id], "raw": lambda r: r.experience_ids(), "curated": _kept_ids,
+    "curated_priority": _kept_ids, "expert": lambda r: r.experience_ids(), "rejected": lambda r: [r.rejection_id],
+    "feedback": lambda r: [r.feedback_id], "weights": lambda r: [f"{r.model}:{r.version}"],
+    "metrics": lambda r: [r.metric_id], "decisions": lambda r: [r.decision_id],
 }
 
 
@@ -135,9 +133,8 @@ def held_live_groups(cfg: Config, timeout_s: float = 60.0) -> set[str]:
     """The raw records of live groups the streams hold for feedback right now, from the live table's
     changelog (the last value per group; a released group is a DONE marker or deleted)."""
     from rftbus.streams.live import WAITING, unpack
-    from rftbus.streams.topology import live_table_changelog
 
-    name = live_table_changelog(cfg)
+    name = registry.LIVE_CHANGELOG.name(cfg)
     if name not in make_admin(cfg).list_topics(timeout=10).topics:
         return set()
     last: dict[bytes, bytes | None] = {}
@@ -164,7 +161,7 @@ def read_ledger(cfg: Config, progress=lambda s: None, timeout_s: float = 300.0,
         if keys is not None and key not in keys:
             continue
         progress(f"reading {spec.name}")
-        cls, ident = ID_OF[key]
+        cls, ident = registry.record_of(key), IDS_OF[key]
         ids: set[str] = set()
         n = 0
         for msg in read_to_end(cfg, spec.name, timeout_s=timeout_s):
