@@ -77,7 +77,7 @@ class WorkerProcess(RftbusChild):
                 raise RuntimeError(f"worker {self.worker_id} exited {self.proc.returncode}: {self.tail()}")
             st = self.status()
             if st and st.get("pid") == self.proc.pid and any(a.startswith(self.cfg.topics.raw.name + "/")
-                                                                 for a in st["assigned"]):
+                                                                 for a in st.get("assigned") or ()):
                 return st
             time.sleep(0.2)
         raise TimeoutError(f"worker {self.worker_id} not ready after {timeout}s: {self.tail()}")

@@ -263,7 +263,7 @@ class ChaosDriver:
             return int(st.get("groups_produced") or 0) > 0
         if int(st.get("raw_in") or 0) + int(st.get("replays_skipped") or 0) > 0:
             return True
-        if not st:
+        if not st or st.get("state") == "starting":  # up, but not yet in the group: lag 0 says nothing
             return False
         try:
             if self._admin is None:
