@@ -187,8 +187,14 @@ class Join:
             else:
                 del self.table[key]
 
-    def pending(self) -> int:
-        return sum(1 for raw in self.table.values() if raw[0] == EXP)
+    def pending(self) -> tuple[int, int]:
+        """(experiences waiting for their feedback, feedback waiting for its experience) in one scan of the table:
+        the second is rejected as orphan_feedback at the TTL, so a drained worker has settled only when both are 0."""
+        exp = fb = 0
+        for raw in self.table.values():
+            exp += raw[0] == EXP
+            fb += raw[0] == FB
+        return exp, fb
 
     async def on_error(self, event, exc: BaseException) -> None:
         """A join record that raised: a `processing_error` rejection naming the input it came from."""

@@ -43,7 +43,7 @@ class Counters:
         self.by_stage[stage] += n
         self.c["rejected"] += n
 
-    def snapshot(self, held_groups: int, pending_feedback: int) -> dict:
+    def snapshot(self, held_groups: int, pending_feedback: int, unmatched_feedback: int = 0) -> dict:
         c = self.c
         waiting = c["waiting"]
         return {
@@ -63,6 +63,7 @@ class Counters:
             "rejected": c["rejected"], "rejected_by_reason": dict(self.rejected),
             "rejected_by_stage": dict(self.by_stage), "errors": c["errors"],
             "recovery_scans": c["recovery_scans"], "pending_feedback": pending_feedback,
+            "unmatched_feedback": unmatched_feedback,  # feedback whose experience has not come (orphan at the TTL)
             "broker_retries": c["broker_retries"], "delivery_failures": c["delivery_failures"],
             "delivery_retried": c["delivery_retried"], "quarantined": c["quarantined"],
         }

@@ -44,13 +44,14 @@ def add_timers(sa: StreamsApp, cfg: Config, wid: str) -> None:
 
     started = time.time()
     last_metrics = [0.0]
-    sizes, size_scans = {"held": 0, "pending": 0}, ScanClock(sc)  # table sizes: a full scan, not every second
+    sizes, size_scans = {"held": 0, "pending": 0, "unmatched": 0}, ScanClock(sc)  # a full scan, not every second
 
     @app.timer(sc.status_interval_s, name="status")
     async def write_status() -> None:
         if size_scans.due():
-            sizes.update(held=live.waiting(), pending=join.pending())
-        snap = counters.snapshot(sizes["held"], sizes["pending"])
+            pending, unmatched = join.pending()
+            sizes.update(held=live.waiting(), pending=pending, unmatched=unmatched)
+        snap = counters.snapshot(sizes["held"], sizes["pending"], sizes["unmatched"])
         assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in app.consumer.assignment()
                           if tp.topic in (topo.raw, topo.feedback))
         status.write({"role": "streams", "id": wid, "pid": os.getpid(), "state": "running", "app_id": sc.app_id,

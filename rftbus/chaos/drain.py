@@ -72,7 +72,9 @@ def stop_producers(run_pid: int, timeout_s: float = 90.0, quiet_s: float = 8.0) 
 
 def _streams_settled(state_dir) -> bool:
     sts = [s for s in read_statuses(state_dir, "streams") if s.get("pid") and psutil.pid_exists(s["pid"])]
-    return bool(sts) and all(s.get("held_groups", 1) == 0 and s.get("pending_feedback", 1) == 0 for s in sts)
+    # feedback that grades nothing yet is settled only by its orphan_feedback rejection, at the feedback TTL
+    return bool(sts) and all(s.get("held_groups", 1) == 0 and s.get("pending_feedback", 1) == 0
+                             and s.get("unmatched_feedback", 1) == 0 for s in sts)
 
 
 def drain(cfg: Config, run_pid: int, timeout_s: float, tick: Callable[[str], None] = lambda s: None,
