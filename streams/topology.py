@@ -36,14 +36,6 @@ class Topology:
     partitions: dict[str, int]
 
 
-def pending_table_changelog(cfg: Config) -> str:
-    return registry.PENDING_CHANGELOG.name(cfg)
-
-
-def live_table_changelog(cfg: Config) -> str:
-    return registry.LIVE_CHANGELOG.name(cfg)
-
-
 def prepare(cfg: Config) -> Topology:
     admin = check_reachable(cfg)
     create_topics(cfg, admin)
@@ -84,7 +76,7 @@ def prepare(cfg: Config) -> Topology:
     names.update(join=registry.JOIN.name(cfg), joined=registry.JOINED.name(cfg))
     partitions = {role: parts(name) for role, name in names.items()}
     return Topology(raw=t.raw.name, feedback=t.feedback.name, join=names["join"], joined=names["joined"],
-                    changelog=pending_table_changelog(cfg), live_changelog=live_table_changelog(cfg), raw_partitions=r,
+                    changelog=registry.PENDING_CHANGELOG.name(cfg), live_changelog=registry.LIVE_CHANGELOG.name(cfg), raw_partitions=r,
                     names=names, partitions=partitions)
 
 

@@ -11,8 +11,7 @@ import os
 import time
 
 from rftbus.config import Config
-from rftbus.status import write_status
-from rftbus.streams.telemetry import worker_id
+from rftbus.streams.telemetry import StatusFile, worker_id
 from rftbus.streams.topology import prepare
 
 log = logging.getLogger("rftbus.streams")
@@ -23,7 +22,7 @@ def run(cfg: Config, wid: str | None = None, on_ready=None) -> int:
     wid = wid or worker_id(cfg)
     # At once, before the heavy imports, the topics and the Faust start (its first status comes from a timer, after
     # table recovery, which under load took over two minutes): whoever watches sees this process is up, starting.
-    write_status(cfg.state_dir, "streams", wid, {"state": "starting", "started_at": time.time()})
+    StatusFile(cfg, wid).write({"state": "starting", "started_at": time.time()})
     import faust  # noqa: F401  (heavy import only when a worker really starts)
     from faust import Worker
 

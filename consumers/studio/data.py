@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rftbus.config import Config
-from rftbus.kafka import registry
 from rftbus.consumers.analytics import report_sql as R
+from rftbus.consumers.analytics.rows import CURATED
 from rftbus.consumers.analytics.backends import Backend
 from rftbus.consumers.analytics.backends.base import _PLACEHOLDER
 
@@ -126,7 +126,7 @@ class Path:
         for rec in self.records:
             e = out.setdefault(rec["experience_id"], {**rec, "lanes": [], "rejections": [], "trained": [],
                                                      "feedback": [], "served_in": None})
-            if rec["topic"] in registry.keys(curated=True):
+            if rec["topic"] in CURATED:
                 e["lanes"].append(rec)
             if rec["topic"] == "raw" and e["topic"] != "raw":  # show the raw record first
                 e.update({k: v for k, v in rec.items()})

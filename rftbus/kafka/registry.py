@@ -65,10 +65,6 @@ def record_of(key: str) -> type[AvroRecord]:
     return BY_KEY[key].value
 
 
-def writers(key: str) -> tuple[str, ...]:
-    return BY_KEY[key].writers
-
-
 # The streams app's own topics, named from its app id and created by it (streams/topology.py), with as many
 # partitions as raw: co-partitioned with it. Their values are the streams' own encodings, not Avro records.
 @dataclass(frozen=True)

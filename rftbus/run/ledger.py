@@ -8,8 +8,10 @@ Only headers and ids are kept, so a run of a few hundred thousand records fits c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import TopicPartition
 
@@ -20,7 +22,8 @@ from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.read import read_to_end
 from rftbus.kafka.retry import retrying
 from rftbus.models.lineage import is_further_trainer_stage
-from rftbus.schemas import DecodeError, ExperienceGroup, Rejection, WeightVersion, make_codec
+from rftbus.schemas import (DecodeError, ExperienceGroup, Feedback, GateDecision, Rejection, Task, TrainerMetric,
+                            WeightVersion, make_codec)
 
 Pos = tuple[str, int, int]  # topic, partition, offset
 LANES = registry.keys(lane=True)
@@ -121,12 +124,16 @@ def _kept_ids(g: ExperienceGroup) -> list[str]:
 
 # What the analytics sink counts per topic key: distinct ids of records of the topic's own type (per
 # experience on the experience topics: every sample on raw and expert, the survivors on a curated lane).
-IDS_OF = {
-    "tasks": lambda r: [r.task_id], "raw": lambda r: r.experience_ids(), "curated": _kept_ids,
-    "curated_priority": _kept_ids, "expert": lambda r: r.experience_ids(), "rejected": lambda r: [r.rejection_id],
-    "feedback": lambda r: [r.feedback_id], "weights": lambda r: [f"{r.model}:{r.version}"],
-    "metrics": lambda r: [r.metric_id], "decisions": lambda r: [r.decision_id],
+IDS_OF_RECORD: dict[type, Callable[[Any], list[str]]] = {
+    Task: lambda r: [r.task_id], ExperienceGroup: lambda r: r.experience_ids(), Rejection: lambda r: [r.rejection_id],
+    Feedback: lambda r: [r.feedback_id], WeightVersion: lambda r: [f"{r.model}:{r.version}"],
+    TrainerMetric: lambda r: [r.metric_id], GateDecision: lambda r: [r.decision_id],
 }
+
+
+def ids_of(key: str) -> Callable[[Any], list[str]]:
+    topic = registry.BY_KEY[key]
+    return _kept_ids if topic.curated else IDS_OF_RECORD[topic.value]
 
 
 def held_live_groups(cfg: Config, timeout_s: float = 60.0) -> set[str]:
@@ -161,7 +168,7 @@ def read_ledger(cfg: Config, progress=lambda s: None, timeout_s: float = 300.0,
         if keys is not None and key not in keys:
             continue
         progress(f"reading {spec.name}")
-        cls, ident = registry.record_of(key), IDS_OF[key]
+        cls, ident = registry.record_of(key), ids_of(key)
         ids: set[str] = set()
         n = 0
         for msg in read_to_end(cfg, spec.name, timeout_s=timeout_s):

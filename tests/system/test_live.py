@@ -132,7 +132,8 @@ def test_a_write_lost_to_kill9_between_the_join_writes_still_joins(broker, tmp_p
     from rftbus.streams.join import pack as pack_join
     from rftbus.streams.live import WAITING, Held, pack
     from rftbus.streams.outputs import H_T0
-    from rftbus.streams.topology import live_table_changelog, pending_table_changelog, prepare
+    from rftbus.kafka.registry import LIVE_CHANGELOG, PENDING_CHANGELOG
+    from rftbus.streams.topology import prepare
 
     tag = uuid.uuid4().hex[:6]
     cfg = make_config(tmp_path, broker.broker.port, **{f"topics.{k}.name": f"lx{tag}.{k}" for k in TOPIC_KEYS}, **{
@@ -148,13 +149,13 @@ def test_a_write_lost_to_kill9_between_the_join_writes_still_joins(broker, tmp_p
         held = Held(WAITING, now, m.partition(), f"{m.topic()}/{m.partition()}/{m.offset()}",
                     dict(m.headers() or []).get(H_T0, b""), m.value())
         p = Producer(producer_conf(cfg))
-        p.produce(live_table_changelog(cfg), key=group.group_id.encode(), value=pack(held), partition=m.partition())
+        p.produce(LIVE_CHANGELOG.name(cfg), key=group.group_id.encode(), value=pack(held), partition=m.partition())
         fb_id = f"fb-{tag}"
         if lost == "grade":  # where Faust's producer puts the key on the join topic (aiokafka: murmur2)
             jp = (murmur2(eid.encode()) & 0x7FFFFFFF) % len(make_admin(cfg).list_topics(timeout=10)
                                                            .topics[f"lx{tag}-join"].partitions)
             marker = pack_join(DONE, now, jp, data=pack_done(fb_id.encode(), index_value(group.group_id, m.partition(), 0)))
-            p.produce(pending_table_changelog(cfg), key=eid.encode(), value=marker, partition=jp)
+            p.produce(PENDING_CHANGELOG.name(cfg), key=eid.encode(), value=marker, partition=jp)
         assert p.flush(30) == 0
         worker = WorkerProcess(cfg, "w1", tmp_path / "w1.log")  # its tables come from the changelogs
         try:
