@@ -116,17 +116,49 @@ def check_sample(g: GroupView, i: int, latest: int, seen_ids: set[str]) -> Drop 
 def check_limits(g: GroupView, i: int, sc: StreamsConfig) -> Drop | None:
     """Per-sample filters (stage filter): over length, reward out of range, no reward at all."""
     s = g.samples[i]
-    tokens = g.prompt_len + s.response_len
-    if tokens > sc.max_tokens:
-        return Drop("over_length", f"{tokens} tokens > streams.max_tokens={sc.max_tokens}", "filter")
+    drop = over_length(g, i, sc)
+    if drop is not None:
+        return drop
     if s.reward is None:
         if "session_id" in g.metadata:  # one call of an agent's episode that nobody graded
             return Drop("episode_no_feedback", f"session {g.metadata['session_id']}: the episode was not graded "
                         "(no feedback on the session or this call)", "join")
         return Drop("no_feedback", "reward is null and no feedback was joined", "join")
-    if not sc.reward_min <= s.reward <= sc.reward_max:
-        return Drop("reward_out_of_range", f"reward {s.reward} outside [{sc.reward_min}, {sc.reward_max}]", "filter")
+    return reward_refusal(s.reward, sc)
+
+
+def over_length(g: GroupView, i: int, sc: StreamsConfig) -> Drop | None:
+    tokens = g.prompt_len + g.samples[i].response_len
+    if tokens > sc.max_tokens:
+        return Drop("over_length", f"{tokens} tokens > streams.max_tokens={sc.max_tokens}", "filter")
     return None
+
+
+def reward_refusal(reward: float, sc: StreamsConfig) -> Drop | None:
+    """A reward the streams will not train on (the gate does not count it as evidence either)."""
+    if not math.isfinite(reward):
+        return Drop("non_finite_reward", f"reward {reward}")
+    if not sc.reward_min <= reward <= sc.reward_max:
+        return Drop("reward_out_of_range", f"reward {reward} outside [{sc.reward_min}, {sc.reward_max}]", "filter")
+    return None
+
+
+def live_answers(data: bytes | None, key: bytes | None, partition: int, partitions: int, read: GroupReader,
+                 sc: StreamsConfig) -> tuple[GroupView | None, list[int]]:
+    """A live record as the streams take it before any grade: the group and the indices of its samples they keep
+    (the verify stage's checks, but for rewards, which come later), or (None, []) when they reject it whole. The
+    promotion gate counts only these answers as evidence: the streams' rule, not a copy of it."""
+    v = read_group(data, read, sc.max_message_bytes, sc.max_n_samples)
+    g = v.group
+    if not v.ok or g is None or g.source.value != "live" or placement(key, g.group_id, partition, partitions):
+        return None, []
+    kept, seen = [], set()
+    for i, s in enumerate(g.samples):
+        # (the version is the gate's to judge: only the serving version's and the candidate's answers count)
+        if (check_sample(g, i, s.model_version, seen) or over_length(g, i, sc)) is None:
+            kept.append(i)
+        seen.add(s.experience_id)
+    return g, kept
 
 
 def sample_drops(g: GroupView, latest: int, sc: StreamsConfig) -> dict[int, Drop]:

@@ -42,6 +42,7 @@ class GroupView:
     data: bytes  # the bytes as read
     skim: Skim | None = None  # set when the bytes were skimmed
     record: ExperienceGroup | None = None  # set when they were decoded in full
+    created_at: int = 0  # ms, as the producer dated the group
 
     @property
     def size(self) -> int:
@@ -69,7 +70,8 @@ class GroupReader:
                                   s.lengths["loss_mask"], "logprobs" not in s.nonfinite)
                        for s in skim.items["samples"]]
             return GroupView(v["group_id"], v["task_id"], Source(v["source"]), v["explorer_id"],
-                             skim.lengths["prompt_ids"], samples, v["metadata"], data, skim=skim)
+                             skim.lengths["prompt_ids"], samples, v["metadata"], data, skim=skim,
+                             created_at=int(v.get("created_at") or 0))
         rec = self.decode_any(data, None)
         return self.view(rec, data) if isinstance(rec, ExperienceGroup) else rec
 
@@ -80,7 +82,7 @@ class GroupReader:
                               len(s.logprobs), len(s.loss_mask), math.isfinite(sum(s.logprobs)))  # finite iff every term is
                    for s in g.samples]
         return GroupView(g.group_id, g.task_id, g.source, g.explorer_id, len(g.prompt_ids), samples,
-                         dict(g.metadata), data, record=g)
+                         dict(g.metadata), data, record=g, created_at=g.created_at)
 
     def full(self, view: GroupView) -> ExperienceGroup:
         """The whole record (decoded now if it was only skimmed)."""

@@ -6,6 +6,12 @@ grades), weights (published versions) and metrics (held-out eval points) from th
 it has caught up with where they ended when it started, and deciding from then on: after each batch it reads, and
 once a second. Each decision is written with acks=all and flushed before the next is made. A record it cannot
 decode is counted and skipped (the streams reject it with its reason; the gate only reads evidence).
+
+What it believes is what the rest of the run believes, by the same rules, not copies: its own decisions read back
+pass the decision rules (rftbus/weights/decision_rules.py); a version becomes a candidate only if the weights
+admission takes its record (rftbus/weights/admit.py: the store's uri, its file there, not far ahead) and its
+lineage is one the config trains; an answer is evidence only if the streams keep it (`live_answers`) and a grade
+only if the streams would train on its reward (`reward_refusal`).
 """
 
 from __future__ import annotations
@@ -24,10 +30,13 @@ from rftbus.kafka.clients import make_consumer, make_producer
 from rftbus.kafka.read import consume_ready
 from rftbus.kafka.retry import retry_kafka
 from rftbus.models.lineage import label, lineage_of
-from rftbus.schemas import DecodeError, ExperienceGroup, Feedback, GateDecision, Source, TrainerMetric, WeightVersion
+from rftbus.schemas import DecodeError, Feedback, GateDecision, TrainerMetric, WeightVersion
 from rftbus.schemas import make_codec
 from rftbus.status import write_status
 from rftbus.streams.feedback import BadFeedback, grades
+from rftbus.streams.verify import live_answers, reward_refusal
+from rftbus.streams.view import GroupReader
+from rftbus.weights.admit import refusal
 from rftbus.weights.decisions import decisions_so_far
 
 
@@ -37,11 +46,15 @@ class Gate:
         self.state = GateState(cfg.model.name, cfg.gate, cfg.gate.id)
         codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
         self.decode = codec.deserializer()
+        self.read_group = GroupReader(codec)
+        self.raw_partitions = cfg.topics.raw.partitions  # as the broker has it, once run() has looked
         self.encode = codec.serializer(GateDecision)
         self.topics = {cfg.topics.raw.name: "raw", cfg.topics.feedback.name: "feedback",
                        cfg.topics.weights.name: "weights", cfg.topics.metrics.name: "metrics"}
-        self.counts = {"answers": 0, "grades": 0, "evidence": 0, "undecodable": 0, "decisions": 0}
+        self.counts = {"answers": 0, "grades": 0, "evidence": 0, "undecodable": 0, "decisions": 0,
+                       "refused_answers": 0, "refused_grades": 0, "refused_weights": 0, "refused_decisions": 0}
         self.ends: dict[tuple[str, int], int] = {}
+        self.lineages = cfg.lineages
         self._stop = threading.Event()
 
     # -- the log -------------------------------------------------------------------------------------------
@@ -51,7 +64,11 @@ class Gate:
         def undecodable() -> None:
             self.counts["undecodable"] += 1
 
-        mine = retry_kafka(lambda: decisions_so_far(self.cfg, on_undecodable=undecodable),
+        def refused(why: str) -> None:
+            self.counts["refused_decisions"] += 1
+            self.report(f"gate: {why}; not adopted")
+
+        mine = retry_kafka(lambda: decisions_so_far(self.cfg, on_undecodable=undecodable, on_refused=refused),
                            f"reading the gate's decisions back from {self.cfg.topics.decisions.name}")
         for d in mine:
             self.state.adopt(d)
@@ -64,31 +81,52 @@ class Gate:
             self.counts["undecodable"] += 1
             return None
 
-    def handle(self, topic: str, value: bytes | None) -> None:
+    def handle(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int = 0) -> None:
         kind = self.topics.get(topic)
+        if kind == "raw":
+            self._answers(value, key, partition)
+            return
         rec = self._decoded(value)
-        if kind == "raw" and isinstance(rec, ExperienceGroup) and rec.source == Source.live:
-            lineage = rec.metadata.get("gate_lineage", "")  # serve names whose version answered
-            for e in rec.samples:
-                self.state.served(e.experience_id, e.model_version, rec.created_at, lineage)
-                self.counts["answers"] += 1
-        elif kind == "feedback" and isinstance(rec, Feedback):
+        if kind == "feedback" and isinstance(rec, Feedback):
             try:
                 lo, hi = self.cfg.streams.rating_scale
                 found = grades(rec, (lo, hi))
             except BadFeedback:
+                self.counts["refused_grades"] += 1
                 return  # the streams reject it with its reason
             for g in found:
+                if reward_refusal(g.reward, self.cfg.streams) is not None:
+                    self.counts["refused_grades"] += 1
+                    continue
                 self.counts["grades"] += 1
                 self.counts["evidence"] += int(self.state.graded(g.experience_id, g.reward))
         elif kind == "weights" and isinstance(rec, WeightVersion):
             whose = lineage_of(rec.model, self.state.model)
-            if whose is not None:
-                self.state.published(rec.version, whose)
+            if whose is None:
+                return
+            why = f"lineage {whose!r} is not one this config trains (run.trainers)" \
+                if whose not in self.lineages else refusal(rec, self.cfg, self.state.newest.get(whose))
+            if why is not None:
+                self.counts["refused_weights"] += 1
+                self.report(f"gate: weights {label(whose, rec.version)} not a candidate: {why}")
+                return
+            self.state.published(rec.version, whose)
         elif kind == "metrics" and isinstance(rec, TrainerMetric) and rec.kind == "eval" and "reward" in rec.values:
             whose = lineage_of(rec.model, self.state.model)
-            if whose is not None:
+            if whose is not None and whose in self.lineages:
                 self.state.evaluated(rec.version, float(rec.values["reward"]), whose)
+
+    def _answers(self, value: bytes | None, key: bytes | None, partition: int) -> None:
+        """A live group's answers that the streams keep (any other record on raw is not the gate's)."""
+        g, kept = live_answers(value, key, partition, self.raw_partitions, self.read_group, self.cfg.streams)
+        if g is None:
+            return
+        lineage = g.metadata.get("gate_lineage", "")  # serve names whose version answered
+        self.counts["refused_answers"] += g.size - len(kept)
+        for i in kept:
+            e = g.samples[i]
+            self.state.served(e.experience_id, e.model_version, g.created_at, lineage)
+            self.counts["answers"] += 1
 
     # -- deciding ------------------------------------------------------------------------------------------
     def decide(self, producer) -> list[GateDecision]:
@@ -132,6 +170,8 @@ class Gate:
                 md = consumer.list_topics(topic, timeout=30).topics.get(topic)
                 if md is None or md.error is not None:
                     raise RftbusError(f"topic {topic} is not there (create the topics first: rftbus topics create)")
+                if topic == self.cfg.topics.raw.name:
+                    self.raw_partitions = len(md.partitions)
                 for p in md.partitions:
                     low, high = retry_kafka(partial(consumer.get_watermark_offsets, TopicPartition(topic, p),
                                                     timeout=30), f"the ends of {topic}")
@@ -147,7 +187,7 @@ class Gate:
                         if err.code() != KafkaError._PARTITION_EOF:
                             self.report(f"gate: reading {msg.topic()}: {err.str()}")
                         continue
-                    self.handle(msg.topic() or "", msg.value())
+                    self.handle(msg.topic() or "", msg.value(), msg.key(), msg.partition() or 0)
                 if self._caught_up(consumer) and time.monotonic() - last_look >= 0.2:
                     self.decide(producer)
                     last_look = time.monotonic()

@@ -36,7 +36,7 @@ from rftbus.producers.serve.generator import Generated, Generator, GenRequest, T
 from rftbus.producers.serve.protocol import cut_at_stop, default_task_id
 from rftbus.producers.serve.recorder import BufferFull, DeliveryFailed, Recorder
 from rftbus.producers.serve.records import LivePrompt, RecentPrompts, RecordIds, live_group
-from rftbus.producers.serve.gated import GatedVersions, NotServing
+from rftbus.producers.serve.gated import GatedVersions, NotServing, SessionRetired
 from rftbus.producers.serve.sessions import Sessions
 from rftbus.schemas import ExperienceGroup, Feedback, make_codec, topic_context
 from rftbus.status import StatusFile
@@ -83,7 +83,8 @@ class LiveService:
         self.generator = Generator(self.engine, self.tokenizer, follower, max_batch=s.max_batch,
                                    batch_wait_s=s.batch_wait_ms / 1000, report=report,
                                    stop_ids=self.prompt.stop_ids)
-        self.gated = GatedVersions(cfg, self.generator.add_adapter, report, s.max_sessions) \
+        self.gated = GatedVersions(cfg, self.generator.add_adapter, report, s.max_sessions,
+                                   remove_adapter=self.generator.remove_adapter) \
             if cfg.gate.enabled else None
         codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
         self.encode_group, self.encode_fb = codec.serializer(ExperienceGroup), codec.serializer(Feedback)
@@ -170,9 +171,11 @@ class LiveService:
         route = None
         if adapter is None and self.gated is not None:
             try:
-                route = self.gated.route(session_id)
+                route = self.gated.route(session_id, client)
             except NotServing as e:
                 raise Unavailable(str(e), code="no_version_serves") from None
+            except SessionRetired as e:
+                raise BadRequest(str(e), param="session_id", code="session_version_retired", status=409) from None
             adapter = route.adapter
         fut = self.generator.submit(GenRequest(prompt.ids, n, sampling, max_new, listener, adapter))
         try:

@@ -97,6 +97,9 @@ class Config(_Strict):
                 raise ValueError(f"run.trainers[{i}]: lineage {t.lineage!r} is "
                                  + ("missing (each further trainer names its own)" if not t.lineage else "taken"))
             seen.add(t.lineage)
+        if self.gate.enabled and self.trainer.lora is None:
+            raise ValueError("gate.enabled needs trainer.lora: serve holds each version the gate serves as a named "
+                             "LoRA adapter beside the base model (set trainer.lora, or turn the gate off)")
         if self.run.trainers and not self.gate.enabled:
             raise ValueError("run.trainers: more than one trainer needs the promotion gate (gate.enabled) to choose "
                              "among their versions")
@@ -115,6 +118,11 @@ class Config(_Strict):
             return TrainerConfig.model_validate({**base, **over})
         except ValidationError as e:
             raise ValueError(f"run.trainers[{i}]: {e.errors()[0]['loc']}: {e.errors()[0]['msg']}") from None
+
+    @property
+    def lineages(self) -> frozenset[str]:
+        """The weight lineages this config trains: "" (the first trainer) and each of run.trainers'."""
+        return frozenset({""} | {self.lineage_trainer(i).lineage for i in range(len(self.run.trainers))})
 
     @property
     def replicas(self) -> int:

@@ -23,7 +23,8 @@ def test_keys_labels_and_names():
 
 def cfg_with(tmp_path, trainers, gate: bool = True) -> Config:
     path = tmp_path / "c.yaml"
-    path.write_text(f"state_dir: {tmp_path}\ngate: {{enabled: {str(gate).lower()}}}\n")
+    path.write_text(f"state_dir: {tmp_path}\ngate: {{enabled: {str(gate).lower()}}}\n"
+                    "trainer: {lora: {r: 4, alpha: 8, target_modules: [q_proj]}}\n")
     return load_config(path, {"run": {"trainers": trainers}})
 
 
@@ -53,7 +54,7 @@ def test_each_trainer_keeps_only_its_own_served_versions_out_of_gc(tmp_path):
     cfg = cfg_with(tmp_path, [{"lineage": "hot"}])
     first, hot = ServedVersions(cfg, ""), ServedVersions(cfg, "hot")
     d = GateDecision(decision_id="x", model=cfg.model.name, decision="canary", version=7, serving=5, candidate=7,
-                     gate="g", reason="r", lineage="hot", serving_lineage="")
+                     gate="gate", reason="r", lineage="hot", serving_lineage="", canary_share=0.3)
     for s in (first, hot):
         s._on(d)
     assert first.versions() == {5} and hot.versions() == {7}
@@ -69,3 +70,11 @@ def test_a_further_trainer_judges_staleness_in_the_first_lineages_numbers():
     other = SimpleNamespace(first_lineage=SimpleNamespace(version=12))
     assert Components.staleness_reference(other, 3) == 12  # not its own 3: the rollouts carry the first one's
     assert Components.staleness_reference(other, 3, [11, 13]) == 13  # a record its follower has not read yet
+
+
+def test_the_gate_without_lora_is_refused_at_load(tmp_path):
+    """Serve holds each gated version as a named adapter: a gate without trainer.lora crash-looped serve (#63)."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"state_dir: {tmp_path}\ngate: {{enabled: true}}\n")
+    with pytest.raises(ConfigError, match="gate.enabled needs trainer.lora"):
+        load_config(path)
