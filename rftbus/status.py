@@ -8,6 +8,8 @@ second, so a main loop only updates a dict; an event loop (Faust) calls `write_s
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import json
 import os
 import threading
@@ -54,10 +56,14 @@ def trainer_step(statuses: list[dict[str, Any]]) -> int:
 
 
 class StatusFile:
-    """A status file rewritten by a daemon thread every `interval_s` from fields the owner updates."""
+    """A status file rewritten by a daemon thread every `interval_s` from fields the owner updates (and, when given,
+    the fields `refresh` returns at each write: figures that change without the owner's doing, such as what a
+    follower thread read)."""
 
-    def __init__(self, state_dir: Path, role: str, ident: str, interval_s: float = 1.0):
+    def __init__(self, state_dir: Path, role: str, ident: str, interval_s: float = 1.0,
+                 refresh: Callable[[], dict[str, Any]] | None = None):
         self.state_dir, self.role, self.ident = Path(state_dir), role, ident
+        self.refresh = refresh
         self.path = status_dir(self.state_dir) / f"{role}-{ident}.json"
         self.interval = interval_s
         self.fields: dict[str, Any] = {"started_at": time.time(), "state": "starting"}
@@ -70,7 +76,9 @@ class StatusFile:
             self.fields.update(fields)
 
     def write(self) -> None:
+        fresh = self.refresh() if self.refresh is not None else {}
         with self._lock:
+            self.fields.update(fresh)
             data = dict(self.fields)
         write_status(self.state_dir, self.role, self.ident, data)
 

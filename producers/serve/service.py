@@ -98,7 +98,8 @@ class LiveService:
                                  "feedback", report)
         self.recent = RecentPrompts(s.recent_experiences)
         self.sessions = Sessions(s.max_sessions, s.max_calls_per_session)
-        self.status = StatusFile(cfg.state_dir, "serve", self.id, s.status_interval_s)
+        self.status = StatusFile(cfg.state_dir, "serve", self.id, s.status_interval_s,
+                                 refresh=self.gated.stats if self.gated is not None else None)
         self.counts: Counter[str] = Counter()
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -1,6 +1,8 @@
 """The promotion gate as a process on the real broker (`rftbus gate`): the seed serves, a new version goes on
 canary, a worse one is rolled back on live grades with its statistics on the record, a killed gate reads its
-decisions back and decides nothing twice, and a good candidate is promoted."""
+decisions back and decides nothing twice, and a good candidate is promoted. What the rest of the run refuses, the
+gate refuses too (#63): a weight record with no file is never a candidate, a decision another writer put on the
+topic is not read back as the gate's own, and answers or grades the streams reject are not evidence."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import time
 import uuid
 from pathlib import Path
 
+import torch
+
 from rftbus.config import TopicsConfig, write_config
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.read import read_to_end
@@ -20,6 +24,8 @@ from rftbus.kafka.topics import create_topics
 from rftbus.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Source, WeightVersion,
                             make_codec)
 from rftbus.status import read_statuses
+from rftbus.weights import WeightStore
+from rftbus.weights.admit import store_url, version_uri
 from tests.conftest import make_config
 
 CODEC = make_codec(None)
@@ -68,9 +74,14 @@ def answered(cfg, version: int, rewards: list[float], tag: str) -> list:
                      for s, r in zip(samples, rewards))]
 
 
-def weights(cfg, version: int) -> WeightVersion:
-    return WeightVersion(model=cfg.model.name, version=version, step=version, uri=f"file:///nowhere/v{version}",
-                         sha256="0" * 64, bytes=1)
+def weights(cfg, version: int, file: bool = True) -> WeightVersion:
+    """Version `version`'s record, its file in the weight store (`file`; without, a record the admission refuses)."""
+    if not file:
+        return WeightVersion(model=cfg.model.name, version=version, step=version, sha256="0" * 64, bytes=1,
+                             uri=version_uri(store_url(cfg), cfg.model.name, version))
+    saved = WeightStore(store_url(cfg)).save(cfg.model.name, version, {"w": torch.full((2,), float(version))})
+    return WeightVersion(model=cfg.model.name, version=version, step=version, uri=saved.uri, sha256=saved.sha256,
+                         bytes=saved.bytes)
 
 
 def wait_caught_up(cfg, gate: subprocess.Popen, log: Path, timeout: float = 90.0) -> None:
@@ -109,21 +120,41 @@ def test_the_gate_rolls_back_a_worse_version_survives_a_kill_and_promotes_a_good
         ev = rb.evidence
         assert ev["n_serving"] == 30 and ev["n_candidate"] == 30 and ev["mean_candidate"] == 0.0
         assert ev["z"] < -ev["z_crit"] and ev["margin"] == cfg.gate.margin and "Welch" in rb.test
+        # forged: a newer version with no file, and a decision by another writer that would put it on canary
+        publish(cfg, weights(cfg, 50, file=False))
+        forged = GateDecision(decision_id="x", model=cfg.model.name, decision="canary", version=50, serving=0,
+                              candidate=50, canary_share=0.9, gate="intruder", reason="forged")
+        p = make_producer(cfg)
+        p.produce(cfg.topics.decisions.name, key=forged.model.encode(), value=CODEC.encode(forged))
+        assert p.flush(30) == 0
 
         os.killpg(gate.pid, signal.SIGKILL)  # kill -9: its decisions are on the log, its state is not
         gate.wait(30)
         gate = start(cfg, path)
         publish(cfg, weights(cfg, 2))
-        wait_for(cfg, "canary", 2)
+        wait_for(cfg, "canary", 2)  # v50 was never a candidate, and the forged decision did not make it one
+        # what the streams reject is no evidence: grades out of streams.reward_min..max, answers whose logprobs
+        # do not match their tokens (both first, so they would be the candidate's first 30 if they counted)
+        bad = answered(cfg, 2, [cfg.streams.reward_max + 5] * 30, "c2-range")
+        short = answered(cfg, 2, [0.0] * 30, "c2-short")
+        for e in short[0].samples:
+            e.logprobs = [-0.1]
+        publish(cfg, *bad, *short)
         publish(cfg, *answered(cfg, 0, [1.0] * 30, "s2"), *answered(cfg, 2, [1.0] * 30, "c2"))
         got = wait_for(cfg, "promote", 2)
+        st = next(s for s in read_statuses(cfg.state_dir, "gate") if s.get("id") == cfg.gate.id)
+        assert st["refused_weights"] >= 1 and st["refused_decisions"] == 1, st
+        assert st["refused_grades"] == 30 and st["refused_answers"] == 30, st
     finally:
         if gate.poll() is None:
             gate.send_signal(signal.SIGTERM)
             assert gate.wait(60) == 0, (tmp_path / "gate.log").read_text()[-3000:]
+    assert [d.decision_id for d in got if d.gate != cfg.gate.id] == ["x"]  # the forged one is on the topic ...
+    got = [d for d in got if d.gate == cfg.gate.id]  # ... and the gate's are these
     assert [(d.decision, d.version) for d in got] == [("promote", 0), ("canary", 1), ("rollback", 1),
                                                      ("canary", 2), ("promote", 2)], [d.reason for d in got]
     assert len({d.decision_id for d in got}) == len(got)  # nothing decided twice across the kill
     assert got[-1].serving == 2 and got[-1].evidence["n_candidate"] == 30
+    assert got[-1].evidence["mean_candidate"] == 1.0
     log = (tmp_path / "gate.log").read_text()
     assert "5 earlier decision(s)" not in log and "3 earlier decision(s) read back; serving v0" in log, log[-2000:]

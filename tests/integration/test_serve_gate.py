@@ -80,7 +80,7 @@ def ask(c: httpx.Client, session: str) -> tuple[int, str]:
 
 def test_serve_follows_the_gate_canary_sessions_keep_their_version_and_a_rollback(broker, tmp_path):
     more = {"gate.enabled": True, "gate.canary_share": 0.5, "gate.min_answers": 10, "gate.hold_every_s": 600.0,
-            "trainer.lora": LORA, "serve.weights_wait_s": 60.0}
+            "trainer.lora": LORA, "serve.weights_wait_s": 60.0, "run.trainers": [{"lineage": "hot"}]}
     with serving(tmp_path, broker, **more) as (cfg, server):
         publish_adapter(cfg, 0, 0.0)
         with gate_serving(cfg, server, 60) as (gated, deadline):

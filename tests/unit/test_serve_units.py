@@ -235,3 +235,100 @@ def test_a_session_belongs_to_the_client_that_opened_it():
     assert s.next_turn("a", "alice") == 1  # mallory's tries neither joined nor used up alice's calls
     with pytest.raises(BadRequest, match="max_calls_per_session"):
         s.check("a", "alice")
+
+
+# -- serve behind the gate: pins per client, retired versions, a decision whose weights do not load (#63) ------------
+
+class _Loads:
+    """A weights follower whose versions load unless named missing."""
+
+    def __init__(self, missing=()):
+        self.missing = set(missing)
+
+    def load(self, version):
+        from rftbus.errors import RftbusError
+
+        if version in self.missing:
+            raise RftbusError(f"no file for v{version}")
+        return {"v": version}
+
+
+def _gated(tmp_path, max_sessions=3, missing=()):
+    from rftbus.producers.serve import gated as g
+    from tests.conftest import make_config
+
+    cfg = make_config(tmp_path, 9, **{"gate.enabled": True, "trainer.lora": {"r": 2, "alpha": 4,
+                                                                              "target_modules": ["q_proj"]}})
+    added, removed = [], []
+    gv = g.GatedVersions(cfg, lambda name, payload, v: added.append(name), lambda m: None, max_sessions,
+                         remove_adapter=removed.append)
+    gv.weights = {"": _Loads(missing)}
+    return gv, added, removed
+
+
+def _decide(gv, decision, version, serving, candidate=None):
+    from rftbus.schemas import GateDecision
+
+    gv._fold(GateDecision(decision_id=f"{decision}:{version}", model=gv.model, decision=decision, version=version,
+                          serving=serving, candidate=candidate, canary_share=0.5 if candidate is not None else 0.0,
+                          gate="gate", reason="r"))
+
+
+def test_pins_are_per_client_and_a_pinned_session_never_changes_version(tmp_path, monkeypatch):
+    from rftbus.producers.serve import gated as g
+
+    monkeypatch.setattr(g, "DECISION_WAIT_S", 0.0)
+    gv, added, removed = _gated(tmp_path, max_sessions=3)
+    _decide(gv, "promote", 0, 0)
+    gv._caught_up()
+    assert gv.route("mine", client="a").version == 0
+    _decide(gv, "canary", 1, 0, 1)
+    _decide(gv, "promote", 1, 1)  # v0 retired: still loaded while "mine" is pinned to it
+    for i in range(50):  # another client's new sessions never evict a's pin
+        gv.route(f"b-{i}", client="b")
+    assert gv.route("mine", client="a").version == 0 and "v0" not in removed
+    assert len(gv.pins["b"]) == 3  # each client keeps its own last serve.max_sessions
+    for i in range(3):  # a's own newer sessions do evict a's oldest
+        gv.route(f"a-{i}", client="a")
+    _decide(gv, "canary", 2, 1, 2)  # the next decision unloads what nobody is pinned to
+    assert "v0" in removed and gv.route("mine", client="a").version in (1, 2)  # a new session now
+
+
+def test_more_retired_versions_than_the_bound_unload_the_oldest_and_its_sessions_are_told(tmp_path, monkeypatch):
+    from rftbus.producers.serve import gated as g
+
+    monkeypatch.setattr(g, "DECISION_WAIT_S", 0.0)
+    monkeypatch.setattr(g, "MAX_RETIRED", 2)
+    gv, added, removed = _gated(tmp_path, max_sessions=100)
+    _decide(gv, "promote", 0, 0)
+    gv._caught_up()
+    pinned = {}
+    for v in range(1, 6):
+        pinned[v - 1] = gv.route(f"s{v - 1}", client="a").version
+        _decide(gv, "canary", v, v - 1, v)
+        _decide(gv, "promote", v, v)
+    assert pinned == {v: v for v in range(5)}
+    assert removed == ["v0", "v1", "v2"] and len(gv.retired) == 2 and len(gv.loaded) == 3
+    with pytest.raises(g.SessionRetired, match="start a new session"):
+        gv.route("s0", client="a")
+    assert gv.route("s4", client="a").version == 4
+
+
+def test_a_restart_serves_the_newest_promoted_version_that_loads_and_skips_a_canary_that_does_not(tmp_path,
+                                                                                                   monkeypatch):
+    from rftbus.producers.serve import gated as g
+
+    monkeypatch.setattr(g, "DECISION_WAIT_S", 0.0)
+    gv, added, _ = _gated(tmp_path, missing={0, 2, 3})
+    _decide(gv, "promote", 0, 0)
+    _decide(gv, "canary", 1, 0, 1)
+    _decide(gv, "promote", 1, 1)
+    _decide(gv, "canary", 2, 1, 2)
+    _decide(gv, "promote", 2, 2)  # its file is gone: the promoted version before it serves
+    _decide(gv, "canary", 3, 2, 3)  # not loadable either: no canary, nothing blocked
+    assert added == []  # nothing loaded while catching up
+    gv._caught_up()
+    assert added == ["v1"] and gv.serving.version == 1 and gv.canary is None and gv.given_up == 2
+    gv.weights[""].missing.clear()
+    _decide(gv, "hold", 3, 2, 3)  # a later decision is not blocked behind one given up
+    assert gv.serving.version == 2 and gv.canary.version == 3
