@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 
 from rftbus.config import Config
+from rftbus.config.redact import redact
 from rftbus.consumers.trackers.base import KINDS, Point, Tracker, flatten
 from rftbus.kafka.clients import make_consumer
 from rftbus.kafka.read import consume_ready
@@ -55,7 +56,7 @@ class MetricsFollower:
         self.cfg, self.report = cfg, report
         self.trackers = list(trackers)
         self.run_name = cfg.run.tracking.run_name or cfg.state_dir.absolute().name
-        self.params = flatten(cfg.model_dump(mode="json"))
+        self.params = flatten(redact(cfg.model_dump(mode="json")))  # no secret reaches a tracker
         self.decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(TrainerMetric)
         self.logged = 0
         self.newest_step = 0

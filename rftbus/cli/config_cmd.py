@@ -12,10 +12,13 @@ import typer
 from pydantic import BaseModel, SecretStr
 
 from rftbus.cli.context import state
+from rftbus.config.redact import redact
 from rftbus.errors import RftbusError
 
 
-def _scalar(v) -> str:
+def _scalar(v, key: str = "") -> str:
+    if isinstance(v, dict):
+        v = redact(v, f"{key}.")  # free-form client settings: sasl.password, basic.auth.user.info, ...
     if isinstance(v, SecretStr):
         return '"**********"' if v.get_secret_value() else '""'
     if isinstance(v, list) and any(isinstance(x, SecretStr) for x in v):
@@ -45,7 +48,7 @@ def _lines(model: BaseModel, indent: int) -> list[str]:
             for sub in value:
                 out.append(f"{pad}  - " + _scalar(sub.model_dump(mode="json")))
         else:
-            out.append(f"{pad}{name}: {_scalar(value)}{note}")
+            out.append(f"{pad}{name}: {_scalar(value, name)}{note}")
     return out
 
 
@@ -67,7 +70,7 @@ def config(
         if section:
             text = f"{section}:\n" + "\n".join("  " + line for line in text.splitlines())
     else:
-        text = f"{section}: {_scalar(node)}"
+        text = f"{section}: {_scalar(node, section or '')}"
     print(text)
 
 

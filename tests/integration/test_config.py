@@ -128,3 +128,18 @@ def test_an_exported_token_is_not_read_as_config(tmp_path, capfd):
         load_config(environ={"RFTBUS_BROKER__PROT": "1"})
     out = rftbus_cli(None, "config", env={"RFTBUS_FEEDBACK_TOKEN": "grader-1"})
     assert out.returncode == 0, out.stderr
+
+
+def test_the_config_command_never_prints_a_secret(tmp_path):
+    """kafka.client and schema_registry.client are free-form librdkafka settings, so their secrets were plain
+    strings and `rftbus config` printed them (#63); typed secrets were masked already."""
+    f = tmp_path / "c.yaml"
+    f.write_text("kafka:\n  client: {security.protocol: SASL_PLAINTEXT, sasl.username: me, sasl.password: hunter2-k}\n"
+                 "schema_registry:\n  client: {basic.auth.user.info: 'me:hunter2-r'}\n"
+                 "serve:\n  inference_tokens: [hunter2-t]\n")
+    for args in (("config",), ("config", "kafka"), ("config", "kafka.client"), ("config", "schema_registry")):
+        out = rftbus_cli(None, "--config", str(f), *args)
+        assert out.returncode == 0, out.stderr
+        assert "hunter2" not in out.stdout + out.stderr, (args, out.stdout)
+    kafka = rftbus_cli(None, "--config", str(f), "config", "kafka").stdout
+    assert '"sasl.username": "me"' in kafka and '"sasl.password": "**********"' in kafka, kafka

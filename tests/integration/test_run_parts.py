@@ -49,8 +49,9 @@ def test_further_trainers_are_children_with_their_own_config(tmp_path):
     consumer group, checkpoints), its threads its own when set."""
     from rftbus.config import load_config, write_config
 
-    cfg = make_config(tmp_path, 9, **{"gate.enabled": True, "run.trainers": [{"lineage": "hot", "lr": 0.5,
-                                                                               "threads": 1}]})
+    cfg = make_config(tmp_path, 9, **{"gate.enabled": True, "trainer.lora": {"r": 2, "alpha": 4,
+                                                                              "target_modules": ["q_proj"]},
+                                      "run.trainers": [{"lineage": "hot", "lr": 0.5, "threads": 1}]})
     path = write_config(cfg, tmp_path / "config.yaml")
     quiet = Console(file=io.StringIO())
     specs = {s.name: s for s in MainJob(cfg, quiet, quiet).child_specs(path)}

@@ -93,7 +93,10 @@ def test_every_tracker_gets_the_steps_the_eval_curve_and_the_config(tmp_path):
 
     cfg = Config.model_validate({"state_dir": str(tmp_path), "trainer": {"lr": 0.0007},
                                  "run": {"report_to": ["tensorboard", "wandb", "mlflow"],
-                                         "tracking": {"run_name": "t1"}}})
+                                         "tracking": {"run_name": "t1"}},
+                                 # secrets in free-form client settings never reach a tracker (#63)
+                                 "kafka": {"client": {"sasl.password": "hunter2-kafka"}},
+                                 "schema_registry": {"client": {"basic.auth.user.info": "me:hunter2-registry"}}})
     said: list[str] = []
     follower = MetricsFollower(cfg, make_trackers(cfg), said.append)
     follower._start_trackers()
@@ -122,6 +125,9 @@ def test_every_tracker_gets_the_steps_the_eval_curve_and_the_config(tmp_path):
     client, run = mlflow_run(tmp_path)
     assert run.info.run_name == "t1" and run.data.params["trainer.lr"] == "0.0007"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "train.loss")] == [1, 2, 3]
+    assert run.data.params["kafka.client.sasl.password"] == "**********"
+    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and b"hunter2" in p.read_bytes()]
+    assert not leaked, leaked  # not in the TensorBoard event file, wandb's or mlflow's files
 
 
 def test_a_tracker_that_cannot_start_is_reported_and_the_others_go_on(tmp_path):
