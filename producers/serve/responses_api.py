@@ -13,11 +13,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 
 from rftbus.producers.serve.protocol import ChatRequest, _Request, refuse_unless_text
 from rftbus.producers.serve.service import Answer
-from rftbus.web.errors import BadRequest
+from rftbus.web.errors import BadRequest, bad_request
 
 ROLES = ("system", "developer", "user", "assistant")
 
@@ -57,9 +57,22 @@ def _text_of(content: Any, where: str) -> str:
             if kind not in ("input_text", "output_text", "text"):
                 raise BadRequest(f"{where}.content.{i}: type {kind!r} is not supported (text parts only)",
                                  param=f"{where}.content", code="unsupported")
-            parts.append(str(part.get("text") or ""))
+            text = part.get("text", "")
+            if not isinstance(text, str):
+                raise BadRequest(f"{where}.content.{i}.text must be a string", param=f"{where}.content.{i}.text")
+            parts.append(text)
         return "".join(parts)
     raise BadRequest(f"{where}.content must be text or a list of text parts", param=f"{where}.content")
+
+
+def _text_field(item: dict[str, Any], name: str, where: str, required: bool = True) -> str | None:
+    """A field of an input item or a tool that must be a string (a 400 naming it otherwise)."""
+    v = item.get(name)
+    if v is None and not required:
+        return None
+    if not isinstance(v, str) or not v:
+        raise BadRequest(f"{where}.{name} must be a non-empty string", param=f"{where}.{name}")
+    return v
 
 
 def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
@@ -75,8 +88,11 @@ def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
                 raise BadRequest(f"{where}.role must be one of {', '.join(ROLES)}", param=f"{where}.role")
             out.append({"role": role, "content": _text_of(item.get("content"), where)})
         elif kind == "function_call":
-            call = {"id": item.get("call_id") or item.get("id"), "type": "function",
-                    "function": {"name": item.get("name"), "arguments": item.get("arguments") or "{}"}}
+            args = item.get("arguments") or "{}"
+            if not isinstance(args, str):
+                raise BadRequest(f"{where}.arguments must be a JSON string", param=f"{where}.arguments")
+            call = {"id": _text_field(item, "call_id", where, False) or _text_field(item, "id", where, False),
+                    "type": "function", "function": {"name": _text_field(item, "name", where), "arguments": args}}
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant" and last.get("tool_calls") is not None:
                 last["tool_calls"].append(call)  # parallel calls: one assistant turn
@@ -84,7 +100,7 @@ def _messages(req: ResponsesRequest) -> list[dict[str, Any]]:
                 out.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
             output = item.get("output")
-            out.append({"role": "tool", "tool_call_id": item.get("call_id"),
+            out.append({"role": "tool", "tool_call_id": _text_field(item, "call_id", where),
                         "content": output if isinstance(output, str) else _text_of(output, where)})
         else:
             raise BadRequest(f"{where}: item type {kind!r} is not supported (message, function_call, "
@@ -100,6 +116,10 @@ def _tools(req: ResponsesRequest) -> list[dict[str, Any]] | None:
         if tool.get("type") != "function":
             raise BadRequest(f"tools.{i}: type {tool.get('type')!r} is not supported (function tools only)",
                              param=f"tools.{i}.type", code="unsupported")
+        _text_field(tool, "name", f"tools.{i}")
+        _text_field(tool, "description", f"tools.{i}", required=False)
+        if tool.get("parameters") is not None and not isinstance(tool["parameters"], dict):
+            raise BadRequest(f"tools.{i}.parameters must be a JSON schema object", param=f"tools.{i}.parameters")
         out.append({"type": "function", "function": {k: tool[k] for k in ("name", "description", "parameters")
                                                      if tool.get(k) is not None}})
     return out
@@ -111,8 +131,11 @@ def as_chat(req: ResponsesRequest) -> ChatRequest:
     data = {k: v for k, v in req.model_dump(exclude_none=True).items()
             if k in ("model", "temperature", "top_p", "top_k", "stop", "seed", "user", "metadata", "task_id")}
     choice = req.tool_choice if isinstance(req.tool_choice, str) or req.tool_choice is None else "named"
-    return ChatRequest.model_validate({**data, "messages": _messages(req), "tools": _tools(req),
-                                       "tool_choice": choice, "max_completion_tokens": req.limit()})
+    try:
+        return ChatRequest.model_validate({**data, "messages": _messages(req), "tools": _tools(req),
+                                           "tool_choice": choice, "max_completion_tokens": req.limit()})
+    except ValidationError as e:  # a field the chat request checks further: named in the chat request's terms
+        raise bad_request(e, " (in the chat request this Responses request becomes)") from None
 
 
 def body(a: Answer, model: str) -> dict[str, Any]:

@@ -71,19 +71,24 @@ def field_path(loc: tuple | list) -> str:
     return ".".join(parts) or "body"
 
 
+def bad_request(e: ValidationError, note: str = "") -> BadRequest:
+    """A pydantic validation error as the 400 that names its first field."""
+    err = e.errors(include_url=False)[0]
+    if err["type"] == "json_invalid":
+        return BadRequest(f"body is not valid JSON: {err['msg']}", code="invalid_json")
+    where = field_path(err["loc"])
+    msg = err["msg"].removeprefix("Value error, ") + note
+    return BadRequest(f"{where}: {msg}" if where != "body" else msg, param=where if where != "body" else None,
+                      code="invalid_field")
+
+
 async def parse(request: Request, model: type[M]) -> M:
     """The body as `model`, or a 400 naming the field that was wrong (after authentication: see app.py)."""
     body = await request.body()
     try:
         return model.model_validate_json(body)
     except ValidationError as e:
-        err = e.errors(include_url=False)[0]
-        if err["type"] == "json_invalid":
-            raise BadRequest(f"body is not valid JSON: {err['msg']}", code="invalid_json") from None
-        where = field_path(err["loc"])
-        msg = err["msg"].removeprefix("Value error, ")
-        raise BadRequest(f"{where}: {msg}" if where != "body" else msg, param=where if where != "body" else None,
-                         code="invalid_field") from None
+        raise bad_request(e) from None
 
 
 BODY_METHODS = {"POST", "PUT", "PATCH"}

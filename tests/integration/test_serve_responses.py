@@ -7,6 +7,8 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rftbus.producers.serve.responses_api import body
 from rftbus.producers.serve.service import Answer
@@ -99,3 +101,41 @@ def test_a_tool_call_answer_is_function_call_items():
     assert out["usage"] == {"input_tokens": 2, "output_tokens": 3, "total_tokens": 5,
                             "input_tokens_details": {"cached_tokens": 0}, "output_tokens_details": {"reasoning_tokens": 0}}
     assert out["rftbus"]["model_version"] == 4 and out["status"] == "completed"
+
+
+# Body shapes near the Responses API's: every field of a request and of its items, with values of every JSON type.
+_json = st.recursive(st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=4),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                                 max_size=3), max_leaves=6)
+_kinds = st.sampled_from(["message", "function_call", "function_call_output", "function_call", "input_text", None])
+_val = st.none() | st.integers(-2, 2) | st.text(max_size=3) | _json  # a field's value: often of the wrong type
+_item = st.fixed_dictionaries({}, optional={
+    "type": _kinds | _json, "role": st.sampled_from(["user", "assistant", "system", "tool", "developer"]) | _json,
+    "content": _json | st.lists(st.fixed_dictionaries({"type": st.sampled_from(["input_text", "output_text",
+                                                                                "input_image"]) | _json},
+                                                      optional={"text": _json}), max_size=2),
+    "name": _val, "arguments": _val, "call_id": _val, "id": _val, "output": _val})
+_tool = st.fixed_dictionaries({}, optional={"type": st.just("function") | _json, "name": _val,
+                                            "description": _val, "parameters": _val})
+_junk = st.fixed_dictionaries({}, optional={  # the request's own fields, of any type
+    "input": st.text(max_size=6) | _json, "instructions": _json, "max_output_tokens": st.integers(-1, 3) | _json,
+    "tool_choice": st.sampled_from(["auto", "none", "required"]) | _json, "text": _json, "temperature": _json,
+    "stop": _json, "metadata": _json, "model": _json, "n": _json, "stream": _json, "user": _json})
+_conversation = st.fixed_dictionaries({"input": st.lists(_item, min_size=1, max_size=3)},  # items and tools
+                                      optional={"tools": st.lists(_tool, max_size=2), "instructions": _val})
+_body = _junk | _conversation
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                  HealthCheck.too_slow])
+@given(data=_body)
+def test_every_malformed_body_is_a_400_naming_its_field_never_a_500(env, data):
+    """#63: several malformed bodies escaped as 500 (a validation error of the chat request a Responses request
+    becomes). Whatever the shape: 200, or a 4xx in the OpenAI error shape that names the field when it is one."""
+    _cfg, server = env
+    data = {"max_output_tokens": 2, **data}
+    r = httpx.post(server.url + "/v1/responses", headers={"Authorization": f"Bearer {INF}"}, timeout=60, json=data)
+    assert r.status_code == 200 or 400 <= r.status_code < 500, (data, r.status_code, r.text)
+    if r.status_code != 200:
+        err = r.json()["error"]
+        assert err["message"] and err["type"], r.text
