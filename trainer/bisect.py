@@ -12,47 +12,13 @@ with batch-level advantage whitening) nothing is isolated and the caller rejects
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import TypeVar
 
+from rftbus.bisect import DEFAULT_MAX_PROBES, Found, culprits
+
 T = TypeVar("T")
-
-DEFAULT_MAX_PROBES = 32
-
-
-@dataclass
-class Found:
-    culprits: list  # the units to reject (empty: this part's loss is finite on its own)
-    probes: int
-    isolated: bool  # False: the loss is non-finite only for the combination, no unit is to blame
-
-
-def culprits(units: Sequence[T], finite: Callable[[Sequence[T]], bool], max_probes: int = DEFAULT_MAX_PROBES) -> Found:
-    """Bisect `units` (whose loss together was not finite on some rank) with the probe `finite`."""
-    probes = 1
-    if not units or finite(units):  # this rank's part alone is fine (another rank's was not)
-        return Found([], probes, True)
-    out: list[T] = []
-    todo: list[Sequence[T]] = [units]  # parts known to be non-finite
-    while todo:
-        part = todo.pop()
-        if len(part) == 1 or probes + 2 > max_probes:
-            out.extend(part)
-            continue
-        mid = len(part) // 2
-        bad = []
-        for half in (part[:mid], part[mid:]):
-            probes += 1
-            if not finite(half):
-                bad.append(half)
-        if not bad:  # each half is fine, together they are not
-            if part is units:
-                return Found([], probes, False)
-            out.extend(part)
-        todo.extend(bad)
-    return Found(out, probes, True)
-
+__all__ = ["DEFAULT_MAX_PROBES", "Found", "culprits", "split_take", "units_of"]
 
 Unit = tuple[int, tuple[int, ...]]  # (position in the take, sample indices trained together)
 

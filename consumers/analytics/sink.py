@@ -4,6 +4,11 @@ At-least-once + dedup: rows are inserted first, offsets committed after the inse
 parts on chDB); a crash in between re-delivers messages whose rows are already there, and the tables'
 ReplacingMergeTree key (topic, partition, offset, id) folds them (see schema.py). On SIGTERM/SIGINT
 it drains what is already on the topics (up to `drain_timeout_s`), flushes, commits and exits.
+
+A batch ClickHouse refuses after `insert_retries` (one row with a timestamp out of DateTime64's range failed a
+whole batch's insert, and the sink stopped: #63) is bisected while the backend still answers a query: the rows it
+takes are inserted, the few it will not are quarantined as `undecodable` rows (reason `insert_refused`, with the
+error and their position), and the batch is committed. A backend that answers nothing stops the sink as before.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from rftbus.bisect import culprits
 from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.clients import check_reachable, make_admin, make_consumer
@@ -25,9 +31,10 @@ from .backends import Backend, FolderLocked, open_backend, where
 from .backends.base import WriteError
 from .batch import Batch
 
-from .rows import Position, to_rows
+from .rows import Position, to_rows, ts
 
 ROLE = "analytics"  # its status files: <state_dir>/status/analytics-<id>.json
+MAX_QUARANTINED = 64  # more rows of one batch refused than this is not a bad row but a bad sink: it stops
 
 
 @dataclass
@@ -138,11 +145,45 @@ class Sink:
                 return
             except WriteError as e:
                 if attempt == retries:
-                    raise RftbusError(f"analytics sink: inserting {len(rows)} rows into {table} failed "
-                                      f"{retries + 1} times; last error: {e}") from e
+                    failed = RftbusError(f"analytics sink: inserting {len(rows)} rows into {table} failed "
+                                         f"{retries + 1} times; last error: {e}")
+                    self._quarantine(table, rows, failed)
+                    return
                 self.log(f"analytics sink: insert into {table} failed ({e}); retry {attempt + 1}/{retries}")
                 self.status.update(state="insert failing, retrying")
                 time.sleep(min(10.0, 0.5 * 2 ** attempt))
+
+    def _quarantine(self, table: str, rows: list[dict], failed: RftbusError) -> None:
+        """Insert what the backend takes of a refused batch and quarantine the rest, or raise `failed`."""
+        try:
+            self.backend.query("SELECT 1")
+        except Exception as e:  # noqa: BLE001 - whatever the backend raises: it does not answer, so stop
+            raise failed from e
+        errors: dict[int, str] = {}
+
+        def takes(part) -> bool:
+            try:
+                self.backend.insert(table, [rows[i] for i in part])
+                return True
+            except WriteError as e:
+                if len(part) == 1:
+                    errors[part[0]] = str(e)
+                return False
+
+        found = culprits(list(range(len(rows))), takes, max_probes=16 * max(1, len(rows)).bit_length() + 64)
+        if not found.isolated or not found.culprits or len(found.culprits) > MAX_QUARANTINED:
+            raise failed
+        bad = [{**{k: rows[i][k] for k in ("topic", "kafka_topic", "partition", "offset", "kafka_ts")},
+                "reason": "insert_refused", "detail": f"{table}: {errors.get(i, failed)}"[:500], "size": 0,
+                "key": None} for i in found.culprits]
+        try:
+            self.backend.insert("undecodable", bad)
+        except WriteError:  # the record's own Kafka timestamp may be what is out of range
+            now = ts(int(time.time() * 1000))
+            self.backend.insert("undecodable", [{**b, "kafka_ts": now} for b in bad])
+        self.summary.undecodable["insert_refused"] = self.summary.undecodable.get("insert_refused", 0) + len(bad)
+        self.log(f"analytics sink: {len(bad)} of {len(rows)} rows for {table} refused by the backend, quarantined "
+                 f"as undecodable (insert_refused); the other {len(rows) - len(bad)} inserted")
 
     # -- progress ------------------------------------------------------------------------------------
     def _lag(self) -> int:
