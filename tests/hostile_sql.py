@@ -51,4 +51,9 @@ def hostile(target: str) -> list[tuple[str, str]]:
         ("SELECT 1 FORMAT RawBLOB", "FORMAT clause is refused"),
         ("(" * (MAX_DEPTH + 1) + "SELECT 1" + ")" * (MAX_DEPTH + 1), "nests brackets deeper"),
         ("SELECT hostName()", "function hostName()"),
+        # ClickHouse's identifier parameters name a table only at run time (#63): refused whatever their value
+        ("SELECT * FROM {tasks:Identifier}", "query parameter {tasks:Identifier} is refused"),
+        ("SELECT name FROM {db:Identifier}.settings", "is refused: a parameter is a value"),
+        ("SELECT * FROM rftbus.{ t : identifier }", "is refused: a parameter is a value"),
+        ("SELECT {c:Identifier} FROM tasks", "is refused: a parameter is a value"),
     ]

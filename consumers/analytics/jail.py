@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -74,6 +75,29 @@ def _python() -> tuple[str, str]:
     return exe, prefix
 
 
+class TooManyReaders(AnalyticsError):
+    """analytics.max_readers sandboxed readers run in this process already."""
+
+
+_running = 0  # sandboxed readers of this process (each holds a slot from its start to its close)
+_slots_lock = threading.Lock()
+
+
+def _take_slot(limit: int) -> None:
+    global _running
+    with _slots_lock:
+        if _running >= limit:
+            raise TooManyReaders(f"{_running} sandboxed readers are running (analytics.max_readers {limit}, about "
+                                 "250 MB each): try again when one is done")
+        _running += 1
+
+
+def _give_slot() -> None:
+    global _running
+    with _slots_lock:
+        _running = max(0, _running - 1)
+
+
 class JailedChdb(Backend):
     """Read-only queries on a chDB folder through the sandboxed reader (see the module's docstring)."""
 
@@ -89,6 +113,7 @@ class JailedChdb(Backend):
         self._tmp: str | None = None
         self._cgroup: Path | None = None
         self._buf = bytearray()
+        self._slot = False
 
     # -- the process ---------------------------------------------------------------------------------
     def _argv(self, bwrap: str, tmp: Path) -> list[str]:
@@ -134,6 +159,9 @@ class JailedChdb(Backend):
             bwrap = bwrap_path()
         except SandboxUnavailable as e:  # no engine runs unsandboxed: the read is refused, saying why
             raise AnalyticsError(f"the analytics reader runs only in its sandbox: {e}") from None
+        if not self._slot:
+            _take_slot(self.analytics.max_readers)
+            self._slot = True
         tmp = Path(tempfile.mkdtemp(prefix="rftbus-sql-"))
         self._tmp = str(tmp)
         (tmp / "jail").mkdir()
@@ -249,6 +277,9 @@ class JailedChdb(Backend):
             self._proc = None
         remove_cgroup(self._cgroup)
         self._cgroup = None
+        if self._slot:
+            _give_slot()
+            self._slot = False
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None

@@ -5,13 +5,17 @@ Why an allow-list: a deny-list in front of ClickHouse missed `SHOW ... WHERE fil
 and `url()` schema inference (issue #42), because the engine keeps growing ways to reach outside. Here every
 name followed by `(` in the token stream (what ClickHouse calls, whatever sqlglot makes of it) must be a known
 pure function, a type or a keyword; every table must be an analytics table (or a CTE); no SETTINGS, FORMAT or
-INTO. Text over `analytics.query_max_chars`, or nested deeper than MAX_DEPTH, is refused before it is parsed.
+INTO; no query parameter of ClickHouse's `Identifier` type (`FROM {t:Identifier}` with t=system.settings named
+the table only after this check, and reached system tables: #63): a parameter is a value, never a name. Text over
+`analytics.query_max_chars`, or nested deeper than MAX_DEPTH, is refused before it is parsed.
 The statement then runs in the sandboxed reader (jail.py), which can reach nothing else even if a function
 here could. Schema questions (SHOW, DESCRIBE) have their own answer built from the table definitions
 (`schema.describe`), not an engine statement.
 """
 
 from __future__ import annotations
+
+import re
 
 from sqlglot import exp
 from sqlglot.dialects.clickhouse import ClickHouse
@@ -24,6 +28,8 @@ from .schema import TABLES
 ALLOWED = ("SELECT", "WITH")
 MAX_DEPTH = 128  # brackets nested deeper are refused before parsing (the parser recurses per level)
 MAX_CHARS = 64 * 1024
+# {name:Identifier}: ClickHouse substitutes a table, database or column name at run time (any spacing, any case)
+_IDENTIFIER_PARAM = re.compile(r"\{\s*[A-Za-z_][A-Za-z0-9_]*\s*:\s*Identifier\s*\}", re.IGNORECASE)
 
 # Aggregates; each also with ClickHouse's combinators (countIf, uniqExactIf, avgOrNull, sumArray, ...).
 _AGGREGATES = """count sum avg min max any anylast anyheavy argmin argmax uniq uniqexact uniqcombined uniqcombined64
@@ -137,6 +143,10 @@ def check(sql: str, database: str = "rftbus", max_chars: int = MAX_CHARS) -> str
         raise RefusedStatement(f"the query is {len(sql)} characters: analytics.query_max_chars is {max_chars}")
     if _depth(sql) > MAX_DEPTH:
         raise RefusedStatement(f"the query nests brackets deeper than {MAX_DEPTH}")
+    found = _IDENTIFIER_PARAM.search(sql)
+    if found:
+        raise RefusedStatement(f"query parameter {found.group(0)} is refused: a parameter is a value; write table "
+                               "and column names in the query itself")
     words = _tokens(sql)
     if not words:
         raise QueryError("empty query")

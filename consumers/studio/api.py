@@ -13,9 +13,10 @@ from fastapi.responses import JSONResponse
 
 from rftbus.config import Config
 from rftbus.consumers.analytics.backends import AnalyticsError
+from rftbus.consumers.analytics.jail import TooManyReaders
 from rftbus.producers.serve.feedback import FeedbackRequest
 from rftbus.web.auth import Scope
-from rftbus.web.errors import BadRequest, Unauthorized, parse
+from rftbus.web.errors import BadRequest, TooManyRequests, Unauthorized, parse
 
 from . import access, data
 from .state import GRADER, READER, studio_of
@@ -107,6 +108,8 @@ async def sql(request: Request):
     try:
         res = await anyio.to_thread.run_sync(run_query, studio_of(request).cfg, text,
                                              {str(k): str(v) for k, v in params.items()})
+    except TooManyReaders as e:
+        raise TooManyRequests(str(e), code="too_many_queries") from None
     except AnalyticsError as e:
         raise BadRequest(str(e), param="sql", code="query_failed") from None
     return {"columns": res.columns, "types": res.types, "rows": res.rows}

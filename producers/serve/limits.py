@@ -15,13 +15,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rftbus.web.errors import ApiError
+from rftbus.web.errors import TooManyRequests
 
 
-class RateLimited(ApiError):
-    status = 429
-    type = "rate_limit_error"
-
+class RateLimited(TooManyRequests):
     def __init__(self, message: str, retry_after_s: float):
         super().__init__(message, code="rate_limit_exceeded")
         self.retry_after_s = retry_after_s

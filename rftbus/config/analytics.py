@@ -40,6 +40,8 @@ class AnalyticsConfig(BaseModel):
     query_max_chars: int = Field(64 * 1024, ge=1, description="a user's SQL longer than this is refused before it "
                                  "is parsed")
     query_max_memory_bytes: int = Field(2 * 2**30, ge=1, description="memory one read may use (max_memory_usage)")
+    max_readers: int = Field(4, ge=1, description="sandboxed readers (about 250 MB each) one process runs at once; "
+                             "a read past them is refused at once (the studio's SQL answers 429)")
     pass_threshold: float = Field(1.0, description="a sample passes when its reward is at least this "
                                   "(report: per-task pass rate, feedback agreement)")
 

@@ -51,6 +51,13 @@ class TooLarge(ApiError):
     status = 413
 
 
+class TooManyRequests(ApiError):
+    """Over a limit of this client or of the server (a rate, concurrent sandboxes): try again later."""
+
+    status = 429
+    type = "rate_limit_error"
+
+
 class EngineFailed(ApiError):
     """The rollout engine (or the upstream endpoint it forwards to) failed on this request's batch."""
 

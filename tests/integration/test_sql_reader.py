@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from rftbus.config import load_config
 from rftbus.consumers.analytics.backends import open_backend
-from rftbus.consumers.analytics.jail import JailError, JailedChdb
+from rftbus.consumers.analytics.jail import JailError, JailedChdb, TooManyReaders
 from rftbus.consumers.analytics.query import run_query
 from rftbus.consumers.studio.app import create_studio
 
@@ -139,3 +139,25 @@ def test_the_reader_itself_reaches_no_file_secret_or_network(live_sink):
             # The reader's own process sees no environment and no other process.
             assert r.query("SELECT count() AS n FROM tasks").scalar() > 0
     assert hits == [], "the sandboxed reader made a request"
+
+
+def test_sandboxed_readers_are_bounded_and_a_query_past_them_is_a_429(live_sink):
+    """#63: each sandboxed reader is a process of about 250 MB, and nothing bounded how many ran at once. Past
+    analytics.max_readers a read is refused at once (the studio's SQL answers 429), and a slot frees on close."""
+    cfg, _ = live_sink
+    cfg = cfg.model_copy(update={"analytics": cfg.analytics.model_copy(update={"max_readers": 2})})
+    c, auth = _studio(cfg), {"Authorization": f"Bearer {READER}"}
+    held = [JailedChdb(cfg.state_dir / "analytics" / "chdb", "rftbus", cfg.analytics) for _ in range(2)]
+    try:
+        for r in held:
+            assert r.query("SELECT 1 AS one").scalar() == 1  # each started its process
+        third = JailedChdb(cfg.state_dir / "analytics" / "chdb", "rftbus", cfg.analytics)
+        with pytest.raises(TooManyReaders, match="analytics.max_readers 2"):
+            third.query("SELECT 1")
+        r = c.post("api/sql", headers=auth, json={"sql": "SELECT count() AS n FROM tasks"})
+        assert r.status_code == 429 and r.json()["error"]["code"] == "too_many_queries", r.text[:300]
+    finally:
+        for r in held:
+            r.close()
+    r = c.post("api/sql", headers=auth, json={"sql": "SELECT count() AS n FROM tasks"})
+    assert r.status_code == 200, r.text[:300]
