@@ -11,7 +11,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from rftbus.config import Config, find_config_file, load_config
+from rftbus.config import USER_CODE_ENV, Config, find_config_file, load_config
 
 
 @dataclass
@@ -39,16 +39,20 @@ class CliState:
 
 def user_code_on_path(config_file: Path | None) -> None:
     """A user's reward, workflow or engine module sits beside their config or in the working directory: both go on
-    this process's import path and, through PYTHONPATH, on every child's (`rftbus run` starts its children with
-    a config file in the state folder, far from the user's)."""
-    folders = [str(Path.cwd())] + ([str(config_file.resolve().parent)] if config_file is not None else [])
-    have = os.environ.get("PYTHONPATH", "").split(os.pathsep) if os.environ.get("PYTHONPATH") else []
+    this process's import path after site-packages and the standard library, so a file there never shadows them,
+    and, through RFTBUS_USER_CODE_PATH, on every child's the same way (`rftbus run` starts its children with a
+    config file in the state folder, far from the user's). Not PYTHONPATH: its folders come before the standard
+    library, and a `json.py` beside the config replaced the library's in every child (#63)."""
+    inherited = [f for f in os.environ.get(USER_CODE_ENV, "").split(os.pathsep) if f]
+    folders = inherited + [str(Path.cwd())] + ([str(config_file.resolve().parent)] if config_file is not None
+                                                else [])
+    mine: list[str] = []
     for folder in folders:
         if folder not in sys.path:
-            sys.path.append(folder)  # after site-packages: a file beside the config never shadows a library
-        if folder not in have:
-            have.append(folder)
-    os.environ["PYTHONPATH"] = os.pathsep.join(have)
+            sys.path.append(folder)
+        if folder not in mine:
+            mine.append(folder)
+    os.environ[USER_CODE_ENV] = os.pathsep.join(mine)
 
 
 def state(ctx: typer.Context) -> CliState:

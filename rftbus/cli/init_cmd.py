@@ -8,6 +8,8 @@ a silent cut), and runs `rftbus check` on what it wrote.
 
 from __future__ import annotations
 
+import re
+
 import json
 from pathlib import Path
 
@@ -24,7 +26,7 @@ TEMPLATE = """\
 # every key: `rftbus config`. The settings are those measured on SmolLM2-135M-Instruct + LoRA on this kind of
 # machine (docs/BENCHMARKS.md, "A real chat model", "rftbus vs TRL"); change them with the reasons in mind.
 
-state_dir: .rftbus/{name}
+state_dir: {state_dir}
 
 rl:
   group_size: 8           # n answers a prompt: at a ~20 % success rate most groups have reward variance
@@ -126,16 +128,22 @@ def init(
     prompt_key = _pick(row, PROMPT_KEYS, prompt_field, "prompt", data)
     answer_key = _pick(row, ANSWER_KEYS, answer_field, "answer", data)
     rows = sum(1 for line in open(data) if line.strip())
+    if not re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?", reward):
+        raise RftbusError(f"--reward {reward!r}: a built-in reward's name or module:function")
+    q = json.dumps  # every value the user gave is written as a quoted YAML scalar: nothing can add a key (#63)
+    name = re.sub(r"[^A-Za-z0-9_-]+", "-", data.stem).strip("-") or "data"
     if model in PRESETS:
-        model_lines, label = f"  name: {model}", model
+        model_lines, label = f"  name: {q(model)}", model
     else:
         label = Path(model).name or model
-        model_lines = f"  name: {label}\n  path: {model}"
+        model_lines = f"  name: {q(label)}\n  path: {q(model)}"
+
     def text(tasks: int, eval_n: int) -> str:
         return TEMPLATE.format(
-            model_label=label, data=data, out=out, name=data.stem.replace(".", "-"), model_lines=model_lines,
-            prompt_key=prompt_key, answer_key=answer_key, reward=reward, new_tokens=new_tokens, tasks=tasks,
-            eval_line=f"  eval: {{path: {eval_data}}}" if eval_data else "  eval: {fraction: 0.1}   # a tenth held out",
+            model_label=q(label), data=q(str(data)), out=q(str(out)), name=q(name), state_dir=q(f".rftbus/{name}"),
+            model_lines=model_lines, prompt_key=q(prompt_key), answer_key=q(answer_key), reward=q(reward),
+            new_tokens=new_tokens, tasks=tasks,
+            eval_line=f"  eval: {{path: {q(str(eval_data))}}}" if eval_data else "  eval: {fraction: 0.1}   # a tenth held out",
             eval_n=eval_n)
 
     out.write_text(text(rows, 64))
@@ -145,7 +153,7 @@ def init(
         out.write_text(text(counts["train"], max(1, min(64, counts["eval"]))))
     st.console.print(f"wrote {out}: {label}, {rows} rows of {data} ({prompt_key} -> {answer_key}), reward {reward}",
                      soft_wrap=True)
-    rep = check_config(st.config())
+    rep = check_config(st.config(), out)
     show_report(st, rep)
     if not rep.ok:
         st.err.print(f"[red]{out} was written but does not pass `rftbus check`: fix the lines above[/]")

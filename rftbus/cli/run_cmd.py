@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from rftbus.cli.context import state
+from rftbus.config import find_config_file
 from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.topics import create_topics
 
@@ -30,7 +31,7 @@ def run(
     if config is not None:
         st.config_path = config
     cfg = st.config(**{"run.max_minutes": minutes, "run.max_steps": max_steps})
-    rep = check_config(cfg)  # what `rftbus check` says, before the broker and the children start
+    rep = check_config(cfg, find_config_file(st.config_path))  # what `rftbus check` says, before anything starts
     show_report(st, rep)
     if not rep.ok:
         st.err.print(f"[red]not started: {len(rep.errors)} problem(s) with the config (`rftbus check` lists them)[/]")
@@ -77,7 +78,7 @@ def check(
     cfg = st.config()
     if bus:
         return _bus_check(st, cfg)
-    rep = check_config(cfg)
+    rep = check_config(cfg, find_config_file(st.config_path))
     show_report(st, rep)
     st.console.print(f"{'checked' if rep.ok else 'FAILED'} in {rep.seconds:.1f} s: {len(rep.errors)} error(s), "
                      f"{len(rep.warnings)} warning(s)")

@@ -37,7 +37,8 @@ ENV_PREFIX = "RFTBUS_"
 CONFIG_ENV = "RFTBUS_CONFIG"
 # RFTBUS_* variables that are not config: the config file's path and the clients' own tokens (#45: an exported
 # RFTBUS_FEEDBACK_TOKEN, as docs/LIVE_TRAFFIC.md tells graders to, broke every command as an unknown key).
-OTHER_ENV = frozenset({CONFIG_ENV, "RFTBUS_FEEDBACK_TOKEN", "RFTBUS_JUDGE_TOKEN"})
+USER_CODE_ENV = "RFTBUS_USER_CODE_PATH"  # folders of a user's modules, appended to a child's sys.path (cli/context.py)
+OTHER_ENV = frozenset({CONFIG_ENV, USER_CODE_ENV, "RFTBUS_FEEDBACK_TOKEN", "RFTBUS_JUDGE_TOKEN"})
 DEFAULT_CONFIG_NAME = "rftbus.yaml"
 # Passthrough maps whose keys are librdkafka names (dotted); env overrides spell dots as underscores.
 PASSTHROUGH_KEYS = {"client", "producer", "consumer", "admin"}
@@ -216,15 +217,53 @@ def find_config_file(path: str | os.PathLike[str] | None = None) -> Path | None:
     return local if local.exists() else None
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
+MAX_CONFIG_BYTES = 16 << 20  # a config (or a file read like one) larger than this is not a config
+
+
+class _NoAliases(yaml.SafeLoader):
+    """YAML without anchors' aliases: a few lines of nested aliases (a "billion laughs") grew to gigabytes when
+    validated, before any child started (#63)."""
+
+    def compose_node(self, parent, index):  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are refused in a config: write the "
+                                              "value out", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def read_text_file(path: Path, what: str = "config file", max_bytes: int = MAX_CONFIG_BYTES) -> str:
+    """A regular file's text, refused in one line first when it is not one (a FIFO blocks for ever, /dev/zero
+    never ends) or is over `max_bytes`."""
+    import stat
+
     try:
-        text = path.read_text()
+        st = os.stat(path)
     except FileNotFoundError:
-        raise ConfigError(f"config file {path} does not exist") from None
+        raise ConfigError(f"{what} {path} does not exist") from None
     except OSError as e:
-        raise ConfigError(f"config file {path} cannot be read: {e.strerror}") from None
+        raise ConfigError(f"{what} {path} cannot be read: {e.strerror}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"{what} {path} is not a regular file")
+    if st.st_size > max_bytes:
+        raise ConfigError(f"{what} {path} is {st.st_size} bytes, over {max_bytes}")
     try:
-        data = yaml.safe_load(text)
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as e:
+        raise ConfigError(f"{what} {path} cannot be read: {e.strerror}") from None
+    if len(data) > max_bytes:
+        raise ConfigError(f"{what} {path} is over {max_bytes} bytes")
+    try:
+        return data.decode()
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{what} {path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    text = read_text_file(path)
+    try:
+        data = yaml.load(text, Loader=_NoAliases)  # noqa: S506 - a SafeLoader, without aliases
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -11,7 +11,7 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class AnalyticsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: Literal["chdb", "clickhouse"] = Field(
         "chdb", description="chdb: embedded, a folder under state_dir; clickhouse: a server via clickhouse-connect")

@@ -20,7 +20,7 @@ DEFAULT_REQUEST_TIMEOUT_S = 10.0
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, validate_assignment=True)
 
 
 class TopicSpec(_Strict):

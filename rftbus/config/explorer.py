@@ -14,7 +14,7 @@ SECRET_PARAM = re.compile(r"key|token|password|secret", re.IGNORECASE)
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class SamplingConfig(_Strict):

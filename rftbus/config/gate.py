@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class GateConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     enabled: bool = Field(False, description="serve follows the gate's decisions (topics.decisions) instead of the "
                           "newest version: a new version is a candidate on canary_share of new sessions until the gate "
                           "promotes or rolls it back; explorers keep the newest either way")

@@ -11,7 +11,7 @@ from rftbus.models.devices import check_spec
 
 class CurriculumStage(BaseModel):
     """Easier tasks of the same taskset before the configured ones (`run.curriculum`)."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     source: str | None = Field(None, description="a task source of its own (built-in taskset name or file); "
                                "default: the configured taskset")
     params: dict[str, Any] = Field(default_factory=dict, description="taskset params of this stage, e.g. "
@@ -26,7 +26,7 @@ Tracker = Literal["tensorboard", "wandb", "mlflow"]
 
 class TrackingConfig(BaseModel):
     """Where `run.report_to`'s trackers write (consumers/trackers/)."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     project: str = Field("rftbus", description="the W&B project and the MLflow experiment")
     run_name: str | None = Field(None, description="the tracker run's name; default: the state folder's name")
     wandb_mode: Literal["offline", "online"] = Field(
@@ -37,7 +37,7 @@ class TrackingConfig(BaseModel):
 
 
 class RunConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     report_to: list[Tracker] = Field(
         default_factory=lambda: list[Tracker](["tensorboard"]), description="experiment trackers fed from the metrics topic "
         "(trainer steps, held-out eval, streams counters) by `rftbus run` or `rftbus track`: tensorboard "

@@ -10,7 +10,7 @@ from rftbus.config.explorer import EngineConfig
 
 
 class ServeConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     host: str = Field("127.0.0.1", description="listen address (0.0.0.0 to accept remote agents)")
     port: int = Field(8000, ge=1, le=65535)
@@ -73,7 +73,14 @@ class ServeConfig(BaseModel):
     @field_validator("inference_tokens", "feedback_tokens", "read_tokens", "weights_tokens", mode="before")
     @classmethod
     def _split(cls, v):
-        # RFTBUS_SERVE__INFERENCE_TOKENS=a,b arrives as one string.
-        if isinstance(v, str):
-            return [t.strip() for t in v.split(",") if t.strip()]
-        return v
+        # RFTBUS_SERVE__INFERENCE_TOKENS=a,b arrives as one string. An empty token (",", "a,,b", [""]) is refused:
+        # a list that came out empty would open the scope without anyone saying so (#63).
+        items = v.split(",") if isinstance(v, str) and v.strip() else v
+        if isinstance(items, list):
+            for t in items:
+                raw = t.get_secret_value() if isinstance(t, SecretStr) else t
+                if isinstance(raw, str) and not raw.strip():
+                    raise ValueError(f"an empty token in {v!r}: give each token, or none to leave the scope "
+                                     "open (loopback only unless serve.allow_open)")
+            return [t.strip() if isinstance(t, str) else t for t in items]
+        return [] if isinstance(v, str) else v

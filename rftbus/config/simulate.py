@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class GradersConfig(BaseModel):
     """How simulated people and environments grade answers. What they say comes from the taskset's own
     scorer, so the feedback is honest; the knobs make it late, partial, noisy and repeated like real feedback."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     delay_median_s: float = Field(5.0, gt=0, description="median delay from answer to feedback (log-normal)")
     delay_sigma: float = Field(1.2, ge=0, description="log-normal sigma of the delay: 1.2 gives a p99 of ~16x "
@@ -39,7 +39,7 @@ class GradersConfig(BaseModel):
 
 
 class SimulateConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     url: str | None = Field(None, description="the proxy's /v1 base URL; default http://serve.host:serve.port/v1")
     agents: int = Field(8, ge=1, description="concurrent agents (each waits for its answer before the next)")

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class StreamsConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     app_id: str = Field("rftbus-streams", description="Faust app id = Kafka consumer group; prefixes internal topics")
     worker_id: str | None = Field(None, description="status file name part; default <hostname>-<pid>")

@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class StudioConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     host: str = Field("127.0.0.1", description="`rftbus studio` listen address; tokens: serve.feedback_tokens "
                       "(graders) and serve.read_tokens (dashboard, experience browser, SQL)")

@@ -15,7 +15,7 @@ LossName = Literal["sft", "grpo", "ppo", "mix", "dpo"]
 
 
 class TrainerConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     group_id: str = "rftbus-trainer"
     lineage: str = Field("", description="whose weight versions these are: empty for the run's first trainer; "
                          "another trainer on the same stream (run.trainers) publishes under <model>@<lineage>, "

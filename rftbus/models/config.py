@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class TinyModelConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     hidden_size: int = Field(128, ge=8)
     intermediate_size: int = Field(256, ge=8)
     num_hidden_layers: int = Field(2, ge=1)
@@ -20,7 +20,7 @@ class TinyModelConfig(BaseModel):
 class LoraSpec(BaseModel):
     """A LoRA adapter (PEFT): what the trainer trains and each weight version carries instead of the model."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     r: int = Field(16, ge=1, description="rank of each adapter's A·B update")
     alpha: float = Field(32.0, gt=0, description="scaling: the update is multiplied by alpha / r")
     dropout: float = Field(0.0, ge=0, lt=1)
@@ -29,7 +29,7 @@ class LoraSpec(BaseModel):
 
 
 class ModelConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str = Field("tiny", description="model name: the key of its versions on the weights topic; a preset's "
                       "name (smollm2-135m-instruct) with no path or gguf_file loads that preset's weights")
     path: str | None = Field(None, description="Hugging Face folder (or hub id where the hub is reachable); unset = "

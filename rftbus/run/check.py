@@ -129,14 +129,19 @@ def check_rewards(cfg: Config, ts: Any, tasks: list, rep: Report) -> None:
     except (RftbusError, ImportError, TypeError, ValueError) as e:
         rep.errors.append(f"explorer.rewards: {_first_line(e)}")
         return
+    except SystemExit as e:  # a reward module that exits at import ended `check` with nothing said (#63)
+        rep.errors.append(f"explorer.rewards: importing a reward exited the process (SystemExit {e.code!r}): a "
+                          "reward module must not exit")
+        return
     if not tasks:
         return
     task = tasks[0]
     answer = task.answer or (ts.expert(task) if ts is not None else "") or ""
     try:
         scored = rewards.score(task, answer)
-    except Exception as e:  # noqa: BLE001 - a user's reward may raise anything; this is the place to say so
-        rep.errors.append(f"explorer.rewards on task {task.task_id} ({answer!r:.40} as the answer): {_first_line(e)}")
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a user's reward may raise anything: said here
+        rep.errors.append(f"explorer.rewards on task {task.task_id} ({answer!r:.40} as the answer): "
+                          f"{_first_line(e) if not isinstance(e, SystemExit) else f'it exited (SystemExit {e.code!r})'}")
         return
     rep.notes.append(f"rewards {[s.name for s in cfg.explorer.rewards]}: task {task.task_id}'s reference answer "
                      f"scores {scored.reward:g}")
@@ -190,9 +195,23 @@ def check_devices(cfg: Config, rep: Report) -> None:
         rep.notes.append("devices: " + ", ".join(f"{r} {s}" for r, s in shown.items()) + f" ({gpus} CUDA device(s))")
 
 
-def check_config(cfg: Config) -> Report:
+def check_user_code(config_file, rep: Report) -> None:
+    """A module beside the config named like a standard-library module is never the one imported (the user's
+    folders come after the library, #63), so a reward in it is not what runs: said in one line."""
+    import sys
+    from pathlib import Path
+
+    if config_file:
+        for f in sorted(Path(config_file).resolve().parent.glob("*.py")):
+            if f.stem in sys.stdlib_module_names:
+                rep.warnings.append(f"{f} is named like the standard library's `{f.stem}`: it is never imported from "
+                                  "here (the library is); rename it")
+
+
+def check_config(cfg: Config, config_file=None) -> Report:
     rep = Report()
     t0 = time.perf_counter()
+    check_user_code(config_file, rep)
     check_devices(cfg, rep)
     check_model(cfg, rep)
     ts, tasks = check_data(cfg, rep)

@@ -21,11 +21,18 @@ def lineage_configs(cfg: Config, config_path: Path) -> list[Path]:
                          config_path.with_name(f"config-trainer-{i}.yaml")) for i in range(len(child.run.trainers))]
 
 
+def child_env() -> dict[str, str]:
+    """What every child's environment adds: a native crash leaves a traceback; PYTHONSAFEPATH: `python -m` does not
+    put the working directory before the standard library (the user's folders are appended after it:
+    rftbus.cli.context.user_code_on_path)."""
+    return {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1", "PYTHONSAFEPATH": "1"}
+
+
 def child_specs(c: Config, config_path: Path) -> list[ChildSpec]:
     base = [sys.executable, "-m", "rftbus", "--config", str(config_path)]
     logs = c.state_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    env = {"PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a native crash leaves a traceback
+    env = child_env()
     threads = split_cores(c)
     specs = [ChildSpec("trainer", base + ["train"], {**env, "OMP_NUM_THREADS": str(threads.trainer)},
                        c.run.max_restarts, logs / "trainer.log")]

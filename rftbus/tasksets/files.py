@@ -258,6 +258,8 @@ def records(source: str, fmt: str = "auto", split: str = "train", subset: str | 
         return _hub(source, split, subset)
     if not path.exists():
         raise SourceError(f"task data {source!r} does not exist (for a hub dataset id, set taskset.format: hub)")
+    if not path.is_dir() and not path.is_file():  # a FIFO blocks `check` for ever, /dev/zero never ends (#63)
+        raise SourceError(f"task data {source!r} is not a regular file or a dataset folder")
     kind = detect(path) if fmt == "auto" else fmt
     if kind not in FORMATS[1:]:
         raise SourceError(f"cannot tell the format of {source!r}; set it ({', '.join(FORMATS[1:])})")

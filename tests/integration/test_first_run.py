@@ -28,6 +28,7 @@ def trl_style(prompts, completions, answer, **kwargs):
 def broken(task, response):
     return "yes"
 '''
+EXITS = "import sys\nsys.exit(0)\n"  # a reward module that ends the process at import (check said nothing, #63)
 
 
 def _project(tmp_path: Path, rewards: list[str], **extra) -> Path:
@@ -66,6 +67,10 @@ def test_rewards_beside_the_config_in_every_shape_score_a_real_row(tmp_path):
     ("data", "taskset"),
     ("reward_module", "no_such_module"),
     ("reward_value", "returned str"),
+    ("reward_exits", "exited the process"),
+    ("data_fifo", "not a regular file"),
+    ("config_fifo", "not a regular file"),
+    ("inf_timeout", "kafka.request_timeout_s"),
 ])
 def test_check_names_each_broken_piece_in_one_line(tmp_path, case, expect):
     rewards = ["my_rewards:as_float"]
@@ -76,13 +81,26 @@ def test_check_names_each_broken_piece_in_one_line(tmp_path, case, expect):
         rewards = ["no_such_module:score"]
     if case == "reward_value":
         rewards = ["my_rewards:broken"]
+    if case == "reward_exits":
+        rewards = ["exits_at_import:score"]
+    if case == "inf_timeout":
+        extra["kafka"] = {"request_timeout_s": float("inf")}
     cfg = _project(tmp_path, rewards, **extra)
+    (cfg.parent / "exits_at_import.py").write_text(EXITS)
     if case == "data":
         (cfg.parent / "train.jsonl").unlink()
-    out = _cli("check", str(cfg), cwd=cfg.parent)
+    if case == "data_fifo":
+        (cfg.parent / "train.jsonl").unlink()
+        os.mkfifo(cfg.parent / "train.jsonl")  # opening it would block `check` for ever
+    if case == "inf_timeout":
+        cfg.write_text(cfg.read_text().replace("Infinity", ".inf"))  # (json.dumps writes inf as Infinity)
+    if case == "config_fifo":
+        cfg.unlink()
+        os.mkfifo(cfg)
+    out = _cli("check", str(cfg), cwd=cfg.parent, timeout=60)
     assert out.returncode == 1, out.stdout + out.stderr
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) >= 1 and expect in errors[0], out.stderr
+    assert len(errors) >= 1 and expect in (errors[0] if case != "inf_timeout" else out.stderr), out.stderr
     if case == "reward_value":
         assert "docs/REWARDS.md" in out.stderr  # the contract, where it is written
 
@@ -119,3 +137,48 @@ def test_init_writes_a_checked_real_model_config_from_the_data(tmp_path, smollm2
     (folder / "odd.jsonl").write_text(json.dumps({"text": "x", "y": "1"}) + "\n")
     odd = _cli("init", "other.yaml", "--model", str(smollm2_two_layers), "--data", "odd.jsonl", cwd=folder)
     assert odd.returncode != 0 and "no prompt column among text, y" in odd.stdout + odd.stderr
+
+
+def test_init_writes_what_it_was_given_as_values_never_as_keys(tmp_path):
+    """#63: `init --reward` (and the paths and field names) went into the YAML as they were, so a value could add
+    keys. A reward that is no name is refused; odd file names are quoted and read back as they are."""
+    folder = tmp_path / "p"
+    folder.mkdir()
+    data = folder / "odd: {x}, #y.jsonl"
+    data.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+    out = _cli("init", "--model", "smollm2-135m-instruct", "--data", str(data),
+               "--reward", "math, weight: 1.0}]\nstate_dir: /etc\n#", cwd=folder)
+    assert out.returncode != 0 and "--reward" in out.stderr and "module:function" in out.stderr, out.stderr
+    assert not (folder / "rftbus.yaml").exists()
+    out = _cli("init", "--model", "smollm2-135m-instruct", "--data", str(data), "--reward", "math", cwd=folder)
+    import yaml
+
+    written = yaml.safe_load((folder / "rftbus.yaml").read_text())
+    assert written["taskset"]["path"] == str(data) and written["explorer"]["rewards"] == [{"name": "math",
+                                                                                          "weight": 1.0}]
+    assert written["state_dir"] == ".rftbus/odd-x-y"
+
+
+def test_a_module_beside_the_config_named_like_the_library_never_replaces_it(tmp_path):
+    """#63: the user's folder went on every child's PYTHONPATH, before the standard library, so a `json.py` beside
+    the config replaced the library's in every child. Now it is appended after it (RFTBUS_USER_CODE_PATH), the
+    user's own modules still import, and `check` says the file is never what is imported."""
+    cfg = _project(tmp_path, ["my_rewards:as_float"])
+    (cfg.parent / "json.py").write_text("raise SystemExit('the library was shadowed')\n")
+    probe = ("import os, subprocess, sys\n"
+             "from pathlib import Path\n"
+             "from rftbus.cli.context import user_code_on_path\n"
+             "from rftbus.run.children import child_env\n"
+             f"user_code_on_path(Path({str(cfg)!r}))\n"
+             "code = 'from rftbus.cli.context import user_code_on_path; user_code_on_path(None); import json, my_rewards;'"
+             " + ' print(json.__file__, my_rewards.__file__)'\n"
+             "r = subprocess.run([sys.executable, '-c', code], env={**os.environ, **child_env()}, capture_output=True,"
+             " text=True)\n"
+             "print(r.stdout, r.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", probe], cwd=cfg.parent, capture_output=True, text=True, timeout=120)
+    assert "shadowed" not in out.stdout + out.stderr, out.stdout + out.stderr
+    lib, mine = out.stdout.split()[:2]
+    assert Path(lib).parent != cfg.parent and Path(mine).parent == cfg.parent, out.stdout
+    said = _cli("check", str(cfg), cwd=cfg.parent)
+    assert said.returncode == 0 and "json.py is named like the standard library's `json`" in said.stdout + \
+        said.stderr, said.stdout + said.stderr
