@@ -34,7 +34,9 @@ class CliState:
             node[last] = value
         cfg = load_config(self.config_path, overrides)
         user_code_on_path(find_config_file(self.config_path))
-        return cfg
+        from rftbus.run.secure import as_admin_of_the_run  # (a run's own broker takes only its users)
+
+        return as_admin_of_the_run(cfg)
 
 
 def user_code_on_path(config_file: Path | None) -> None:

@@ -87,6 +87,9 @@ class RunConfig(BaseModel):
     metrics_host: str = Field("127.0.0.1", description="where `rftbus run` serves Prometheus /metrics")
     metrics_port: int | None = Field(9464, ge=0, le=65535, description="its port (0: any free one, None: off); "
                                      "a port already taken is reported and the run goes on without it")
+    acls: bool = Field(True, description="the embedded broker this run starts takes a SASL user per role and the ACL "
+                       "table (only the gate writes decisions, only the trainer weights: rftbus/run/secure.py); "
+                       "false: any client may write any topic")
     analytics: bool = Field(True, description="run the analytics sink too, when it is installed")
     serve: bool = Field(False, description="also run `rftbus serve` (the live-traffic proxy, on serve.host:"
                         "serve.port) as a supervised child")

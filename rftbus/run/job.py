@@ -56,6 +56,12 @@ def child_state(c) -> str:
 
 class MainJob:
     def __init__(self, cfg: Config, console: Console, err: Console):
+        from rftbus.run import secure
+
+        self.given = cfg  # as the user gave it: what the children's shared config file is made from
+        secured, self.bus_line = secure.plan(cfg)
+        cfg = secured or cfg  # the run itself is the broker's admin user when it secures its broker
+        self.secured = secured is not None
         self.cfg, self.console, self.err = cfg, console, err
         self.run_dir = cfg.state_dir / "run"
         self.started = time.time()
@@ -98,6 +104,10 @@ class MainJob:
         own while the children and this process load their models. Returns the admin client."""
         self.ensure_broker()
         admin = check_reachable(self.cfg, wait=False)
+        if self.secured:  # before the topics and the first records: every rule is in place when they are
+            from rftbus.kafka import acls
+
+            acls.apply(self.cfg, acls.acls(self.cfg))
         self.broker_ready = time.time()
         self.console.print(f"broker answered {self.broker_ready - self.started:.1f} s after start; "
                            "creating topics, publishing tasks")
@@ -114,10 +124,20 @@ class MainJob:
         if self.cfg.run.max_steps:  # the trainer holds there: no step is in flight when the run stops at it
             update["trainer"] = self.cfg.trainer.model_copy(update={"hold_at_step": self.cfg.run.max_steps})
         child = self.cfg.model_copy(update=update)
+        if self.secured:
+            from rftbus.run.secure import for_children
+
+            child = for_children(child, self.given)
         return write_config(child, self.run_dir / "config.yaml")
 
     def child_specs(self, config_path: Path) -> list[ChildSpec]:
-        return child_specs(self.cfg, config_path)
+        specs = child_specs(self.cfg, config_path)
+        if self.secured:  # each child is its role's user (in its environment, not in the shared file)
+            from rftbus.run.secure import child_env
+
+            for spec in specs:
+                spec.env = {**spec.env, **child_env(spec.name, self.cfg)}
+        return specs
 
     # ---- the loop ----------------------------------------------------------------------------
     def _done(self, statuses: list[dict], evals: list[dict]) -> str | None:
@@ -167,6 +187,7 @@ class MainJob:
         # import torch and DeepSpeed and build their models (each waits for the broker: kafka.wait_s) and
         # another thread loads the evaluator's. This thread only watches, so a Ctrl-C during start-up stops
         # the children at once instead of after the slowest load.
+        self.console.print(self.bus_line)
         t = split_cores(self.cfg)
         self.console.print(f"threads on {t.cores} cores: trainer {t.trainer}, {self.cfg.run.explorers} explorer(s) "
                            f"{t.explorer} each" + (" (auto: trainer.threads / explorer.threads)" if t.auto else ""))

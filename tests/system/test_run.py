@@ -168,9 +168,27 @@ def test_curriculum_stage_runs_first_then_the_configured_taskset(broker, tmp_pat
     assert any(".c1p" not in t for t in rolled), "the explorers never reached the configured taskset"
 
 
+def _write_as(bootstrap: str, topic: str, client: dict, timeout_s: float = 10) -> str:
+    """'ok' or the broker's error name for one acknowledged write with these client settings."""
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, **client, "acks": "all",
+                  "message.timeout.ms": int(timeout_s * 1000)})
+    got: list[str] = []
+    try:
+        p.produce(topic, key=b"k", value=b"forged", on_delivery=lambda err, _m: got.append(
+            "ok" if err is None else err.name()))
+    except Exception as e:  # noqa: BLE001 - a refusal at produce() is as good as one at delivery
+        return type(e).__name__
+    p.flush(timeout_s + 5)
+    return got[0] if got else "no answer"
+
+
 def test_kill9_of_the_embedded_broker_is_recovered_without_help(tmp_path):
     """#18: `rftbus run` supervises the broker it started: kill -9 mid-run, it comes back on the same
-    data, the loop resumes by itself, and the summary is written and balances."""
+    data, the loop resumes by itself, and the summary is written and balances. #63: that broker is the run's
+    own, with a SASL user per role and the ACL table by default: the loop turns with every child its role's user,
+    and nobody but the gate (not a client without a password, not serve's user) writes the decisions topic."""
     import time
 
     from rftbus.broker import embedded
@@ -185,7 +203,7 @@ def test_kill9_of_the_embedded_broker_is_recovered_without_help(tmp_path):
                 "RFTBUS_RUN__TASKS": "200", "RFTBUS_RUN__EVAL_N": "16", "RFTBUS_RUN__ANALYTICS": "false",
                 "RFTBUS_RL__GROUP_SIZE": "4", "RFTBUS_RL__BATCH_GROUPS": "4"})
     cmd = [str(Path(sys.executable).parent / "rftbus"), "--state-dir", str(state), "run",
-           str(REPO / "configs" / "toy.yaml"), "--max-steps", "14", "--minutes", "8",
+           str(REPO / "configs" / "toy.yaml"), "--max-steps", "60", "--minutes", "8",
            "--summary-json", str(tmp_path / "s.json")]
     log = open(tmp_path / "run.out", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -198,6 +216,20 @@ def test_kill9_of_the_embedded_broker_is_recovered_without_help(tmp_path):
             time.sleep(0.5)
         pid = embedded.running_pid(cfg)
         assert proc.poll() is None and pid is not None, (tmp_path / "run.out").read_text()[-3000:]
+        users = json.loads((state / "kafka" / "users.json").read_text())
+        shared = (state / "run" / "config.yaml").read_text()
+        assert not any(pw in shared for pw in users.values())  # each child has its own, in its environment
+
+        def as_user(user: str) -> dict:
+            return {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN", "sasl.username": user,
+                    "sasl.password": users[user]}
+
+        decisions, bootstrap = cfg.topics.decisions.name, cfg.broker.bootstrap
+        assert _write_as(bootstrap, decisions, as_user("rftbus-serve")) == "TOPIC_AUTHORIZATION_FAILED"
+        assert _write_as(bootstrap, cfg.topics.weights.name, as_user("rftbus-explorer")) == "TOPIC_AUTHORIZATION_FAILED"
+        assert _write_as(bootstrap, decisions, as_user("rftbus-gate")) == "ok"
+        assert _write_as(bootstrap, decisions, {**as_user("rftbus-serve"), "sasl.password": "guess"}, 3) != "ok"
+        assert _write_as(bootstrap, decisions, {}, 3) != "ok"  # no password: no connection
         os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=560)
     finally:
