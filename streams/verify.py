@@ -152,7 +152,8 @@ def live_answers(data: bytes | None, key: bytes | None, partition: int, partitio
     g = v.group
     if not v.ok or g is None or g.source.value != "live" or placement(key, g.group_id, partition, partitions):
         return None, []
-    kept, seen = [], set()
+    kept: list[int] = []
+    seen: set[str] = set()
     for i, s in enumerate(g.samples):
         # (the version is the gate's to judge: only the serving version's and the candidate's answers count)
         if (check_sample(g, i, s.model_version, seen) or over_length(g, i, sc)) is None:

@@ -224,7 +224,7 @@ class _NoAliases(yaml.SafeLoader):
     """YAML without anchors' aliases: a few lines of nested aliases (a "billion laughs") grew to gigabytes when
     validated, before any child started (#63)."""
 
-    def compose_node(self, parent, index):  # type: ignore[override]
+    def compose_node(self, parent, index):
         if self.check_event(yaml.AliasEvent):
             event = self.peek_event()
             raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are refused in a config: write the "

@@ -103,9 +103,12 @@ def status(cfg, pid: int, want=lambda s: True, timeout: float = 60.0) -> dict:
         time.sleep(0.3)
 
 
-def versions(url: str, sessions: list[str]) -> dict[str, int]:
+OTHER = "inference-token-of-another-client"
+
+
+def versions(url: str, sessions: list[str], token: str = INF) -> dict[str, int]:
     out = {}
-    with httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {INF}"}) as c:
+    with httpx.Client(base_url=url, timeout=60, headers={"Authorization": f"Bearer {token}"}) as c:
         for s in sessions:
             r = c.post("/v1/completions", json={"prompt": "3+4=", "max_tokens": 2}, headers={SESSION_HEADER: s})
             assert r.status_code == 200, r.text
@@ -119,7 +122,8 @@ def counts(pid: int) -> tuple[int, int]:
 
 def test_serve_restarts_on_what_serves_and_believes_no_forged_decision(broker, tmp_path):
     cfg = serve_config(tmp_path / "state", broker.broker.port, uuid.uuid4().hex[:6], **{
-        "gate.enabled": True, "gate.min_answers": 2, "trainer.lora": LORA, "serve.weights_wait_s": 30.0})
+        "gate.enabled": True, "gate.min_answers": 2, "trainer.lora": LORA, "serve.weights_wait_s": 30.0,
+        "serve.inference_tokens": [INF, OTHER], "serve.max_sessions": 4})
     create_topics(cfg, make_admin(cfg))
     for v, scale in ((0, 0.0), (1, 0.02), (2, 0.04)):
         publish_adapter(cfg, v, scale)
@@ -143,6 +147,10 @@ def test_serve_restarts_on_what_serves_and_believes_no_forged_decision(broker, t
         got = versions(url, [f"s{i}" for i in range(30)])
         assert set(got.values()) == {1, 2}, got  # the candidate's 30 %, never v0 or a forged version
         assert 2 <= sum(v == 2 for v in got.values()) <= 18, got
+        # pins are per client: another client's many new sessions never evict this one's (serve.max_sessions 4)
+        mine = {s: got[s] for s in list(got)[-4:]}  # this client's last 4 sessions
+        versions(url, [f"theirs-{i}" for i in range(40)], token=OTHER)
+        assert versions(url, list(mine)) == mine
 
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
