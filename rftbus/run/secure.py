@@ -44,16 +44,22 @@ def users_file(cfg: Config) -> Path:
     return cfg.state_dir / "kafka" / "users.json"
 
 
+def stored(cfg: Config) -> dict[str, str]:
+    """The users the state folder holds (none yet: {})."""
+    path = users_file(cfg)
+    if not path.exists():
+        return {}
+    try:
+        return {str(k): str(v) for k, v in json.loads(path.read_text()).items()}
+    except (OSError, ValueError) as e:
+        raise RftbusError(f"{path} cannot be read ({e}): remove it, and the broker's data folder with it") from None
+
+
 def credentials(cfg: Config) -> dict[str, str]:
     """admin and one user per role -> password, made once per state folder (0600)."""
     path = users_file(cfg)
     want = [ADMIN, *(username(r) for r in ROLES)]
-    have: dict[str, str] = {}
-    if path.exists():
-        try:
-            have = {str(k): str(v) for k, v in json.loads(path.read_text()).items()}
-        except (OSError, ValueError) as e:
-            raise RftbusError(f"{path} cannot be read ({e}): remove it, and the broker's data folder with it") from None
+    have = stored(cfg)
     if all(u in have for u in want):
         return have
     users = {**{u: secrets.token_urlsafe(24) for u in want}, **have}
@@ -121,11 +127,11 @@ def as_admin_of_the_run(cfg: Config) -> Config:
     """A command given the state folder of a run that secured its broker (`rftbus tail`, `status`, `topics`, ...)
     logs in as that run's admin, unless it was given a login of its own (a run's child has its role's)."""
     if cfg.kafka.bootstrap_servers or cfg.broker.sasl_users or "sasl.username" in cfg.kafka.client \
-            or not cfg.run.acls or not users_file(cfg).exists():
+            or not cfg.run.acls:
         return cfg
     try:
-        users = json.loads(users_file(cfg).read_text())
-    except (OSError, ValueError):
+        users = stored(cfg)
+    except RftbusError:  # (`rftbus run` says so; another command goes on without the run's login)
         return cfg
     if ADMIN not in users:
         return cfg
