@@ -79,14 +79,16 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                      changelog_topic=app.topic(topo.live_changelog, partitions=n, compacting=True))
     live = LiveGroups(cfg, held, emit, codec, counters)
     ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw, live, n)
-    # Every fetched offset must reach the agent; under exactly_once transaction markers are real gaps in joined.
-    watched = {topo.raw} | ({topo.joined} if sc.processing_guarantee == "at_least_once" else set())
-    checkpoint = Checkpoint(cfg, {topo.raw, topo.joined}, watched, output_partitions(emit),
+    # Every topic the worker reads commits by the checkpoint's rule, and every fetched offset must reach its agent;
+    # under exactly_once transaction markers are real gaps in the internal topics.
+    inputs = {topo.raw, topo.joined, topo.join, topo.feedback}
+    watched = inputs if sc.processing_guarantee == "at_least_once" else {topo.raw, topo.feedback}
+    checkpoint = Checkpoint(cfg, inputs, watched, output_partitions(emit),
                             Deliveries(emit.write, cfg.state_dir, counters, sc.write_retries, sc.write_retry_backoff_s),
-                            counters)
-    emit.checkpoint = ingest.checkpoint = checkpoint
+                            counters, scopes={topo.raw: "ingest", topo.joined: "ingest"})
     join = Join(cfg, pending, emit, counters, topo.partitions["joined"])
     fanout = FeedbackFanout(cfg, emit, codec, counters)
+    emit.checkpoint = ingest.checkpoint = join.checkpoint = fanout.checkpoint = checkpoint
     # Ticks, status and metrics go through a plain confluent producer: they are not part of any input
     # record's processing (and so not of any transaction).
     side = make_producer(cfg)
@@ -100,12 +102,15 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
 
     def ingest_stream(stream: Any) -> Any:
         ingest.stream = stream = stream.noack()  # acknowledged by hand, once an input's outcome is out
+        return watched_stream(stream)
+
+    def watched_stream(stream: Any) -> Any:  # (whichever agent starts first: the guard sees every fetched record)
         checkpoint.attach(app.consumer)
         return stream
 
     ingest_agent = reporting_agent("ingest", ingest.handle, ingest.on_error, counters, prepare=ingest_stream)
-    join_agent = reporting_agent("join", join.handle, join.on_error, counters)
-    feedback_agent = reporting_agent("feedback", fanout.handle, fanout.on_error, counters)
+    join_agent = reporting_agent("join", join.handle, join.on_error, counters, prepare=watched_stream)
+    feedback_agent = reporting_agent("feedback", fanout.handle, fanout.on_error, counters, prepare=watched_stream)
 
     app.agent(app.topic(topo.raw, topo.joined), name="ingest")(ingest_agent)
     app.agent(app.topic(topo.join), name="join")(join_agent)

@@ -56,7 +56,7 @@ class Ingest:
         if kind == b"tick":
             # (a tick scans too: after a restart, a partition with no new records still has held groups
             # whose TTL must pass; their release outputs are found by the scan if a crash cut them short)
-            await self.tick(p)
+            await self.tick(p, landed)
         else:
             if msg.topic == self.raw_topic:
                 src = f"{msg.topic}/{p}/{msg.offset}"
@@ -225,9 +225,7 @@ class Ingest:
             self.counters.reject("processing_error", "streams")
         await self.stream.ack(event)
 
-    async def tick(self, p: int) -> None:
-        assert self.checkpoint is not None
-        landed = self.checkpoint.landed[p]
+    async def tick(self, p: int, landed: Landed) -> None:
         if not self.scans.due(p):
             return
         for h in self.live.expired(p):

@@ -19,8 +19,11 @@ from __future__ import annotations
 import struct
 import time
 
+from typing import Any
+
 from rftbus.schemas import DecodeError, Feedback
 from rftbus.schemas.bounds import MAX_ID
+from rftbus.streams.checkpoint.landed import Landed, done_key
 from rftbus.streams.feedback import BadFeedback, grades
 from rftbus.streams.outputs import H_EXP, H_FBID, H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0
 
@@ -102,13 +105,15 @@ class Join:
         self.counters = counters
         self.joined_partitions = joined_partitions
         self.scans = ScanClock(cfg.streams)  # per partition
+        self.checkpoint: Any = None  # what already went out, what may be committed (set by the app)
 
     async def handle(self, event) -> None:
         msg = event.message
+        landed = await self.checkpoint.begin(msg)
         headers = dict(msg.headers or [])
         kind = headers.get(H_KIND)
         if kind == b"tick":
-            await self.expire(msg.partition)
+            await self.expire(msg.partition, landed)
             return
         key = msg.key  # table keys are bytes (what the raw serializer gives back on recovery)
         raw = self.table.get(key)
@@ -139,12 +144,12 @@ class Join:
                 else:
                     how = "has feedback waiting for it" if held[0] == FB else "was already graded by feedback"
                     await self._late("duplicate_feedback", f"experience {key.decode()} {how} "
-                                     f"{first.decode() or '?'}", src, msg)
+                                     f"{first.decode() or '?'}", src, msg, landed)
             else:  # EXPIRED
                 ttl = self.cfg.streams.feedback_ttl_s
                 await self._late("feedback_expired", f"experience {key.decode()} waited its feedback_ttl_s of "
                                  f"{ttl:g} s ungraded (rejected no_feedback); this came "
-                                 f"{(now_ms() - held[1]) / 1000 + ttl:.0f} s after it arrived", src, msg)
+                                 f"{(now_ms() - held[1]) / 1000 + ttl:.0f} s after it arrived", src, msg, landed)
 
     async def _grade(self, key: bytes, index: bytes, feedback: bytes, fb_src: str, fb_id: bytes, t0: bytes) -> None:
         await self._send_grade(key, index, feedback, fb_src, t0)
@@ -154,18 +159,29 @@ class Join:
     async def _send_grade(self, key: bytes, index: bytes, feedback: bytes, fb_src: str, t0: bytes,
                           resend: bool = False) -> None:
         gid, raw_partition, sample = parse_index(index)
-        await self.emit.topics["joined"].send(
-            key=gid.encode(), value=feedback, partition=raw_partition % self.joined_partitions,
-            headers=[(H_KIND, b"grade"), (H_EXP, key), (H_SAMPLE, str(sample).encode()), (H_SRC, fb_src.encode()),
-                     (H_T0, t0)] + ([(H_RESEND, b"1")] if resend else []))
+        await self.emit.send("joined", gid.encode(), feedback, raw_partition % self.joined_partitions,
+                             [(H_KIND, b"grade"), (H_EXP, key), (H_SAMPLE, str(sample).encode()),
+                              (H_SRC, fb_src.encode()), (H_T0, t0)] + ([(H_RESEND, b"1")] if resend else []), fb_src)
 
-    async def _late(self, reason: str, detail: str, src: str, msg) -> None:
+    async def _late(self, reason: str, detail: str, src: str, msg, landed: Landed) -> None:
         """Feedback that grades nothing: its own rejection, so a grader's work is never dropped silently."""
-        self.counters.reject(reason, "feedback")
-        await self.emit.reject(reason=reason, detail=detail, stage="feedback", src=src, original=msg.value,
-                               key=msg.key, p=msg.partition)
+        await self._reject(reason, detail, "feedback", src, msg.value, msg.key, msg.partition, landed)
 
-    async def expire(self, partition: int) -> None:
+    async def _reject(self, reason: str, detail: str, stage: str, src: str, original: bytes | None, key: bytes,
+                      p: int, landed: Landed) -> None:
+        """One rejection per (feedback record, experience): a replay (the fan-out forwards a feedback again after
+        a restart, or the join record itself is read again) finds it in the log and writes nothing."""
+        eid = key.decode(errors="replace")
+        ident = done_key(src, eid)
+        if ident in landed.done:
+            self.counters.inc("replays_skipped")
+            return
+        self.counters.reject(reason, stage)
+        await self.emit.reject(reason=reason, detail=detail, stage=stage, src=src, original=original, key=key, p=p,
+                               exp=eid)
+        landed.finished(ident)
+
+    async def expire(self, partition: int, landed: Landed) -> None:
         """Index entries past the feedback TTL become EXPIRED markers (the ingest side rejects their
         samples); markers past one more TTL are forgotten; feedback that never found its experience is
         rejected as orphan_feedback. A scan reads the whole table, so it runs when `ScanClock` says."""
@@ -178,10 +194,8 @@ class Join:
             if part != partition or arrived >= cutoff:
                 continue
             if kind == FB:
-                await self.emit.reject(reason="orphan_feedback", detail="feedback for an experience that never "
-                                       "arrived", stage="feedback", src=src, original=unpack_fb(data)[2], key=None,
-                                       p=partition)
-                self.counters.reject("orphan_feedback", "feedback")
+                await self._reject("orphan_feedback", "feedback for an experience that never arrived", "feedback",
+                                   src, unpack_fb(data)[2], key, partition, landed)
             if kind == EXP:
                 self.table[key] = pack(EXPIRED, now, part)
             else:
@@ -200,9 +214,9 @@ class Join:
         """A join record that raised: a `processing_error` rejection naming the input it came from."""
         msg = event.message
         src = dict(msg.headers or []).get(H_SRC, b"").decode() or f"{msg.topic}/{msg.partition}/{msg.offset}"
-        self.counters.reject("processing_error", "join")
-        await self.emit.reject(reason="processing_error", detail=f"{type(exc).__name__}: {exc}", stage="join",
-                               src=src, original=msg.value, key=msg.key, p=msg.partition)
+        landed = self.checkpoint.landed_of(msg.topic, msg.partition) or Landed.empty(self.cfg)
+        await self._reject("processing_error", f"{type(exc).__name__}: {exc}", "join", src, msg.value,
+                           msg.key or b"", msg.partition, landed)
 
 
 def _current_partition() -> int:
@@ -224,9 +238,11 @@ class FeedbackFanout:
         self.emit = emit
         self.decode = codec.decode
         self.counters = counters
+        self.checkpoint: Any = None  # what already went out, what may be committed (set by the app)
 
     async def handle(self, event) -> None:
         msg = event.message
+        await self.checkpoint.begin(msg)
         src = f"{msg.topic}/{msg.partition}/{msg.offset}"
         self.counters.inc("feedback_in")
         limit = min(self.cfg.streams.max_message_bytes, self.emit.max_bytes.get("join", 1 << 62) - JOIN_HEADROOM)
@@ -253,8 +269,9 @@ class FeedbackFanout:
             return
         t0 = str(int(msg.timestamp * 1000) if msg.timestamp else now_ms()).encode()  # when the broker took it
         for g in gs:
-            await self.emit.topics["join"].send(key=g.experience_id.encode(), value=msg.value, headers=[
-                (H_KIND, b"fb"), (H_SRC, src.encode()), (H_FBID, fb.feedback_id.encode()), (H_T0, t0)])
+            key = g.experience_id.encode()
+            await self.emit.send("join", key, msg.value, self.emit.key_partition("join", key), [
+                (H_KIND, b"fb"), (H_SRC, src.encode()), (H_FBID, fb.feedback_id.encode()), (H_T0, t0)], src)
 
     async def on_error(self, event, exc: BaseException) -> None:
         """A feedback record that raised: a `processing_error` rejection, never an acknowledgement alone."""
@@ -263,6 +280,12 @@ class FeedbackFanout:
                            f"{msg.topic}/{msg.partition}/{msg.offset}", msg)
 
     async def _reject(self, reason: str, detail: str, src: str, msg) -> None:
+        """The feedback record's one outcome; a replay finds it in the log and writes nothing."""
+        landed = self.checkpoint.landed_of(msg.topic, msg.partition) or Landed.empty(self.cfg)
+        if src in landed.done:
+            self.counters.inc("replays_skipped")
+            return
         self.counters.reject(reason, "feedback")
         await self.emit.reject(reason=reason, detail=detail, stage="feedback", src=src, original=msg.value,
                                key=msg.key, p=msg.partition)
+        landed.finished(src)

@@ -93,8 +93,9 @@ class LiveGroups:
         sent = 0
         for i, s in enumerate(g.samples):
             if s.reward is None and not (skip and i in skip):
-                await self.emit.topics["join"].send(key=s.experience_id.encode(), value=index_value(g.group_id, p, i),
-                                                    headers=[(H_KIND, b"exp"), (H_SRC, src.encode())])
+                key = s.experience_id.encode()
+                await self.emit.send("join", key, index_value(g.group_id, p, i), self.emit.key_partition("join", key),
+                                     [(H_KIND, b"exp"), (H_SRC, src.encode())], src)
                 sent += 1
         return sent
 

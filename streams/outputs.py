@@ -20,9 +20,18 @@ from rftbus.schemas import bound_key, fitted_rejection
 from rftbus.streams.headers import (H_EXP, H_FBID, H_IN, H_K, H_KIND, H_LATEST, H_N, H_RESEND, H_SAMPLE, H_SRC,
                                    H_T0, header)
 from rftbus.streams.checkpoint.deliveries import Write, split_src
+from rftbus.streams.checkpoint.landed import done_key
 
 __all__ = ["H_EXP", "H_FBID", "H_IN", "H_K", "H_KIND", "H_LATEST", "H_N", "H_RESEND", "H_SAMPLE", "H_SRC", "H_T0",
            "Emitter", "Output", "header", "rejection_id", "value_limits"]
+
+def handled_tp() -> tuple[str, int] | None:
+    """The (topic, partition) of the record the current agent is handling (Faust's current event), if any."""
+    from faust.streams import current_event
+
+    event = current_event()
+    return None if event is None else (event.message.topic, event.message.partition)
+
 
 def rejection_id(stage: str, src: str, reason: str) -> str:
     """Derived from where the record was read: a rejection written again after a crash is the same one."""
@@ -48,7 +57,10 @@ def value_limits(topic_limits: dict[str, int], names: dict[str, str], producer_m
 
 
 class Emitter:
-    """Thin layer over Faust topics: outputs of one input record, and rejections."""
+    """Every record a stage writes (outputs, rejections, the join's internal records), straight to the producer with
+    its partition chosen, each write watched by the checkpoint (never Faust's `topic.send`, whose records from an
+    agent wait in memory for the commit of the offset they were made for, while the table change beside them is
+    already on its changelog)."""
 
     def __init__(self, app: Any, encode, names: dict[str, str], partitions: dict[str, int],
                  original_max_bytes: int, max_bytes: dict[str, int] | None = None):
@@ -60,7 +72,6 @@ class Emitter:
         room = self.max_bytes.get("rejected")
         # a rejection's copy of the original must leave room for the rest of the rejection
         self.original_max_bytes = min(original_max_bytes, room - REJECTION_ROOM) if room else original_max_bytes
-        self.topics = {role: app.topic(name) for role, name in names.items()}
         self.checkpoint: Any = None  # set by the app: each write's delivery watched (retried, then quarantined)
         self._producer: Any = None
 
@@ -72,6 +83,13 @@ class Emitter:
 
     def part(self, role: str, p: int) -> int:
         return p % self.partitions[role]
+
+    def key_partition(self, role: str, key: bytes) -> int:
+        """The partition a keyed record of `role` goes to: the Java client's (and aiokafka's) murmur2 rule, so the
+        records of one experience meet in one partition of the join topic whoever writes them."""
+        from aiokafka.partitioner import murmur2
+
+        return (murmur2(key) & 0x7FFFFFFF) % self.partitions[role]
 
     async def write(self, role: str, key: bytes | None, value: bytes, p: int, headers: list) -> Any:
         """Straight to the producer Faust's ``topic.send`` would use: with the partition and bytes
@@ -85,15 +103,17 @@ class Emitter:
         return await producer.send(self.names[role], key, value, self.part(role, p), None, headers)
 
     async def send(self, role: str, key: bytes | None, value: bytes, p: int, headers: list, src: str) -> None:
-        """One output of input `src`; the checkpoint watches its delivery: retried, else quarantined."""
+        """One output of input `src`; the checkpoint watches its delivery: retried, else quarantined, and the
+        partition of the record being handled commits nothing meanwhile."""
         fut = await self.write(role, key, value, p, headers)
         if self.checkpoint is not None:
-            self.checkpoint.watch(fut, Write(role, self.names[role], key, value, p, headers, src))
+            self.checkpoint.watch(fut, Write(role, self.names[role], key, value, p, headers, src, handled_tp()))
 
     def rejection(self, *, reason: str, detail: str, stage: str, src: str, original: bytes | None,
-                  group_id: str | None = None, experience_ids: Sequence[str] = ()) -> bytes:
+                  group_id: str | None = None, experience_ids: Sequence[str] = (), ident: str | None = None) -> bytes:
         """A Rejection's bytes. The original is copied only when it fits under `original_max_bytes`;
-        otherwise the rejection points at it (source topic, partition, offset) and says so."""
+        otherwise the rejection points at it (source topic, partition, offset) and says so. `ident`: what
+        makes it one (default its source; the join stage's: the source and the experience)."""
         topic, part, off = split_src(src)
         if original is not None and len(original) > self.original_max_bytes:
             detail = (f"{detail} (original of {len(original)} bytes not copied: over "
@@ -101,19 +121,22 @@ class Emitter:
             original = None
         ids = list(experience_ids)
         limit = self.max_bytes.get("rejected") or self.original_max_bytes + 1024 * 1024
-        rec = fitted_rejection(max_bytes=limit, original=original, rejection_id=rejection_id(stage, src, reason),
+        rec = fitted_rejection(max_bytes=limit, original=original, rejection_id=rejection_id(stage, ident or src, reason),
                                experience_id=ids[0] if len(ids) == 1 else None, group_id=group_id,
                                experience_ids=ids, reason=reason, detail=detail, stage=stage, source_topic=topic,
                                partition=part, offset=off)
         return self.encode(rec)
 
     async def outputs(self, outs: list[Output], *, src: str, p: int, latest: int, t0: bytes | None = None,
-                      landed: frozenset[int] = frozenset()) -> int:
-        """Write the outputs of input record `src` (partition p) except those already in the log."""
+                      landed: frozenset[int] = frozenset(), exp: str | None = None) -> int:
+        """Write the outputs of input record `src` (partition p) except those already in the log; `exp`: the
+        experience a join-stage outcome is about (its record is one input per experience)."""
         base = [(H_SRC, src.encode()), (H_IN, str(p).encode()), (H_N, str(len(outs)).encode()),
                 (H_LATEST, str(latest).encode())]
         if t0 is not None:
             base.append((H_T0, t0))
+        if exp is not None:
+            base.append((H_EXP, exp.encode()))
         sent = 0
         for k, o in enumerate(outs):
             if k in landed:
@@ -125,8 +148,9 @@ class Emitter:
 
     async def reject(self, *, reason: str, detail: str, stage: str, src: str, original: bytes | None,
                      key: bytes | None, p: int, group_id: str | None = None,
-                     experience_ids: Sequence[str] = ()) -> None:
-        """A rejection that is its input's only output (feedback and join stages)."""
+                     experience_ids: Sequence[str] = (), exp: str | None = None) -> None:
+        """A rejection that is its input's only output (feedback and join stages; `exp`: the join's experience)."""
         value = self.rejection(reason=reason, detail=detail, stage=stage, src=src, original=original,
-                               group_id=group_id, experience_ids=experience_ids)
-        await self.outputs([Output("rejected", key, value)], src=src, p=p, latest=-1)
+                               group_id=group_id, experience_ids=experience_ids,
+                               ident=None if exp is None else done_key(src, exp))
+        await self.outputs([Output("rejected", key, value)], src=src, p=p, latest=-1, exp=exp)

@@ -1,10 +1,10 @@
-"""The streams worker's checkpoint: the one object that decides what an ingest partition may commit.
+"""The streams worker's checkpoint: the one object that decides what every input partition may commit.
 
 The shape is quixstreams' `Checkpoint`: outputs are flushed before offsets are committed, and an offset is
 committed only when every input below it has its outcome in the log. Faust drives the commit (every
 `streams.commit_interval_s` it flushes the producer, then asks `_new_offset` per partition; faust_patches.py
-routes that question here for the ingest topics), so this object keeps the state the answer needs and the
-order of the steps:
+routes that question here for every topic the worker reads: raw, joined, the join topic and feedback), so this
+object keeps the state the answer needs and the order of the steps:
 
 1. **begin** (each record, `begin`): the first offset this assignment read (where the commit rule counts
    from; for a partition this app never committed, its log start), the record reported to the hole finder,
@@ -42,23 +42,27 @@ __all__ = ["Checkpoint", "Deliveries", "DeliveryGuard", "Landed", "Write"]
 
 class Checkpoint:
     def __init__(self, cfg: Any, topics: set[str], watched: set[str], outputs: Callable[[int], list[tuple[str, int]]],
-                 deliveries: Deliveries | None, counters: Any):
-        """topics: the ingest topics whose commits follow the rule; watched: those whose every fetched offset
+                 deliveries: Deliveries | None, counters: Any, scopes: dict[str, str] | None = None):
+        """topics: the input topics, whose commits follow the rule; watched: those whose every fetched offset
         must be delivered (all of them at least once; under exactly_once transaction markers are real gaps
-        in joined); outputs(p): the (topic, partition) an input partition p writes to."""
+        in the internal topics); outputs(p): the (topic, partition) an input partition p writes to; scopes:
+        topic -> the name of the recovery scan its partitions share (raw and joined: one, the ingest agent's;
+        default: a scan per topic)."""
         self.cfg, self.topics, self.watched, self.outputs = cfg, topics, watched, outputs
         self.deliveries, self.counters = deliveries, counters
+        self.scopes = dict(scopes or {})
         self.first_seen: dict[Any, int] = {}  # tp -> first offset read since its assignment
-        self.landed: dict[int, Landed] = {}  # input partition -> what already went out
+        self.landed: dict[tuple[str, int], Landed] = {}  # (scope, input partition) -> what already went out
         self.guard: DeliveryGuard | None = None
 
     def attach(self, consumer: Any) -> None:
-        """The Faust consumer whose positions the hole finder reads (the agent's stream exists by now)."""
-        self.guard = DeliveryGuard.for_faust(consumer, self.watched, quiet_s=self.cfg.streams.redelivery_quiet_s)
+        """The Faust consumer whose positions the hole finder reads (an agent's stream exists by now); once."""
+        if self.guard is None:
+            self.guard = DeliveryGuard.for_faust(consumer, self.watched, quiet_s=self.cfg.streams.redelivery_quiet_s)
 
     # -- 1. begin ---------------------------------------------------------------------------------------------
     async def begin(self, msg: Any) -> Landed:
-        """Every record of an ingest topic, before it is handled: what already went out for its partition."""
+        """Every record of an input topic, before it is handled: what already went out for its partition."""
         from aiokafka.errors import KafkaError
 
         guard = self.guard if msg.topic in self.watched else None
@@ -73,17 +77,23 @@ class Checkpoint:
             self.first_seen[msg.tp] = msg.offset if begin is None else min(begin, msg.offset)
         if guard is not None:
             guard.delivered(msg.tp, msg.offset)
-        p = msg.partition
-        return self.landed.get(p) or await self._recover(p, int((msg.timestamp or time.time()) * 1000))
+        return self.landed_of(msg.topic, msg.partition) or await self._recover(
+            msg.topic, msg.partition, int((msg.timestamp or time.time()) * 1000))
 
-    async def _recover(self, p: int, first_ts_ms: int) -> Landed:
+    def scope(self, topic: str) -> str:
+        return self.scopes.get(topic, topic)
+
+    def landed_of(self, topic: str, p: int) -> Landed | None:
+        return self.landed.get((self.scope(topic), p))
+
+    async def _recover(self, topic: str, p: int, first_ts_ms: int) -> Landed:
         since = first_ts_ms - int(self.cfg.streams.recovery_margin_s * 1000)
         t = time.monotonic()
         landed = await asyncio.get_running_loop().run_in_executor(None, scan, self.cfg, self.outputs(p), p, since)
-        self.landed[p] = landed
+        self.landed[(self.scope(topic), p)] = landed
         self.counters.inc("recovery_scans")
-        log.info("partition %s: recovery scan read %s records in %.2fs, %s sources already out",
-                 p, landed.scanned, time.monotonic() - t, len(landed.done))
+        log.info("%s partition %s: recovery scan read %s records in %.2fs, %s sources already out",
+                 self.scope(topic), p, landed.scanned, time.monotonic() - t, len(landed.done))
         return landed
 
     # -- 2. write ---------------------------------------------------------------------------------------------
@@ -93,8 +103,8 @@ class Checkpoint:
 
     # -- 3. commit --------------------------------------------------------------------------------------------
     def next_offset(self, consumer: Any, tp: Any) -> int | None:
-        """Faust's question, for an ingest partition: the offset to commit now, or None."""
-        if self.deliveries is not None and self.deliveries.holds(tp.partition):
+        """Faust's question, for an input partition: the offset to commit now, or None."""
+        if self.deliveries is not None and self.deliveries.holds(tp.topic, tp.partition):
             return None
         return next_commit(consumer, tp, self.first_seen.get(tp))
 
@@ -108,8 +118,8 @@ class Checkpoint:
             self.first_seen.pop(tp, None)
         if self.guard is not None:
             self.guard.forget(mine)
-        for p in {tp.partition for tp in mine}:
-            self.landed.pop(p, None)
+        for tp in mine:
+            self.landed.pop((self.scope(tp.topic), tp.partition), None)
 
     # -- 5. check ---------------------------------------------------------------------------------------------
     async def check(self) -> None:

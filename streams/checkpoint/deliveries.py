@@ -7,8 +7,10 @@ acknowledged input without an outcome (#36). Each write's delivery future is wat
 again `tries` times with doubling backoff, and if it still cannot be written the input's position, the
 output's role and the error are appended to the quarantine file (`<state_dir>/streams/quarantine.jsonl`),
 logged, and counted (`quarantined`), and the stage moves on. The run's summary reads that file.
-While a write of input partition p is being retried, the checkpoint commits nothing of p (`holds`): a
-crash meanwhile replays the input, and the replay writes the outcome again (what landed is skipped).
+While a write is being retried, the checkpoint commits nothing of the input partition whose record was being
+handled when it was made (`holds`; a release on a grade holds the grades' partition, a feedback rejection its
+feedback partition): a crash meanwhile replays the input, and the replay writes the outcome again (what landed is
+skipped).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Write:
     partition: int
     headers: list
     src: str  # the input it is an outcome of (topic/partition/offset)
+    input: tuple[str, int] | None = None  # the (topic, partition) of the record being handled, if not src's
 
 
 def split_src(src: str) -> tuple[str, int, int]:
@@ -65,11 +68,11 @@ class Deliveries:
         self.path = quarantine_path(state_dir)
         self.tries, self.backoff_s = tries, backoff_s
         self.retrying: set[asyncio.Task] = set()
-        self.pending: Counter[int] = Counter()  # input partition -> its writes being retried
+        self.pending: Counter[tuple[str, int]] = Counter()  # input (topic, partition) -> its writes being retried
 
-    def holds(self, partition: int) -> bool:
+    def holds(self, topic: str, partition: int) -> bool:
         """Whether a write of this input partition is still being retried (its commit must wait)."""
-        return self.pending[partition] > 0
+        return self.pending[(topic, partition)] > 0
 
     def watch(self, fut: Any, w: Write) -> None:
         """Look after one write's delivery future."""
@@ -82,13 +85,13 @@ class Deliveries:
             return
         self.counters.inc("delivery_failures")
         log.warning("write of %s's %s output to %s failed: %r; retrying", w.src, w.role, w.topic, fut.exception())
-        part = split_src(w.src)[1]
+        part = w.input or split_src(w.src)[:2]
         self.pending[part] += 1
         task = asyncio.ensure_future(self._retry(w, fut.exception()))
         self.retrying.add(task)
         task.add_done_callback(lambda t: self._settled(t, part))
 
-    def _settled(self, task: asyncio.Task, part: int) -> None:
+    def _settled(self, task: asyncio.Task, part: tuple[str, int]) -> None:
         self.retrying.discard(task)
         self.pending[part] -= 1
         if self.pending[part] <= 0:

@@ -23,7 +23,7 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
 from rftbus.kafka.fence import fence
 from rftbus.kafka.read import read_to_end
-from rftbus.streams.headers import H_IN, H_K, H_LATEST, H_N, H_SRC
+from rftbus.streams.headers import H_EXP, H_IN, H_K, H_LATEST, H_N, H_SRC
 
 
 class Recent:
@@ -57,6 +57,12 @@ class Landed:
     partial: dict[str, tuple[frozenset[int], int]] = field(default_factory=dict)  # src -> (indices, latest)
     scanned: int = 0
 
+    @classmethod
+    def empty(cls, cfg: Config) -> Landed:
+        """Nothing known to have gone out (a record whose partition was never scanned: it failed before)."""
+        window = cfg.streams.dedupe_window_s
+        return cls(Recent(window), Recent(window))
+
     def latest_for(self, src: str) -> int | None:
         found = self.partial.get(src)
         return found[1] if found else None
@@ -68,6 +74,12 @@ class Landed:
     def finished(self, src: str) -> None:
         self.done.add(src)
         self.partial.pop(src, None)
+
+
+def done_key(src: str, experience_id: str | None = None) -> str:
+    """What `Landed.done` holds for an outcome: its input record, and for the join stage (where one feedback
+    record is an input per experience it grades) the experience too."""
+    return src if experience_id is None else f"{src}#{experience_id}"
 
 
 def fenced(cfg: Config) -> bool:
@@ -83,8 +95,7 @@ def scan(cfg: Config, outputs: list[tuple[str, int]], ingest_partition: int, sin
     """outputs: (topic, partition) to read. Blocking; run it in an executor."""
     until = (fence(cfg, outputs, f"{cfg.streams.app_id}-fence-{ingest_partition}", timeout_s)
              if fenced(cfg) else {})
-    window = cfg.streams.dedupe_window_s
-    landed = Landed(Recent(window), Recent(window))
+    landed = Landed.empty(cfg)
     seen: dict[str, set[int]] = defaultdict(set)
     sizes: dict[str, tuple[int, int]] = {}
     mine = str(ingest_partition).encode()
@@ -99,7 +110,7 @@ def scan(cfg: Config, outputs: list[tuple[str, int]], ingest_partition: int, sin
                 h: dict[str, bytes] = {k: v for k, v in pairs if isinstance(v, bytes)}
                 if h.get(H_IN) != mine or H_SRC not in h or H_K not in h:
                     continue
-                src = h[H_SRC].decode()
+                src = done_key(h[H_SRC].decode(), h[H_EXP].decode() if H_EXP in h else None)
                 seen[src].add(int(h[H_K]))
                 key = msg.key()
                 if isinstance(key, bytes):

@@ -71,6 +71,30 @@ def test_a_partition_commits_nothing_while_one_of_its_writes_is_retried(tmp_path
     assert not read_quarantine(tmp_path)
 
 
+def test_a_retried_write_holds_the_partition_of_the_record_it_was_made_for(tmp_path):
+    """A feedback rejection being retried holds its feedback partition, not the raw partition of the same number
+    (retries were keyed by partition number alone: raw 0 could commit past nothing, feedback 0 past its record)."""
+    async def send(role, key, value, partition, headers):
+        await asyncio.sleep(0.05)
+        fut = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    async def main():
+        cp = _checkpoint(tmp_path, send)
+        fut = asyncio.get_running_loop().create_future()
+        cp.watch(fut, Write("rejected", "rejected", None, b"v", 0, [], "feedback/0/3", ("feedback", 0)))
+        fut.set_exception(RuntimeError("NOT_ENOUGH_REPLICAS"))
+        await asyncio.sleep(0)
+        held = cp.deliveries.holds("feedback", 0), cp.deliveries.holds("raw", 0)
+        while cp.deliveries.retrying:
+            await asyncio.sleep(0.01)
+        return held, cp.deliveries.holds("feedback", 0)
+
+    (feedback0, raw0), after = asyncio.run(main())
+    assert feedback0 and not raw0 and not after
+
+
 def test_a_write_that_never_lands_is_quarantined_and_releases_the_partition(tmp_path):
     async def send(role, key, value, partition, headers):
         raise RuntimeError("TOPIC_AUTHORIZATION_FAILED")
@@ -82,7 +106,7 @@ def test_a_write_that_never_lands_is_quarantined_and_releases_the_partition(tmp_
         cp.watch(fut, _write(0, 5))
         fut.set_exception(RuntimeError("TOPIC_AUTHORIZATION_FAILED"))
         await asyncio.sleep(0)
-        assert cp.deliveries.holds(0)
+        assert cp.deliveries.holds("raw", 0)
         while cp.deliveries.retrying:
             await asyncio.sleep(0.01)
         return cp.next_offset(_Book({RAW0: [5, 6]}, {RAW0: 5}), RAW0)
@@ -98,9 +122,9 @@ def test_revoke_forgets_what_the_worker_knew_of_its_partitions(tmp_path):
 
     cp = _checkpoint(tmp_path, send)
     cp.first_seen.update({RAW0: 3, RAW1: 4, JOINED0: 0})
-    cp.landed.update({0: Landed(Recent(60), Recent(60)), 1: Landed(Recent(60), Recent(60))})
+    cp.landed.update({("raw", 0): Landed(Recent(60), Recent(60)), ("raw", 1): Landed(Recent(60), Recent(60))})
     cp.revoke({RAW0, JOINED0, TP("feedback", 1)})
-    assert cp.first_seen == {RAW1: 4} and set(cp.landed) == {1}
+    assert cp.first_seen == {RAW1: 4} and set(cp.landed) == {("raw", 1)}
     # before anything of a partition was read there is nothing to commit
     assert cp.next_offset(_Book({RAW0: [3, 4]}, {RAW0: None}), RAW0) is None
 
