@@ -157,4 +157,6 @@ def test_the_check_finds_a_cycle_between_app_packages(tmp_path, monkeypatch):
     extra.write_text("from rftbus.cli.context import state\n")
     real = modules()
     monkeypatch.setattr(__import__(__name__), "modules", lambda: {**real, "rftbus.bench.extra": extra})
-    assert violations() == ["import cycle rftbus.bench -> rftbus.cli -> rftbus.bench"]
+    found = violations()  # (and through the chaos harness, which reuses the benchmarks' process helpers)
+    assert "import cycle rftbus.bench -> rftbus.cli -> rftbus.bench" in found
+    assert all(v.startswith("import cycle rftbus.bench -> rftbus.cli") for v in found)

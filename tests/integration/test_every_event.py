@@ -1,0 +1,36 @@
+"""#57 item 5 at a size that fits `make test`: the real streams worker on the real broker, killed with SIGKILL at
+every 13th event index of the scripted input (reads, table changes, sends, commits) and restarted; each time the
+outputs equal the run without a kill, record for record. The full sweep (every index): `rftbus chaos --every-event`.
+"""
+
+from __future__ import annotations
+
+from rftbus.chaos.every_event import script, sweep
+from tests.conftest import make_config
+
+STRIDE = 13  # ~106 events -> 9 kills; each ~15 s
+
+
+def test_a_kill_at_every_13th_event_changes_no_output(broker, tmp_path):
+    base = make_config(tmp_path, broker.broker.port)
+    done = []
+    result = sweep(base, tmp_path / "cases", stride=STRIDE, progress=lambda c, n: done.append(c))
+    b = result.baseline
+    roles = {role for role, *_ in b.outputs}
+    assert {"curated", "expert", "rejected"} <= roles, roles  # the script reached every stage
+    reasons = {r for (role, _k, v, _h) in b.outputs if role == "rejected" for r in [_reason(v)]}
+    assert {"duplicate_feedback", "feedback_expired"} <= reasons, reasons
+    assert b.events > 5 * STRIDE, b.events
+    assert len(result.cases) == len(range(1, b.events + 1, STRIDE))
+    assert sum(c.killed for c in result.cases) >= len(result.cases) - 1, [(c.kill_at, c.events) for c in done]
+    kinds = {c.last_event.split('"kind": "')[1].split('"')[0] for c in result.cases if c.killed}
+    assert len(kinds) >= 3, kinds  # reads, sends, table changes, commits: not one kind only
+    assert not result.failed, "\n".join(f"kill at {c.kill_at} ({c.last_event}): " + "; ".join(c.problems)
+                                        for c in result.failed)
+    assert len(script()) == 15  # 5 groups and a poison one, 8 grades and a poison one
+
+
+def _reason(value: bytes) -> str:
+    from rftbus.schemas import make_codec
+
+    return make_codec(None).decode(value).reason
