@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import faust
 from confluent_kafka import Producer
@@ -28,6 +28,7 @@ from rftbus.streams.live import LiveGroups
 from rftbus.streams.local_state import open_local_state
 from rftbus.streams.outputs import Emitter, value_limits
 from rftbus.streams.priority import PassRates
+from rftbus.streams.state import CheckpointedTable, ReadFromCache, read_again
 from rftbus.streams.telemetry import Counters, StatusFile
 from rftbus.streams.timers import add_timers
 from rftbus.streams.topology import Topology
@@ -63,7 +64,8 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     datadir.mkdir(parents=True, exist_ok=True)
     open_local_state(datadir)  # tables on disk only after a clean stop (streams/local_state.py)
     settings = faust_settings(cfg, str(datadir))
-    app = faust.App(sc.app_id, **settings.kwargs)
+    # app.Table makes CheckpointedTables (faust's `Table` setting): recovered only up to the committed inputs
+    app = faust.App(sc.app_id, Table=CheckpointedTable, **settings.kwargs)
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     counters = Counters()
     pass_rates = PassRates(sc.pass_rate_alpha)
@@ -77,13 +79,16 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                         changelog_topic=app.topic(topo.changelog, partitions=n, compacting=True))
     held = app.Table("live", partitions=n, key_type=bytes, value_type=bytes,
                      changelog_topic=app.topic(topo.live_changelog, partitions=n, compacting=True))
+    read_from = ReadFromCache(read_again(cfg, sc.app_id))
+    for table in (pending, held):
+        cast(CheckpointedTable, table).read_from = read_from
     live = LiveGroups(cfg, held, emit, codec, counters)
     ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw, live, n)
     # Every topic the worker reads commits by the checkpoint's rule, and every fetched offset must reach its agent;
     # under exactly_once transaction markers are real gaps in the internal topics.
     inputs = {topo.raw, topo.joined, topo.join, topo.feedback}
     watched = inputs if sc.processing_guarantee == "at_least_once" else {topo.raw, topo.feedback}
-    checkpoint = Checkpoint(cfg, inputs, watched, output_partitions(emit),
+    checkpoint = Checkpoint(cfg, inputs, watched, output_partitions(emit, topo.join),
                             Deliveries(emit.write, cfg.state_dir, counters, sc.write_retries, sc.write_retry_backoff_s),
                             counters, scopes={topo.raw: "ingest", topo.joined: "ingest"})
     join = Join(cfg, pending, emit, counters, topo.partitions["joined"])
@@ -118,6 +123,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
 
     async def on_revoked(sender: Any, revoked: Any, **kw: Any) -> None:
         checkpoint.revoke(set(revoked))
+        read_from.clear()  # the next recovery asks the broker again: the group has committed since
 
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]  # faust's signal typing
 

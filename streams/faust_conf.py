@@ -109,6 +109,10 @@ def faust_settings(cfg: Config, datadir: str) -> FaustSettings:
         topic_disable_leader=True,
         consumer_auto_offset_reset="earliest",
         table_cleanup_interval=3600.0,
+        # No standby tables: a standby applies a change as soon as it is in the changelog, before its input is
+        # committed, and a standby promoted at a kill -9 would start ahead of the inputs it replays (the rule in
+        # streams/state.py is for recovery from the changelog). A worker taking over reads the changelog instead.
+        table_standby_replicas=0,
         stream_wait_empty=False,
         # Faust's repaired Cython fast paths (opt-in in 0.15.3): a stream takes an event already in its
         # buffer without awaiting the channel. Measured: ~10 % less worker CPU per experience (6 of 6

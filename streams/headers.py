@@ -18,6 +18,7 @@ H_T0 = "rftbus-t0"  # ms timestamp of the raw record (latency accounting)
 H_EXP = "rftbus-exp"  # internal join records: the experience a record is about
 H_SAMPLE = "rftbus-sample"  # internal join records: that experience's index in its group
 H_FBID = "rftbus-fb"  # internal join records: the feedback_id (a retry of the same feedback is not a duplicate)
+H_INPUT = "rftbus-input"  # table changelog records: topic/partition/offset of the input that made the change
 H_RESEND = "rftbus-resend"  # internal join records: a grade sent again (it may have landed already)
 
 

@@ -23,9 +23,16 @@ from rftbus.streams.view import GroupReader, GroupView
 
 
 
-def output_partitions(emit) -> Any:
-    """p -> the (topic, partition) input partition p writes to: what its recovery scan reads."""
-    return lambda p: [(emit.names[role], emit.part(role, p)) for role in OUTPUT_ROLES]
+def output_partitions(emit, join_topic: str) -> Any:
+    """(scope, p) -> the (topic, partition) input partition p writes to: what its recovery scan reads. The join's
+    grades go to the joined partition of their group's raw partition, so its scan reads every joined partition."""
+    def outputs(scope: str, p: int) -> list[tuple[str, int]]:
+        out = [(emit.names[role], emit.part(role, p)) for role in OUTPUT_ROLES]
+        if scope == join_topic:
+            out += [(emit.names["joined"], q) for q in range(emit.partitions["joined"])]
+        return out
+
+    return outputs
 
 
 class Ingest:

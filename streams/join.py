@@ -25,7 +25,7 @@ from rftbus.schemas import DecodeError, Feedback
 from rftbus.schemas.bounds import MAX_ID
 from rftbus.streams.checkpoint.landed import Landed, done_key
 from rftbus.streams.feedback import BadFeedback, grades
-from rftbus.streams.outputs import H_EXP, H_FBID, H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0
+from rftbus.streams.outputs import H_EXP, H_FBID, H_IN, H_K, H_KIND, H_N, H_RESEND, H_SAMPLE, H_SRC, H_T0
 
 EXP, FB, DONE, EXPIRED = 1, 2, 3, 4
 _HEAD = struct.Struct(">Bqi")
@@ -122,7 +122,7 @@ class Join:
         if kind == b"exp":
             if held is not None and held[0] == FB:
                 fb_id, t0, fb = unpack_fb(held[4])
-                await self._grade(key, msg.value, fb, held[3], fb_id, t0)
+                await self._grade(key, msg.value, fb, held[3], fb_id, t0, landed)
             elif held is None:  # (a replay or a resend of an index already here keeps its first arrival)
                 self.table[key] = pack(EXP, now_ms(), msg.partition, src, msg.value)
         elif kind == b"fb":
@@ -131,19 +131,20 @@ class Join:
             if held is None:
                 self.table[key] = pack(FB, now_ms(), msg.partition, src, pack_fb(fb_id, t0, msg.value))
             elif held[0] == EXP:
-                await self._grade(key, held[4], msg.value, src, fb_id, t0)
+                await self._grade(key, held[4], msg.value, src, fb_id, t0, landed)
             elif held[0] in (FB, DONE):  # it already has a feedback (waiting for it, or applied): the first is kept
                 first, index = (unpack_fb(held[4])[0], b"") if held[0] == FB else unpack_done(held[4])
                 if fb_id and first == fb_id:
                     self.counters.inc("feedback_retries")  # the same feedback again: one feedback downstream
                     if held[0] == DONE and index:
-                        # a replay after kill -9 may find the marker's changelog write landed and the grade sent
-                        # before it lost: the grade again (the held group keeps a sample's first grade and
-                        # ignores a resent one once released)
+                        # a DONE marker from a changelog record older than the input header (streams/state.py:
+                        # always recovered) may have outlived its grade at a kill -9: the grade again (the held
+                        # group keeps a sample's first grade and ignores a resent one once released)
                         await self._send_grade(key, index, msg.value, src, t0, resend=True)
                 else:
-                    how = "has feedback waiting for it" if held[0] == FB else "was already graded by feedback"
-                    await self._late("duplicate_feedback", f"experience {key.decode()} {how} "
+                    # one text whether the first grade is still waiting for its experience or already joined: which
+                    # of the two it is depends on how the index record and the grades interleaved in this partition
+                    await self._late("duplicate_feedback", f"experience {key.decode()} already has feedback "
                                      f"{first.decode() or '?'}", src, msg, landed)
             else:  # EXPIRED
                 ttl = self.cfg.streams.feedback_ttl_s
@@ -151,8 +152,16 @@ class Join:
                                  f"{ttl:g} s ungraded (rejected no_feedback); this came "
                                  f"{(now_ms() - held[1]) / 1000 + ttl:.0f} s after it arrived", src, msg, landed)
 
-    async def _grade(self, key: bytes, index: bytes, feedback: bytes, fb_src: str, fb_id: bytes, t0: bytes) -> None:
-        await self._send_grade(key, index, feedback, fb_src, t0)
+    async def _grade(self, key: bytes, index: bytes, feedback: bytes, fb_src: str, fb_id: bytes, t0: bytes,
+                     landed: Landed) -> None:
+        """The grade out once: a replay (the table is recovered as of the committed join offsets, streams/state.py)
+        finds a grade that landed before a kill in the joined topic and sends nothing."""
+        ident = done_key(fb_src, key.decode(errors="replace"))
+        if ident in landed.done:
+            self.counters.inc("replays_skipped")
+        else:
+            await self._send_grade(key, index, feedback, fb_src, t0)
+            landed.finished(ident)
         self.table[key] = pack(DONE, now_ms(), _current_partition(), data=pack_done(fb_id, index))
         self.counters.inc("joined")
 
@@ -161,7 +170,9 @@ class Join:
         gid, raw_partition, sample = parse_index(index)
         await self.emit.send("joined", gid.encode(), feedback, raw_partition % self.joined_partitions,
                              [(H_KIND, b"grade"), (H_EXP, key), (H_SAMPLE, str(sample).encode()),
-                              (H_SRC, fb_src.encode()), (H_T0, t0)] + ([(H_RESEND, b"1")] if resend else []), fb_src)
+                              (H_SRC, fb_src.encode()), (H_T0, t0),  # what the join's recovery scan reads:
+                              (H_IN, str(_current_partition()).encode()), (H_N, b"1"), (H_K, b"0")]
+                             + ([(H_RESEND, b"1")] if resend else []), fb_src)
 
     async def _late(self, reason: str, detail: str, src: str, msg, landed: Landed) -> None:
         """Feedback that grades nothing: its own rejection, so a grader's work is never dropped silently."""

@@ -66,6 +66,8 @@ def prepare(cfg: Config) -> Topology:
             continue
         if conf["cleanup.policy"] == "delete":
             conf = {**conf, "retention.ms": str(cfg.streams.internal_retention_ms)}
+        else:  # a changelog record past the commit must outlive compaction until recovery skips it (streams/state.py)
+            conf = {**conf, "min.compaction.lag.ms": str(registry.CHANGELOG_MIN_COMPACTION_LAG_MS)}
         raw = cfg.declared_topics()["raw"]
         if "min.insync.replicas" in raw.config:
             conf = {**conf, "min.insync.replicas": raw.config["min.insync.replicas"]}

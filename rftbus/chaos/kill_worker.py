@@ -64,7 +64,7 @@ def install(switch: KillSwitch) -> None:
     from rftbus.streams.join import FeedbackFanout, Join
 
     def reads(cls: type, stage: str) -> None:
-        orig = cls.handle
+        orig = cls.handle  # type: ignore[attr-defined]
 
         @functools.wraps(orig)
         async def handle(self: Any, event: Any) -> None:

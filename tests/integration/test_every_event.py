@@ -17,7 +17,7 @@ def test_a_kill_at_every_13th_event_changes_no_output(broker, tmp_path):
     result = sweep(base, tmp_path / "cases", stride=STRIDE, progress=lambda c, n: done.append(c))
     b = result.baseline
     roles = {role for role, *_ in b.outputs}
-    assert {"curated", "expert", "rejected"} <= roles, roles  # the script reached every stage
+    assert {"curated", "curated_priority", "expert", "rejected"} <= roles, roles  # every stage and both lanes
     reasons = {r for (role, _k, v, _h) in b.outputs if role == "rejected" for r in [_reason(v)]}
     assert {"duplicate_feedback", "feedback_expired"} <= reasons, reasons
     assert b.events > 5 * STRIDE, b.events

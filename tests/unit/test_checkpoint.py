@@ -35,7 +35,7 @@ def _checkpoint(tmp_path, send) -> Checkpoint:
     cfg = load_config(overrides={"state_dir": str(tmp_path)}, environ={})
     counters = Counters()
     deliveries = Deliveries(send, tmp_path, counters, tries=2, backoff_s=0.01)
-    return Checkpoint(cfg, {"raw", "joined"}, {"raw"}, lambda p: [("curated", p)], deliveries, counters)
+    return Checkpoint(cfg, {"raw", "joined"}, {"raw"}, lambda scope, p: [("curated", p)], deliveries, counters)
 
 
 def _write(p: int, offset: int) -> Write:
