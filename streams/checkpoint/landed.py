@@ -101,9 +101,12 @@ def scan(cfg: Config, outputs: list[tuple[str, int]], ingest_partition: int, sin
     mine = str(ingest_partition).encode()
     consumer = make_consumer(cfg, f"{cfg.streams.app_id}-recovery", **{"enable.partition.eof": True})
     try:
-        for topic, part in outputs:
-            end = {part: until[(topic, part)]} if (topic, part) in until else None
-            for msg in read_to_end(cfg, topic, partitions=[part], since_ms=since_ms, until=end,
+        by_topic: dict[str, list[int]] = defaultdict(list)  # one read per topic: the join's scan reads every
+        for topic, part in outputs:                          # joined partition, and each read has a fixed cost
+            by_topic[topic].append(part)
+        for topic, parts in by_topic.items():
+            end = {p: until[(topic, p)] for p in parts if (topic, p) in until} or None
+            for msg in read_to_end(cfg, topic, partitions=parts, since_ms=since_ms, until=end,
                                    timeout_s=timeout_s, consumer=consumer):
                 landed.scanned += 1
                 pairs: Any = msg.headers() or []  # [(name, value)]

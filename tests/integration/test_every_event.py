@@ -19,7 +19,9 @@ def test_a_kill_at_every_13th_event_changes_no_output(broker, tmp_path):
     roles = {role for role, *_ in b.outputs}
     assert {"curated", "curated_priority", "expert", "rejected"} <= roles, roles  # every stage and both lanes
     reasons = {r for (role, _k, v, _h) in b.outputs if role == "rejected" for r in [_reason(v)]}
-    assert {"duplicate_feedback", "feedback_expired"} <= reasons, reasons
+    # (the grade after its group's release grades a sample the join already has a grade for: duplicate_feedback;
+    # feedback_expired needs a TTL, here an hour, to pass)
+    assert {"duplicate_feedback", "malformed", "zero_variance"} <= reasons, reasons
     assert b.events > 5 * STRIDE, b.events
     assert len(result.cases) == len(range(1, b.events + 1, STRIDE))
     assert sum(c.killed for c in result.cases) >= len(result.cases) - 1, [(c.kill_at, c.events) for c in done]
