@@ -78,6 +78,7 @@ class Ingest:
         self.counters.inc("raw_in")
         if src in landed.done:
             self.counters.inc("replays_skipped")
+            self.counters.inc("raw_replays_skipped")
             return
         v = read_group(data, self.read, self.sc.max_message_bytes, self.sc.max_n_samples)
         if not v.ok:
@@ -93,11 +94,13 @@ class Ingest:
             await self._reject_whole(Verdict(g, "duplicate", f"group {g.group_id} already arrived in an earlier "
                                              "record"), src, data, key, p, landed)
             return
-        landed.groups.add(g.group_id)
         c = self.counters
         if needs_feedback(g):
-            if not await self.live.hold(g, src, p, t0):
+            held = await self.live.hold(g, src, p, t0)
+            landed.groups.add(g.group_id)  # (after the step that may raise: a retried record is no duplicate)
+            if not held:
                 c.inc("replays_skipped")
+                c.inc("raw_replays_skipped")
                 return
             c.inc("held")
             c.inc("waiting", g.size)
@@ -107,6 +110,7 @@ class Ingest:
         c.inc("experiences_in", g.size)
         if not needs_feedback(g):
             await self.curate(p, src, g, t0, landed)
+            landed.groups.add(g.group_id)
 
     async def on_grade(self, p: int, msg, headers: dict, landed: Landed) -> None:
         try:

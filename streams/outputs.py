@@ -11,7 +11,10 @@ partition per topic. Keys stay group_id (the contract); only the partition is ch
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import itertools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +25,20 @@ from rftbus.streams.headers import (H_EXP, H_FBID, H_IN, H_K, H_KIND, H_LATEST, 
 from rftbus.streams.checkpoint.deliveries import Write, split_src
 from rftbus.streams.checkpoint.landed import done_key
 
+log = logging.getLogger("rftbus.streams")
+
 __all__ = ["H_EXP", "H_FBID", "H_IN", "H_K", "H_KIND", "H_LATEST", "H_N", "H_RESEND", "H_SAMPLE", "H_SRC", "H_T0",
            "Emitter", "Output", "header", "rejection_id", "value_limits"]
+
+def unscheduled(exc: BaseException) -> bool:
+    """Whether a producer's `send` refused a record without queueing it for a reason that passes (aiokafka's
+    KafkaTimeoutError: no metadata or a full buffer, or a retriable error), as raised or as Faust's
+    ProducerSendError around it."""
+    from aiokafka.errors import KafkaError, KafkaTimeoutError
+
+    cause = exc.__cause__ if not isinstance(exc, KafkaError) else exc
+    return isinstance(cause, KafkaTimeoutError) or (isinstance(cause, KafkaError) and bool(cause.retriable))
+
 
 def handled_tp() -> tuple[str, int] | None:
     """The (topic, partition) of the record the current agent is handling (Faust's current event), if any."""
@@ -73,6 +88,7 @@ class Emitter:
         # a rejection's copy of the original must leave room for the rest of the rejection
         self.original_max_bytes = min(original_max_bytes, room - REJECTION_ROOM) if room else original_max_bytes
         self.checkpoint: Any = None  # set by the app: each write's delivery watched (retried, then quarantined)
+        self.retry_max_s = 5.0  # the longest wait between tries of a write the producer could not schedule
         self._producer: Any = None
 
     def fits(self, role: str, value: bytes) -> bool:
@@ -100,7 +116,19 @@ class Emitter:
             producer = await self.app.maybe_start_producer()
             if not self.app.in_transaction:  # under exactly_once it is looked up per send, as Faust does
                 self._producer = producer
-        return await producer.send(self.names[role], key, value, self.part(role, p), None, headers)
+        for attempt in itertools.count(1):
+            try:
+                return await producer.send(self.names[role], key, value, self.part(role, p), None, headers)
+            except Exception as exc:
+                if not unscheduled(exc):
+                    raise
+                # Nothing was queued (the broker is away: no metadata, or the buffer is full): the same write
+                # again once it answers. Raising instead cost the record an outcome after its state had moved
+                # (a valid group rejected as `processing_error`, or as a `duplicate` on the record's retry).
+                log.warning("write to %s[%s] not scheduled (attempt %d): %s; retrying", self.names[role],
+                            self.part(role, p), attempt, exc)
+                await asyncio.sleep(min(self.retry_max_s, 0.25 * attempt))
+        raise AssertionError("unreachable")
 
     async def send(self, role: str, key: bytes | None, value: bytes, p: int, headers: list, src: str) -> None:
         """One output of input `src`; the checkpoint watches its delivery: retried, else quarantined, and the

@@ -51,7 +51,8 @@ class Counters:
             "groups_decided": c["groups_decided"], "held": c["held"], "held_groups": held_groups,
             "replays_skipped": c["replays_skipped"], "index_resent": c["index_resent"],
             "grade_resends_late": c["grade_resends_late"],
-            "raw_accounted": c["records_rejected"] + c["decided_from_raw"] + c["held"] + c["replays_skipped"],
+            # (replays_skipped counts the join's and the releases' too: a raw record's are apart)
+            "raw_accounted": c["records_rejected"] + c["decided_from_raw"] + c["held"] + c["raw_replays_skipped"],
             "experiences_in": c["experiences_in"], "curated": c["curated"], "curated_groups": c["curated_groups"],
             "curated_priority": c["curated_priority"], "curated_normal": c["curated"] - c["curated_priority"],
             "waiting_for_feedback": waiting,
