@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-import faust
 from confluent_kafka import Producer
 
 from rftbus.config import Config
@@ -25,13 +24,13 @@ from rftbus.streams.faust_conf import faust_settings, join_timeout_s
 from rftbus.streams.ingest import Ingest, output_partitions
 from rftbus.streams.join import FeedbackFanout, Join
 from rftbus.streams.live import LiveGroups
-from rftbus.streams.local_state import open_local_state
 from rftbus.streams.outputs import Emitter, value_limits
 from rftbus.streams.priority import PassRates
-from rftbus.streams.state import CheckpointedTable, ReadFromCache, read_again
+from rftbus.streams.state import CheckpointedTable, CommitTables, ReadFromCache, read_again
 from rftbus.streams.telemetry import Counters, StatusFile
 from rftbus.streams.timers import add_timers
 from rftbus.streams.topology import Topology
+from rftbus.streams.transport import Adaptation, WorkerApp
 from rftbus.weights.follower import WeightFollower
 
 log = logging.getLogger("rftbus.streams")
@@ -39,7 +38,7 @@ log = logging.getLogger("rftbus.streams")
 
 @dataclass
 class StreamsApp:
-    app: faust.App
+    app: WorkerApp
     ingest: Ingest
     join: Join
     follower: WeightFollower
@@ -62,10 +61,10 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     sc = cfg.streams
     datadir = local_state_dir(cfg, wid)
     datadir.mkdir(parents=True, exist_ok=True)
-    open_local_state(datadir)  # tables on disk only after a clean stop (streams/local_state.py)
     settings = faust_settings(cfg, str(datadir))
-    # app.Table makes CheckpointedTables (faust's `Table` setting): recovered only up to the committed inputs
-    app = faust.App(sc.app_id, Table=CheckpointedTable, **settings.kwargs)
+    # On the worker's transport (transport.py). app.Table makes CheckpointedTables (faust's `Table` setting), recovered
+    # only up to the committed inputs, whose rocksdb holds only committed changes, written at each commit (store.py)
+    app = WorkerApp(sc.app_id, Table=CheckpointedTable, TableManager=CommitTables, **settings.kwargs)
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     counters = Counters()
     pass_rates = PassRates(sc.pass_rate_alpha)
@@ -99,11 +98,10 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     side = make_producer(cfg)
     status = StatusFile(cfg, wid)
 
-    # before the consumer and producer start (the idempotent producer, the fetch settings, the join timeout, the
-    # clients' network wait)
-    faust_patches.install(commit_rules=checkpoint.commit_rules(), fetch_min_bytes=sc.fetch_min_bytes,
-                          fetch_max_wait_ms=sc.fetch_max_wait_ms, join_timeout_s=join_timeout_s(settings.kwargs),
-                          client_timeout_s=cfg.request_timeout_s)
+    # before the consumer and producer are made (the commit rule, the fetch settings, the clients' network wait)
+    app.adaptation = Adaptation(commit_rules=checkpoint.commit_rules(), fetch_min_bytes=sc.fetch_min_bytes,
+                                fetch_max_wait_ms=sc.fetch_max_wait_ms, client_timeout_s=cfg.request_timeout_s)
+    faust_patches.install(join_timeout_s=join_timeout_s(settings.kwargs))  # aiokafka's network client
 
     def ingest_stream(stream: Any) -> Any:
         ingest.stream = stream = stream.noack()  # acknowledged by hand, once an input's outcome is out

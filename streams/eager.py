@@ -1,5 +1,5 @@
 """Running a coroutine eagerly, and a zero sleep that yields only every n-th time: the asyncio pieces the
-streams worker's fetch-loop patch uses (faust_patches.py). Plain asyncio, no Faust.
+streams worker's inline delivery uses (transport.py). Plain asyncio, no Faust.
 
 `run_eager` runs a coroutine up to its first suspension point (what Python 3.12's eager tasks do): when it
 finishes without suspending, no task was made; when it suspends, the rest of the *same* coroutine is an

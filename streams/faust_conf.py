@@ -2,7 +2,7 @@
 
 The worker's aiokafka clients wait for a broker's answer as long as every other client: `kafka.request_timeout_s`
 (Faust's own 90 s consumer and 1,200 s producer let a frozen node stall the worker for the whole freeze), set on
-the clients by faust_patches.py (`client_timeout`) because Faust's one request-timeout setting per client also
+the clients by transport.py (`client_timeout`) because Faust's one request-timeout setting per client also
 bounds other things there: the producer's batches keep Faust's 1,200 s to wait for a leader, and Faust's check
 that the session is no longer than the request timeout is met. A JoinGroup waits longer (`join_timeout_s`), as
 the coordinator may hold it for the rebalance timeout.
@@ -95,7 +95,7 @@ def faust_settings(cfg: Config, datadir: str) -> FaustSettings:
         broker_heartbeat_interval=min(3.0, sc.session_timeout_s / 4),
         broker_rebalance_timeout=max(10.0, sc.session_timeout_s * 2),
         # (Faust refuses a session timeout over the request timeout; the clients' network wait is set apart,
-        # faust_patches `client_timeout`. Not the producer's: aiokafka's produce request timeout is also how long a
+        # transport.py `client_timeout`. Not the producer's: aiokafka's produce request timeout is also how long a
         # batch may wait for a leader, and 10 s there lost a group while a single broker restarted)
         broker_request_timeout=max(cfg.request_timeout_s, sc.session_timeout_s),
         # ~6 KB experiences: aiokafka's 16 KB default batch holds two, and one request is in flight per broker

@@ -24,6 +24,7 @@ from typing import Any
 import faust
 from confluent_kafka import Consumer, TopicPartition
 from faust.streams import current_event
+from faust.tables import TableManager
 
 from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
@@ -63,10 +64,30 @@ def recoverable(batch: Iterable[Any], read_from: ReadFrom | None) -> tuple[list[
 
 
 class CheckpointedTable(faust.Table):
-    """A Faust table whose recovery stops at the committed inputs; `read_from` is set by the app."""
+    """A Faust table whose recovery stops at the committed inputs; `read_from` is set by the app. On rocksdb its
+    store writes a change to disk only once its input is committed (streams/store.py), so the disk needs no wipe
+    after a kill and a restart reads only the changelog past what the disk holds."""
 
     read_from: ReadFrom | None = None
     skipped = 0  # changes not recovered (their inputs are read again)
+
+    def _new_store_by_url(self, url: Any) -> Any:
+        from rftbus.streams.store import CommittedStore
+
+        if str(url).split(":", 1)[0] != "rocksdb":
+            return super()._new_store_by_url(url)
+        return CommittedStore(url, self.app, self, table_name=self.name, key_type=self.key_type,
+                              key_serializer=self.key_serializer, value_serializer=self.value_serializer,
+                              value_type=self.value_type, loop=self.loop, options=self.options)
+
+    def _on_changelog_sent(self, fut: Any) -> None:
+        from rftbus.streams.store import CommittedStore
+
+        if isinstance(self.data, CommittedStore):  # its position goes to disk with the change, at the commit
+            res = fut.result()
+            self.data.changelog_acked(res.topic_partition, res.offset)
+        else:
+            super()._on_changelog_sent(fut)
 
     def send_changelog(self, partition: int | None, key: Any, value: Any, key_serializer: Any = None,
                        value_serializer: Any = None) -> Any:
@@ -85,6 +106,19 @@ class CheckpointedTable(faust.Table):
             log.info("table %s: %d changelog records skipped on recovery (their inputs are read again)",
                      self.name, skipped)
         self.data.apply_changelog_batch(kept, to_key=self._to_key, to_value=self._to_value)
+
+
+class CommitTables(TableManager):
+    """Faust's table manager; at every commit of the worker's inputs its committed stores write what now may."""
+
+    def on_commit(self, offsets: Any) -> None:
+        from rftbus.streams.store import CommittedStore
+
+        super().on_commit(offsets)
+        for table in self.values():
+            data = table.data
+            if isinstance(data, CommittedStore):
+                data.committed(offsets)
 
 
 def read_again(cfg: Config, group: str) -> ReadFrom:

@@ -26,8 +26,7 @@ def run(cfg: Config, wid: str | None = None, on_ready=None) -> int:
     import faust  # noqa: F401  (heavy import only when a worker really starts)
     from faust import Worker
 
-    from rftbus.streams.app import build, local_state_dir
-    from rftbus.streams.local_state import mark_clean
+    from rftbus.streams.app import build
     from rftbus.streams.faust_patches import require_versions
 
     require_versions()  # before anything is built: a wrong faust-streaming or aiokafka is one clear line
@@ -57,7 +56,5 @@ def run(cfg: Config, wid: str | None = None, on_ready=None) -> int:
             profiler.dump_stats(profile_path)
         sa.follower.stop()
         sa.side_producer.flush(10)
-    if code == 0:  # Faust stopped cleanly: its tables on disk match their changelogs (streams/local_state.py)
-        mark_clean(local_state_dir(cfg, wid))
     logging.getLogger("rftbus.streams").info("worker %s stopped", wid)
     return code

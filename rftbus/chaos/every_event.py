@@ -162,7 +162,8 @@ def run_case(base: Config, root: Path, kill_at: int, records: list[Record], mode
         lines = events.read_text().splitlines() if events.exists() else []
         case.events, case.last_event = len(lines), lines[-1] if lines else ""
         if kill_at and case.killed:
-            worker = WorkerProcess(cfg, "restarted", state / "restarted.log")
+            # (under the killed worker's id: its state folder, so its tables on disk, as a supervisor restarts it)
+            worker = WorkerProcess(cfg, "killed", state / "restarted.log")
             try:  # (ready first: a kill after the last commit leaves nothing to do, and a stop mid-start is unclean)
                 worker.wait_ready(max(1.0, deadline - time.monotonic()))
                 while not _settled(cfg, committed) and time.monotonic() < deadline:

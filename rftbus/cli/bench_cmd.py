@@ -10,13 +10,14 @@ import typer
 
 app = typer.Typer(help="Benchmarks (figures in docs/BENCHMARKS.md); each has --json.", no_args_is_help=True)
 
-from rftbus.bench import async_speedup, broker, engines, explore, judge, peer, prefill, serve, sizes, step, streams, studio, sync, verifiers  # noqa: E402  (after `app` exists)
+from rftbus.bench import async_speedup, broker, engines, explore, judge, peer, prefill, restart, serve, sizes, step, streams, studio, sync, verifiers  # noqa: E402  (after `app` exists)
 
 app.command("async")(async_speedup.bench_async)
 app.command("broker")(broker.broker)
 app.command("explore")(explore.explore)
 app.command("engines")(engines.engines)
 app.command("streams")(streams.streams)
+app.command("restart")(restart.restart)
 app.command("sizes")(sizes.sizes)
 app.command("sync")(sync.sync)
 app.command("serve")(serve.bench_serve)

@@ -2,7 +2,7 @@
 
 The shape is quixstreams' `Checkpoint`: outputs are flushed before offsets are committed, and an offset is
 committed only when every input below it has its outcome in the log. Faust drives the commit (every
-`streams.commit_interval_s` it flushes the producer, then asks `_new_offset` per partition; faust_patches.py
+`streams.commit_interval_s` it flushes the producer, then asks `_new_offset` per partition; the worker's consumer (transport.py)
 routes that question here for every topic the worker reads: raw, joined, the join topic and feedback), so this
 object keeps the state the answer needs and the order of the steps:
 

@@ -6,7 +6,7 @@ record (faust-streaming/faust#606). The ingest agent acks in offset order, so a 
 when Faust never delivered it (holes.py fetches it again); this rule keeps the committed offset from passing
 it meanwhile, so a crash before the re-read loses nothing. It commits only a run of acked offsets that starts
 at the next offset to read: the last commit, or (before any commit) where this assignment began reading.
-The patch that routes Faust's commits here is faust_patches.py's `commit_rule`.
+The override that routes Faust's commits here is transport.py's `commit_rule`.
 """
 
 from __future__ import annotations

@@ -66,8 +66,12 @@ class DeliveryGuard:
     def for_faust(cls, consumer: Any, topics: set[str], **kw: Any) -> "DeliveryGuard":
         def seek(tp: Any, offset: int) -> None:
             # What Faust's own Consumer.seek does: move aiokafka's position, and the read mark below
-            # which Faust drops records as already delivered (or the re-read records are dropped).
-            consumer._thread.seek(tp, offset)
+            # which Faust drops records as already delivered (or the re-read records are dropped). The move
+            # runs on the consumer thread's own loop: from this thread it raced aiokafka's `fetched_records`,
+            # which then deleted a partition's records twice and crashed the worker (KeyError; seen in
+            # `rftbus bench restart` with 40,000 index records queued).
+            thread = consumer._thread
+            thread.thread_loop.call_soon_threadsafe(thread.seek, tp, offset)
             consumer._read_offset[tp] = offset if offset else None
         return cls(lambda tp: aiokafka_position(consumer, tp), seek, lambda tp: consumer._committed_offset.get(tp),
                    assigned=lambda: {tp for tp in consumer.assignment() if tp.topic in topics},

@@ -1,5 +1,5 @@
 """The streams checkpoint's two answers to Faust's delivery, each shown to be needed (and to work) on
-faust-streaming itself: the commit rule (streams/checkpoint/commit_rule.py, routed by faust_patches.py) and the
+faust-streaming itself: the commit rule (streams/checkpoint/commit_rule.py, routed by streams/transport.py) and the
 hole finder (streams/checkpoint/holes.py)."""
 
 from __future__ import annotations
@@ -9,13 +9,15 @@ import uuid
 from collections import defaultdict
 from pathlib import Path
 
+from faust.transport.consumer import Consumer
 from faust.types import TP
 from intervaltree import IntervalTree
 
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import make_codec
-from rftbus.streams import faust_patches
+from rftbus.streams.faust_conf import faust_settings
+from rftbus.streams.transport import Adaptation, WorkerApp
 from rftbus.streams.checkpoint.commit_rule import next_commit
 from rftbus.bench.processes import WorkerProcess, read_all
 from rftbus.bench.synthetic import make_group
@@ -39,7 +41,7 @@ class _Bookkeeping:
 def test_faust_commits_past_an_unacked_record_and_the_rule_does_not():
     # faust-streaming#606: 2585 was never acked (Faust skipped it), 2586..2589 were. Kafka's committed
     # offset is the next one to read, so committing 2590 loses 2585 on the next restart.
-    faust_rule = faust_patches.original("_new_offset")
+    faust_rule = Consumer._new_offset
     assert faust_rule(_Bookkeeping(2585, [2586, 2587, 2588, 2589]), RAW) == 2590
     book = _Bookkeeping(2585, [2586, 2587, 2588, 2589])
     assert next_commit(book, RAW, 2585) is None  # held at 2585 until it is acked
@@ -50,20 +52,22 @@ def test_faust_commits_past_an_unacked_record_and_the_rule_does_not():
     assert next_commit(_Bookkeeping(None, [2585, 2586]), RAW, 2585) == 2587
 
 
-def test_the_patch_routes_faust_commits_of_the_ingest_topics_to_the_rule():
-    """faust_patches' commit_rule: Faust's consumer asks the checkpoint's rule for the topics it names, and
-    keeps its own for the others."""
-    from faust.transport.consumer import Consumer
-
+def test_the_worker_consumer_routes_faust_commits_of_the_ingest_topics_to_the_rule(tmp_path):
+    """transport.py's `commit_rule`: the worker's Faust consumer asks the checkpoint's rule for the topics it names,
+    and keeps Faust's own for the others."""
     asked = []
-    with faust_patches.installed(commit_rules={"raw": lambda consumer, tp: asked.append(tp) or None}):
-        assert Consumer._new_offset(_Bookkeeping(2585, [2586, 2587]), RAW) is None
-        assert asked == [RAW]
-        other = TP("feedback", 0)
-        book = _Bookkeeping(None, [])
-        book._acked[other], book._committed_offset[other] = [4, 5], 4
-        assert Consumer._new_offset(book, other) == 6  # Faust's own rule
-        assert asked == [RAW]
+    cfg = make_config(tmp_path, 9)
+    app = WorkerApp("rftbus-test", **faust_settings(cfg, str(tmp_path / "faust")).kwargs)
+    app.adaptation = Adaptation(commit_rules={"raw": lambda consumer, tp: asked.append(tp) or None})
+    consumer = app.consumer
+    for name, value in vars(_Bookkeeping(2585, [2586, 2587])).items():
+        setattr(consumer, name, value)
+    assert consumer._new_offset(RAW) is None
+    assert asked == [RAW]
+    other = TP("feedback", 0)
+    consumer._acked[other], consumer._committed_offset[other] = [4, 5], 4
+    assert consumer._new_offset(other) == 6  # Faust's own rule
+    assert asked == [RAW]
 
 
 def _skip_worker(broker, tmp_path, skip: str, prefix: str):

@@ -2,7 +2,7 @@
 
 Its own broker (it is killed five times), a real Faust worker, a producer writing valid groups to raw the
 whole time. A batch the broker had appended but not yet acknowledged when it died is sent again by the
-worker's producer; only an idempotent producer (streams/faust_patches.py, `idempotent_producer`) has the broker drop the copy. The
+worker's producer; only an idempotent producer (streams/transport.py, `idempotent_producer`) has the broker drop the copy. The
 kills are counted, every group must come out exactly once, and every batch on the output topics must carry
 a producer id (the idempotent form: Kafka's own DumpLogSegments reads it from the log), so the test fails
 without the patch even on a run where no kill happened to land inside a write.
@@ -92,7 +92,8 @@ def test_broker_kill9_during_steady_streams_writes_appends_nothing_twice(tmp_pat
         assert not missing, f"{len(missing)} of {len(want)} groups never came out"
         twice = {g: n for g, n in curated.items() if n > 1}
         assert not twice, f"{len(twice)} groups appended twice after {kills} broker kills: {list(twice)[:5]}"
-        assert not [r for r in out["rejected"] if r.group_id in want], "a valid group was rejected"
+        wrong = [(r.group_id, r.reason, r.stage, r.detail) for r in out["rejected"] if r.group_id in want]
+        assert not wrong, f"{len(wrong)} valid groups rejected: {wrong[:5]}"
         data = node_config.BrokerPaths.of(bcfg).data
         ids = [i for role in ("curated", "curated_priority") for i in _producer_ids(data, getattr(cfg.topics, role).name)]
         assert len(ids) > KILLS, f"{len(ids)} batches found on the curated lanes"

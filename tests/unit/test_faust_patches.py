@@ -1,6 +1,7 @@
-"""streams/faust_patches.py: each patch changes what it says on faust-streaming 0.15.3 / aiokafka 0.14.0 (and
-the check fails without it), install is applied once, uninstall restores every original, and the worker's aiokafka
-clients wait as long as `kafka.request_timeout_s`. The commit rule's own test is tests/integration/test_offsets.py."""
+"""streams/faust_patches.py and streams/transport.py: each change does what it says on faust-streaming 0.15.3 /
+aiokafka 0.14.0 (and the check fails without it: a plain Faust app, or aiokafka unpatched), install is applied once,
+uninstall restores every original, and the worker's aiokafka clients wait as long as `kafka.request_timeout_s`. The
+commit rule's own test is tests/integration/test_offsets.py."""
 
 from __future__ import annotations
 
@@ -18,19 +19,25 @@ from rftbus.config import load_config
 from rftbus.errors import RftbusError
 from rftbus.streams import faust_patches as fp
 from rftbus.streams.faust_conf import faust_settings, join_timeout_s
+from rftbus.streams.transport import Adaptation, WorkerApp
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _app(tmp_path, **sections):
+def _app(tmp_path, adaptation: Adaptation | None = None, **sections):
+    """A plain Faust app on the worker's settings, or (`adaptation` given) the worker's own app and transport."""
     cfg = load_config(overrides={"state_dir": str(tmp_path), **sections}, environ={})
     kwargs = dict(faust_settings(cfg, str(tmp_path / "faust")).kwargs)
-    return faust.App("rftbus-test", **kwargs), kwargs
+    if adaptation is None:
+        return faust.App("rftbus-test", **kwargs), kwargs
+    app = WorkerApp("rftbus-test", **kwargs)
+    app.adaptation = adaptation
+    return app, kwargs
 
 
-def _clients(tmp_path, **sections):
+def _clients(tmp_path, adaptation: Adaptation | None = None, **sections):
     """The aiokafka producer and worker consumer the worker's own Faust settings build (not started)."""
-    app, _ = _app(tmp_path, **sections)
+    app, _ = _app(tmp_path, adaptation, **sections)
 
     async def build():  # aiokafka builds its clients inside a running loop
         return app.producer._new_producer(), app.consumer._thread._create_worker_consumer(app.transport)
@@ -63,14 +70,12 @@ def test_the_worker_refuses_another_release():
 
 
 def test_install_patches_and_uninstall_restores(unpatched):
-    from faust.transport.consumer import Consumer
-
     originals = {key: getattr(owner, attr) for key, (owner, attr, _) in fp._TARGETS.items()}
     with fp.installed():
         for key, (owner, attr, new) in fp._TARGETS.items():
             assert getattr(owner, attr) is new, key
         fp.install()  # once: a second call changes nothing but the settings
-        assert fp.original("_drain_messages") is originals["_drain_messages"]
+        assert fp.original("send") is originals["send"]
         try:
             from faust._cython import streams as cstreams
         except ImportError:
@@ -79,7 +84,6 @@ def test_install_patches_and_uninstall_restores(unpatched):
             assert isinstance(cstreams.sleep, fp.YieldEvery)
     for key, (owner, attr, _) in fp._TARGETS.items():
         assert getattr(owner, attr) is originals[key], key
-    assert Consumer._drain_messages is originals["_drain_messages"]
     if cstreams is not None:
         assert cstreams.sleep is asyncio.sleep
 
@@ -87,8 +91,7 @@ def test_install_patches_and_uninstall_restores(unpatched):
 def test_the_streams_producer_is_idempotent_only_with_the_patch(tmp_path, unpatched):
     plain, _ = _clients(tmp_path / "a")
     assert plain._txn_manager is None, "faust-streaming now enables idempotence itself: drop the patch"
-    with fp.installed():
-        patched, _ = _clients(tmp_path / "b")
+    patched, _ = _clients(tmp_path / "b", Adaptation())
     assert patched._txn_manager is not None  # aiokafka's idempotence: producer id + sequence numbers
 
 
@@ -100,8 +103,8 @@ def test_the_workers_clients_wait_as_long_as_kafka_request_timeout_s(tmp_path, u
     producer, consumer = _clients(tmp_path / "a", kafka={"request_timeout_s": 7}, streams={"session_timeout_s": 12})
     assert producer.client._request_timeout_ms >= 600_000  # Faust's, without the patch: the whole freeze
     assert consumer._client._request_timeout_ms == 12_000  # Faust's check lifts it to the session
-    with fp.installed(client_timeout_s=7):
-        producer, consumer = _clients(tmp_path / "b", kafka={"request_timeout_s": 7}, streams={"session_timeout_s": 12})
+    producer, consumer = _clients(tmp_path / "b", Adaptation(client_timeout_s=7), kafka={"request_timeout_s": 7},
+                                  streams={"session_timeout_s": 12})
     assert producer.client._request_timeout_ms == 7000 and consumer._client._request_timeout_ms == 7000
     assert producer._message_accumulator._batch_ttl >= 600  # a batch still waits out a broker restart
     assert consumer._session_timeout_ms == 12_000
@@ -144,8 +147,7 @@ def test_join_group_waits_for_the_rebalance_timeout(tmp_path, unpatched):
 def test_fetch_settings_reach_the_consumer(tmp_path, unpatched):
     _, plain = _clients(tmp_path / "a")
     assert (plain._fetch_min_bytes, plain._fetch_max_wait_ms) == (1, 1500)  # Faust's, not settable
-    with fp.installed(fetch_min_bytes=4096, fetch_max_wait_ms=50):
-        _, tuned = _clients(tmp_path / "b")
+    _, tuned = _clients(tmp_path / "b", Adaptation(fetch_min_bytes=4096, fetch_max_wait_ms=50))
     assert (tuned._fetch_min_bytes, tuned._fetch_max_wait_ms) == (4096, 50)
     # aiokafka must still read the private attributes when it starts its fetcher
     from aiokafka.consumer.consumer import AIOKafkaConsumer
@@ -238,3 +240,28 @@ def test_a_node_that_timed_out_is_asked_last(unpatched):
     with fp.installed():
         picks, firsts = asyncio.run(attempt())
     assert picks == {2, 3} and 1 not in firsts
+
+
+def test_a_record_that_cannot_block_is_delivered_without_a_task(tmp_path):
+    """Faust's fetch loop awaits ``wait_first(callback(message), suspend_flow.wait())`` per record: the callback in
+    a task of its own (and the suspension's wait in another). The worker's consumer runs a callback that cannot
+    block inline, in the fetch loop's own task, and one that blocks still completes under Faust's wait."""
+    async def deliver(app) -> tuple[bool, bool]:
+        consumer = app.consumer
+        ran_in: list = []
+
+        async def callback() -> None:
+            ran_in.append(asyncio.current_task())
+
+        async def blocking() -> None:
+            await asyncio.sleep(0.01)
+            ran_in.append("blocked, then done")
+
+        await consumer.wait_first(callback(), consumer.suspend_flow.wait())
+        await consumer.wait_first(blocking(), consumer.suspend_flow.wait())
+        return ran_in[0] is asyncio.current_task(), ran_in[1] == "blocked, then done"
+
+    plain, _ = _app(tmp_path / "a")
+    assert asyncio.run(deliver(plain)) == (False, True)  # Faust: a task per record
+    worker, _ = _app(tmp_path / "b", Adaptation())
+    assert asyncio.run(deliver(worker)) == (True, True)

@@ -1,0 +1,156 @@
+"""`rftbus bench restart`: how long the streams worker takes to come back after kill -9 with a large table, with its
+rocksdb kept (the store holds the table as of the committed inputs, streams/store.py) and with it removed (what an
+unclean start did before: the tables were rebuilt from their changelogs), alternated in one run on one broker.
+
+The table: `--groups` live groups held for their feedback (a 24 h TTL), each a live-table entry with its samples
+and an index entry per sample in the join table. After each kill a probe group (an explorer group, curated from
+raw at once) is published, the worker is started again under the same id (the same state folder) and timed to the
+probe's curation (from the worker's own status file: no reader competes with it) and to its raw partitions'
+assignment. The held groups must still be held: none may be released as `no_feedback` or curated meanwhile.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from rftbus.bench.context import state
+from rftbus.bench.processes import WorkerProcess
+from rftbus.bench.streams import _delete_topics, _produce
+from rftbus.bench.synthetic import make_group
+from rftbus.errors import RftbusError
+from rftbus.kafka import registry
+from rftbus.kafka.clients import check_reachable
+from rftbus.kafka.committed import CommittedOffsets
+from rftbus.kafka.inspect import group_lag
+from rftbus.kafka.topics import create_topics
+from rftbus.schemas import Source, make_codec
+
+KEYS = registry.keys()
+
+
+def _tables(cfg: Any, wid: str) -> list[Path]:
+    """The worker's rocksdb tables (under <state_dir>/streams/<worker>/<app>/tables)."""
+    return [d for d in (Path(cfg.state_dir) / "streams" / wid).glob("*/tables") if d.is_dir()]
+
+
+def _wait(worker: WorkerProcess, done, timeout: float, what: str) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if worker.proc.poll() is not None:
+            raise RftbusError(f"the worker exited {worker.proc.returncode} while {what}: {worker.tail()}")
+        st = worker.status() or {}
+        if st.get("pid") == worker.proc.pid and done(st):
+            return st
+        time.sleep(0.1)
+    raise RftbusError(f"the worker did not finish {what} in {timeout:g} s: {worker.tail()}")
+
+
+def _settled(cfg: Any, admin: Any, worker: WorkerProcess, timeout: float) -> None:
+    """Until the worker's group has committed every record of raw and of the join topic (its index records)."""
+    topics = [cfg.topics.raw.name, registry.JOIN.name(cfg)]
+    with CommittedOffsets(cfg) as committed:
+        deadline = time.monotonic() + timeout
+        while group_lag(admin, committed, cfg.streams.app_id, topics).lag > 0:
+            if time.monotonic() > deadline or worker.proc.poll() is not None:
+                raise RftbusError(f"the worker did not commit its inputs in {timeout:g} s: {worker.tail()}")
+            time.sleep(0.5)
+
+
+def _plot(rows: list[dict], groups: int, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    modes = ["kept", "rebuilt"]
+    for i, mode in enumerate(modes):
+        ys = [r["ready_s"] for r in rows if r["mode"] == mode]
+        ax.bar(i, statistics.median(ys), color=("tab:green", "tab:gray")[i], alpha=0.7)
+        ax.scatter([i] * len(ys), ys, color="black", zorder=3, s=12)
+    ax.set_xticks(range(len(modes)), ["rocksdb kept\n(now)", "rebuilt from changelogs\n(before)"])
+    ax.set_ylabel("kill -9 -> probe curated (s)")
+    ax.set_title(f"streams restart with {groups:,} live groups held")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def restart(
+    ctx: typer.Context,
+    groups: int = typer.Option(20_000, help="Live groups held in the table before the kills."),
+    samples: int = typer.Option(2, help="Samples per held group."),
+    tokens: int = typer.Option(64, help="Response tokens per sample."),
+    rounds: int = typer.Option(2, help="Kills per mode (the modes alternate)."),
+    out: Path = typer.Option(None, help="Folder for the JSON and the PNG (default: a new temporary folder)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Streams restart after kill -9 with a large table: rocksdb kept against rebuilt from the changelogs."""
+    st = state(ctx)
+    tag = uuid.uuid4().hex[:6]
+    wid = f"restart{tag}"
+    cfg = st.config(**{f"topics.{k}.name": f"brs{tag}.{k}" for k in KEYS},
+                    **{"streams.app_id": f"brs{tag}", "streams.feedback_ttl_s": 24 * 3600.0,
+                       "streams.table_store": "rocksdb"})
+    admin = check_reachable(cfg)
+    create_topics(cfg, admin)
+    say = (lambda *a: None) if as_json else st.err.print
+    codec = make_codec(None)
+    work = out or Path(tempfile.mkdtemp(prefix="rftbus-bench-restart-"))
+    work.mkdir(parents=True, exist_ok=True)
+    rows: list[dict] = []
+    try:
+        say(f"[dim]publishing {groups:,} live groups of {samples} x {tokens} tokens ...[/]")
+        held = [make_group(rewards=[None] * samples, response_tokens=tokens, source=Source.live, seed=i % 50,
+                           group_id=uuid.uuid4().hex) for i in range(groups)]
+        _produce(cfg, cfg.topics.raw.name, [(g.group_id.encode(), codec.encode(g)) for g in held])
+        worker = WorkerProcess(cfg, wid, work / "worker.log")
+        t0 = time.monotonic()
+        _wait(worker, lambda s: s.get("held", 0) >= groups, 900, f"holding {groups} groups")
+        _settled(cfg, admin, worker, 900)  # every index record joined and committed: the tables on disk are whole
+        say(f"[dim]held and committed in {time.monotonic() - t0:.1f} s[/]")
+        for k in range(rounds * 2):
+            mode = ("kept", "rebuilt")[k % 2]
+            worker.kill()
+            if mode == "rebuilt":
+                for d in _tables(cfg, wid):
+                    shutil.rmtree(d)
+            probe = make_group(rewards=[1.0, 0.0], response_tokens=tokens, seed=k, group_id=uuid.uuid4().hex)
+            _produce(cfg, cfg.topics.raw.name, [(probe.group_id.encode(), codec.encode(probe))])
+            t0 = time.monotonic()
+            worker = WorkerProcess(cfg, wid, work / "worker.log")
+            _wait(worker, lambda s, raw=cfg.topics.raw.name + "/": any(a.startswith(raw) for a in s.get("assigned") or ()),
+                  600, "starting")
+            assigned_s = time.monotonic() - t0
+            s = _wait(worker, lambda s: s.get("curated_groups", 0) >= 1, 900, "curating the probe")
+            ready_s = time.monotonic() - t0
+            lost = s.get("rejected_by_reason", {}).get("no_feedback", 0) + s.get("curated_groups", 0) - 1
+            rows.append({"mode": mode, "assigned_s": round(assigned_s, 2), "ready_s": round(ready_s, 2),
+                         "held_released": lost})
+            say(f"  {mode:8} assigned {assigned_s:6.1f} s, probe curated {ready_s:6.1f} s after the restart")
+            _settled(cfg, admin, worker, 900)  # (the replayed inputs committed: their changes on disk again)
+        worker.stop(60)
+    finally:
+        _delete_topics(admin, f"brs{tag}")
+    med = {m: statistics.median(r["ready_s"] for r in rows if r["mode"] == m) for m in ("kept", "rebuilt")}
+    result = {"groups_held": groups, "samples_per_group": samples, "response_tokens": tokens, "rounds": rows,
+              "ready_s_median": med, "rebuilt_over_kept": round(med["rebuilt"] / med["kept"], 2),
+              "held_released": sum(r["held_released"] for r in rows)}
+    (work / "restart.json").write_text(json.dumps(result, indent=1))
+    result["plot"] = str(_plot(rows, groups, work / "restart.png"))
+    if as_json:
+        st.console.out(json.dumps(result), highlight=False)
+        return
+    for k, v in result.items():
+        if k != "rounds":
+            st.console.print(f"{k:22} {v}")
