@@ -143,7 +143,7 @@ def restart(
     finally:
         _delete_topics(admin, f"brs{tag}")
     med = {m: statistics.median(r["ready_s"] for r in rows if r["mode"] == m) for m in ("kept", "rebuilt")}
-    result = {"groups_held": groups, "samples_per_group": samples, "response_tokens": tokens, "rounds": rows,
+    result: dict[str, Any] = {"groups_held": groups, "samples_per_group": samples, "response_tokens": tokens, "rounds": rows,
               "ready_s_median": med, "rebuilt_over_kept": round(med["rebuilt"] / med["kept"], 2),
               "held_released": sum(r["held_released"] for r in rows)}
     (work / "restart.json").write_text(json.dumps(result, indent=1))
@@ -151,6 +151,6 @@ def restart(
     if as_json:
         st.console.out(json.dumps(result), highlight=False)
         return
-    for k, v in result.items():
-        if k != "rounds":
-            st.console.print(f"{k:22} {v}")
+    for name, v in result.items():
+        if name != "rounds":
+            st.console.print(f"{name:22} {v}")
