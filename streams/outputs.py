@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -116,7 +115,9 @@ class Emitter:
             producer = await self.app.maybe_start_producer()
             if not self.app.in_transaction:  # under exactly_once it is looked up per send, as Faust does
                 self._producer = producer
-        for attempt in itertools.count(1):
+        attempt = 0
+        while True:
+            attempt += 1
             try:
                 return await producer.send(self.names[role], key, value, self.part(role, p), None, headers)
             except Exception as exc:
@@ -128,7 +129,6 @@ class Emitter:
                 log.warning("write to %s[%s] not scheduled (attempt %d): %s; retrying", self.names[role],
                             self.part(role, p), attempt, exc)
                 await asyncio.sleep(min(self.retry_max_s, 0.25 * attempt))
-        raise AssertionError("unreachable")
 
     async def send(self, role: str, key: bytes | None, value: bytes, p: int, headers: list, src: str) -> None:
         """One output of input `src`; the checkpoint watches its delivery: retried, else quarantined, and the

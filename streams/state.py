@@ -29,6 +29,7 @@ from faust.tables import TableManager
 from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
 from rftbus.streams.headers import H_INPUT, header
+from rftbus.streams.store import CommittedStore
 
 log = logging.getLogger("rftbus.streams")
 
@@ -72,8 +73,6 @@ class CheckpointedTable(faust.Table):
     skipped = 0  # changes not recovered (their inputs are read again)
 
     def _new_store_by_url(self, url: Any) -> Any:
-        from rftbus.streams.store import CommittedStore
-
         if str(url).split(":", 1)[0] != "rocksdb":
             return super()._new_store_by_url(url)
         return CommittedStore(url, self.app, self, table_name=self.name, key_type=self.key_type,
@@ -81,8 +80,6 @@ class CheckpointedTable(faust.Table):
                               value_type=self.value_type, loop=self.loop, options=self.options)
 
     def _on_changelog_sent(self, fut: Any) -> None:
-        from rftbus.streams.store import CommittedStore
-
         if isinstance(self.data, CommittedStore):  # its position goes to disk with the change, at the commit
             res = fut.result()
             self.data.changelog_acked(res.topic_partition, res.offset)
@@ -112,8 +109,6 @@ class CommitTables(TableManager):
     """Faust's table manager; at every commit of the worker's inputs its committed stores write what now may."""
 
     def on_commit(self, offsets: Any) -> None:
-        from rftbus.streams.store import CommittedStore
-
         super().on_commit(offsets)
         for table in self.values():
             data = table.data

@@ -24,7 +24,6 @@ from faust.stores import rocksdb
 from faust.streams import current_event
 from faust.types import TP
 
-from rftbus.streams.state import input_position
 
 DELETED = object()  # an overlay entry for a key deleted since the last flush
 
@@ -51,21 +50,12 @@ class CommittedStore(rocksdb.Store):
         self.flushed = 0
 
     # -- writes ---------------------------------------------------------------------------------------------
-    def _partition(self, key: bytes) -> int:
-        event = current_event()
-        if event is not None:
-            return event.message.partition
-        return self._key_index[key]
-
     def _change(self, key: bytes, value: Any) -> None:
-        p = self._partition(key)
+        event = current_event()  # (a table changes inside an agent: its record is the input)
+        m = event.message if event is not None else None
+        p = m.partition if m is not None else self._key_index[key]
         self.seq += 1
-        pos = input_position(current_event())
-        made_by: tuple[str, int, int] | None = None
-        if pos is not None:
-            topic, part, off = pos.decode().rsplit("/", 2)
-            made_by = (topic, int(part), int(off))
-        ch = Change(self.seq, key, value, made_by)
+        ch = Change(self.seq, key, value, None if m is None else (m.topic, m.partition, m.offset))
         self.overlay[p][key] = (ch.seq, value)
         self.queue[p].append(ch)
         self.unacked[p].append(ch)
