@@ -23,10 +23,10 @@ from rftbus.streams.checkpoint import Checkpoint, Deliveries
 from rftbus.streams.faust_conf import faust_settings, join_timeout_s
 from rftbus.streams.ingest import Ingest, output_partitions
 from rftbus.streams.join import FeedbackFanout, Join
-from rftbus.streams.live import LiveGroups
+from rftbus.streams.live import LiveGroups, published
 from rftbus.streams.outputs import Emitter, value_limits
 from rftbus.streams.priority import PassRates
-from rftbus.streams.state import CheckpointedTable, CommitTables, ReadFromCache, read_again
+from rftbus.streams.state import CheckpointedTable, CommitTables, ReadAgain, ReadFromCache
 from rftbus.streams.telemetry import Counters, StatusFile
 from rftbus.streams.timers import add_timers
 from rftbus.streams.topology import Topology
@@ -78,10 +78,11 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                         changelog_topic=app.topic(topo.changelog, partitions=n, compacting=True))
     held = app.Table("live", partitions=n, key_type=bytes, value_type=bytes,
                      changelog_topic=app.topic(topo.live_changelog, partitions=n, compacting=True))
-    read_from = ReadFromCache(read_again(cfg, sc.app_id))
+    read_from = ReadFromCache(ReadAgain(cfg, sc.app_id))
     for table in (pending, held):
         cast(CheckpointedTable, table).read_from = read_from
     live = LiveGroups(cfg, held, emit, codec, counters)
+    cast(CheckpointedTable, held).publish = published  # which groups are held, for the run's books
     ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw, live, n)
     # Every topic the worker reads commits by the checkpoint's rule, and every fetched offset must reach its agent;
     # under exactly_once transaction markers are real gaps in the internal topics.

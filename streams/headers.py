@@ -20,6 +20,7 @@ H_SAMPLE = "rftbus-sample"  # internal join records: that experience's index in 
 H_FBID = "rftbus-fb"  # internal join records: the feedback_id (a retry of the same feedback is not a duplicate)
 H_INPUT = "rftbus-input"  # table changelog records: topic/partition/offset of the input that made the change
 H_RESEND = "rftbus-resend"  # internal join records: a grade sent again (it may have landed already)
+H_HELD = "rftbus-held"  # live table changelog records: the raw record of a group waiting for grades (streams/published.py)
 
 
 def header(headers: Any, name: str) -> bytes | None:

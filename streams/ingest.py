@@ -13,10 +13,11 @@ from collections import defaultdict
 from typing import Any
 
 from rftbus.streams.checkpoint import Checkpoint, Landed
+from rftbus.streams.checkpoint.landed import done_key
 from rftbus.streams.curate import Decision, decide
 from rftbus.streams.join import ScanClock
 from rftbus.streams.live import Late, LiveGroups
-from rftbus.streams.outputs import H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0, Output
+from rftbus.streams.outputs import H_EXP, H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0, Output
 from rftbus.streams.topology import OUTPUT_ROLES
 from rftbus.streams.verify import Drop, Verdict, needs_feedback, placement, read_group, sample_drops
 from rftbus.streams.view import GroupReader, GroupView
@@ -95,8 +96,9 @@ class Ingest:
                                              "record"), src, data, key, p, landed)
             return
         c = self.counters
+        complete = None  # a live group whose grades all came before it: released at once
         if needs_feedback(g):
-            held = await self.live.hold(g, src, p, t0)
+            held, complete = await self.live.hold(g, src, p, t0)
             landed.groups.add(g.group_id)  # (after the step that may raise: a retried record is no duplicate)
             if not held:
                 c.inc("replays_skipped")
@@ -111,22 +113,36 @@ class Ingest:
         if not needs_feedback(g):
             await self.curate(p, src, g, t0, landed)
             landed.groups.add(g.group_id)
+        elif complete is not None:
+            await self._release(p, complete, landed)
 
     async def on_grade(self, p: int, msg, headers: dict, landed: Landed) -> None:
+        src, exp = headers[H_SRC].decode(), headers.get(H_EXP, b"")
         try:
-            h = self.live.grade(msg.key, int(headers[H_SAMPLE]), msg.value)
+            h = self.live.grade(msg.key, int(headers[H_SAMPLE]), msg.value, p, src, exp, bool(headers.get(H_RESEND)))
         except Late as e:
             if headers.get(H_RESEND):  # a grade sent again after a crash that had landed the first time
                 self.counters.inc("grade_resends_late")
                 return
-            self.counters.reject("feedback_expired", "feedback")
-            await self.emit.reject(reason="feedback_expired", detail=str(e), stage="feedback",
-                                   src=headers[H_SRC].decode(), original=msg.value, key=msg.key, p=p)
+            await self._reject_grade(p, src, exp, msg.key, msg.value, str(e), landed)
             return
         if headers.get(H_T0):
             self.counters.join_latency(time.time() * 1000 - int(headers[H_T0]))
         if h is not None:
             await self._release(p, h, landed)
+
+    async def _reject_grade(self, p: int, src: str, exp: bytes, key: bytes, original: bytes, detail: str,
+                            landed: Landed) -> None:
+        """A grade its group cannot take: `feedback_expired`, once per (feedback record, experience) (a replay of
+        the grade finds the rejection in the log)."""
+        ident = done_key(src, exp.decode(errors="replace"))
+        if ident in landed.done:
+            self.counters.inc("replays_skipped")
+            return
+        self.counters.reject("feedback_expired", "feedback")
+        await self.emit.reject(reason="feedback_expired", detail=detail, stage="feedback", src=src, original=original,
+                               key=key, p=p, exp=exp.decode(errors="replace"))
+        landed.finished(ident)
 
     async def _release(self, p: int, h, landed: Landed) -> None:
         data = self.live.release(h)
@@ -239,6 +255,13 @@ class Ingest:
     async def tick(self, p: int, landed: Landed) -> None:
         if not self.scans.due(p):
             return
-        for h in self.live.expired(p):
+        groups, orphans = self.live.expired(p)
+        for h in groups:
             await self._release(p, h, landed)
+        for key, sample, grade in orphans:  # grades whose group never came
+            if grade.resend:
+                self.counters.inc("grade_resends_late")
+                continue
+            await self._reject_grade(p, grade.src, grade.experience, key, grade.feedback,
+                                     self.live.never_came(key, sample, grade), landed)
 

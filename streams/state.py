@@ -71,6 +71,8 @@ class CheckpointedTable(faust.Table):
 
     read_from: ReadFrom | None = None
     skipped = 0  # changes not recovered (their inputs are read again)
+    # value (None: deleted) -> the headers a change publishes for readers outside the worker (streams/published.py)
+    publish: Callable[[bytes | None], list[tuple[str, bytes]]] | None = None
 
     def _new_store_by_url(self, url: Any) -> Any:
         if str(url).split(":", 1)[0] != "rocksdb":
@@ -89,11 +91,12 @@ class CheckpointedTable(faust.Table):
     def send_changelog(self, partition: int | None, key: Any, value: Any, key_serializer: Any = None,
                        value_serializer: Any = None) -> Any:
         pos = input_position(current_event())
+        headers = ([] if pos is None else [(H_INPUT, pos)]) + (self.publish(value) if self.publish else [])
         return self.changelog_topic.send_soon(
             key=key, value=value, partition=partition,
             key_serializer=self.key_serializer if key_serializer is None else key_serializer,
             value_serializer=self.value_serializer if value_serializer is None else value_serializer,
-            headers=None if pos is None else [(H_INPUT, pos)],
+            headers=headers or None,
             callback=self._on_changelog_sent, eager_partitioning=True)
 
     def apply_changelog_batch(self, batch: Iterable[Any]) -> None:
@@ -116,19 +119,24 @@ class CommitTables(TableManager):
                 data.committed(offsets)
 
 
-def read_again(cfg: Config, group: str) -> ReadFrom:
+class ReadAgain:
     """The broker's answer: the group's committed offset of (topic, partition), else the partition's log start.
-    (An idle consumer of the group: it asks the coordinator, it joins nothing.)"""
-    consumer: Consumer | None = None
+    (An idle consumer of the group, made at the first question: it asks the coordinator, it joins nothing.)"""
 
-    def lookup(topic: str, partition: int) -> int:
-        nonlocal consumer
-        consumer = consumer or make_consumer(cfg, group)
+    def __init__(self, cfg: Config, group: str):
+        self.cfg, self.group = cfg, group
+        self.consumer: Consumer | None = None
+
+    def __call__(self, topic: str, partition: int) -> int:
+        self.consumer = self.consumer or make_consumer(self.cfg, self.group)
         tp = TopicPartition(topic, partition)
-        off = consumer.committed([tp], timeout=10.0)[0].offset
-        return off if off >= 0 else consumer.get_watermark_offsets(tp, timeout=10.0)[0]
+        off = self.consumer.committed([tp], timeout=10.0)[0].offset
+        return off if off >= 0 else self.consumer.get_watermark_offsets(tp, timeout=10.0)[0]
 
-    return lookup
+    def close(self) -> None:
+        if self.consumer is not None:
+            self.consumer.close()
+            self.consumer = None
 
 
 class ReadFromCache:
@@ -146,3 +154,9 @@ class ReadFromCache:
 
     def clear(self) -> None:
         self.known.clear()
+
+    def close(self) -> None:
+        """The lookup's consumer closed (a later question opens another)."""
+        close = getattr(self.lookup, "close", None)
+        if close is not None:
+            close()

@@ -50,7 +50,7 @@ class Counters:
             "raw_in": c["raw_in"], "verified": c["verified"], "records_rejected": c["records_rejected"],
             "groups_decided": c["groups_decided"], "held": c["held"], "held_groups": held_groups,
             "replays_skipped": c["replays_skipped"], "index_resent": c["index_resent"],
-            "grade_resends_late": c["grade_resends_late"],
+            "grade_resends_late": c["grade_resends_late"], "grades_before_group": c["grades_before_group"],
             # (replays_skipped counts the join's and the releases' too: a raw record's are apart)
             "raw_accounted": c["records_rejected"] + c["decided_from_raw"] + c["held"] + c["raw_replays_skipped"],
             "experiences_in": c["experiences_in"], "curated": c["curated"], "curated_groups": c["curated_groups"],

@@ -50,7 +50,8 @@ def add_timers(sa: StreamsApp, cfg: Config, wid: str) -> None:
     async def write_status() -> None:
         if size_scans.due():
             pending, unmatched = join.pending()
-            sizes.update(held=live.waiting(), pending=pending, unmatched=unmatched)
+            held, early = live.waiting()  # (a grade whose group has not come is unmatched feedback too)
+            sizes.update(held=held, pending=pending, unmatched=unmatched + early)
         snap = counters.snapshot(sizes["held"], sizes["pending"], sizes["unmatched"])
         assigned = sorted(f"{tp.topic}/{tp.partition}" for tp in app.consumer.assignment()
                           if tp.topic in (topo.raw, topo.feedback))

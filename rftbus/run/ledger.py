@@ -137,30 +137,10 @@ def ids_of(key: str) -> Callable[[Any], list[str]]:
 
 
 def held_live_groups(cfg: Config, timeout_s: float = 60.0) -> set[str]:
-    """The raw records of live groups the streams hold for feedback right now, from the live table's
-    changelog (the last value per group; a released group is a DONE marker or deleted), read as the streams
-    recover it: a change whose input the streams will read again is not part of the table (streams/state.py)."""
-    from rftbus.streams.headers import H_INPUT, header
-    from rftbus.streams.live import WAITING, unpack
-    from rftbus.streams.state import ReadFromCache, read_again, replayed
+    """The raw records of live groups the streams hold for feedback right now, as they publish them."""
+    from rftbus.streams.published import held_groups
 
-    name = registry.LIVE_CHANGELOG.name(cfg)
-    if name not in make_admin(cfg).list_topics(timeout=10).topics:
-        return set()
-    read_from = ReadFromCache(read_again(cfg, cfg.streams.app_id))
-    last: dict[bytes, bytes | None] = {}
-    for msg in read_to_end(cfg, name, timeout_s=timeout_s):
-        pos = header(msg.headers(), H_INPUT)
-        if pos is not None and replayed(pos, read_from):
-            continue
-        last[msg.key() or b""] = msg.value()
-    held = set()
-    for value in last.values():
-        if value:
-            h = unpack(value)
-            if h.state == WAITING:
-                held.add(h.src)
-    return held
+    return held_groups(cfg, timeout_s)
 
 
 def read_ledger(cfg: Config, progress=lambda s: None, timeout_s: float = 300.0,

@@ -1,4 +1,5 @@
-"""The run's books read the live table as the streams recover it (rftbus/run/ledger.py `held_live_groups`).
+"""The run's books read the live groups the streams publish as held, as the streams recover the table
+(rftbus/run/ledger.py `held_live_groups`, streams/published.py).
 
 A live group's DONE marker can reach the changelog while the grade that released it is not yet committed; after a
 kill -9 the streams skip that change and release the group again (streams/state.py). Read naively, the books saw
@@ -19,7 +20,7 @@ from rftbus.kafka.retry import retrying
 from rftbus.kafka.topics import create_new
 from rftbus.run.ledger import held_live_groups
 from rftbus.streams.headers import H_INPUT
-from rftbus.streams.live import DONE, WAITING, Held, pack
+from rftbus.streams.live import DONE, WAITING, Held, pack, published
 from tests.conftest import make_config
 
 
@@ -31,8 +32,9 @@ def test_a_release_past_the_commit_is_still_held_and_one_before_it_is_not(broker
     producer = make_producer(cfg)
 
     def change(group: str, state: int, src: str, made_by: str) -> None:
-        h = Held(state, 0, 0, src)
-        producer.produce(changelog, key=group.encode(), value=pack(h), headers=[(H_INPUT, made_by.encode())])
+        value = pack(Held(state, 0, 0, src, b"t0", b"group bytes"))  # as the worker's live table writes it
+        producer.produce(changelog, key=group.encode(), value=value,
+                         headers=[(H_INPUT, made_by.encode()), *published(value)])
 
     change("a", WAITING, f"{raw}/0/5", f"{raw}/0/5")
     change("a", DONE, f"{raw}/0/5", f"{joined}/0/7")  # its grade at joined 7: not committed (3), read again

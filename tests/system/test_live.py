@@ -108,12 +108,11 @@ def test_a_grade_for_a_released_group_names_the_answer_it_was_for(tmp_path):
     codec = make_codec(None)
     live = LiveGroups(make_config(tmp_path, 9092), {b"g1": pack(Held(DONE, 0, 0))}, None, codec, None)
     fb = codec.encode(Feedback(experience_id="e-42", kind=FeedbackKind.thumbs, thumbs_up=True))
-    for group in (b"g1", b"g-unknown"):  # released (DONE), or gone from the table
-        with pytest.raises(Late) as e:
-            live.grade(group, 0, fb)
-        assert "experience e-42" in str(e.value) and group.decode() in str(e.value) and "feedback_ttl_s" in str(e.value)
+    with pytest.raises(Late) as e:
+        live.grade(b"g1", 0, fb, 0, "fb/0/1", b"e-42")
+    assert "experience e-42" in str(e.value) and "g1" in str(e.value) and "feedback_ttl_s" in str(e.value)
     with pytest.raises(Late, match="experience sample 3"):
-        live.grade(b"g1", 3, b"\x00garbage")
+        live.grade(b"g1", 3, b"\x00garbage", 0, "fb/0/2", b"e-43")
 
 
 @pytest.mark.parametrize("lost", ["index", "grade"])

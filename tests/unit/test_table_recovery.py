@@ -40,3 +40,13 @@ def test_the_broker_is_asked_once_per_input_partition_until_cleared():
     cache.clear()
     cache("a", 0)
     assert asked[-1] == ("a", 0) and len(asked) == 3
+
+
+def test_a_waiting_group_publishes_its_raw_record_and_a_released_one_nothing():
+    from rftbus.streams.headers import H_HELD
+    from rftbus.streams.live import DONE, WAITING, Held, pack, published
+
+    waiting = pack(Held(WAITING, 123, 1, "r.raw/1/42", b"1700000000000", b"\x00group\xff", {0: b"fb"}))
+    assert published(waiting) == [(H_HELD, b"r.raw/1/42")]
+    assert published(pack(Held(DONE, 123, 1))) == []
+    assert published(None) == []  # a delete
