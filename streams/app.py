@@ -67,7 +67,6 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     app = WorkerApp(sc.app_id, Table=CheckpointedTable, TableManager=CommitTables, **settings.kwargs)
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
     counters = Counters()
-    pass_rates = PassRates(sc.pass_rate_alpha)
     follower = WeightFollower(cfg, prefetch=False)
     topic_limits = max_message_bytes(make_admin(cfg), list(topo.names.values()))
     emit = Emitter(app, codec.encode, topo.names, topo.partitions, sc.rejection_original_max_bytes,
@@ -78,8 +77,11 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                         changelog_topic=app.topic(topo.changelog, partitions=n, compacting=True))
     held = app.Table("live", partitions=n, key_type=bytes, value_type=bytes,
                      changelog_topic=app.topic(topo.live_changelog, partitions=n, compacting=True))
+    rates = app.Table("rates", partitions=n, key_type=bytes, value_type=bytes,
+                      changelog_topic=app.topic(topo.rates_changelog, partitions=n, compacting=True))
+    pass_rates = PassRates(sc.pass_rate_alpha, store=rates)  # per raw partition, recovered with its inputs
     read_from = ReadFromCache(ReadAgain(cfg, sc.app_id))
-    for table in (pending, held):
+    for table in (pending, held, rates):
         cast(CheckpointedTable, table).read_from = read_from
     live = LiveGroups(cfg, held, emit, codec, counters)
     cast(CheckpointedTable, held).publish = published  # which groups are held, for the run's books
@@ -122,6 +124,9 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
 
     async def on_revoked(sender: Any, revoked: Any, **kw: Any) -> None:
         checkpoint.revoke(set(revoked))
+        for tp in revoked:
+            if tp.topic == topo.raw:
+                pass_rates.forget(tp.partition)
         read_from.clear()  # the next recovery asks the broker again: the group has committed since
 
     app.on_partitions_revoked.connect(on_revoked)  # type: ignore[arg-type]  # faust's signal typing

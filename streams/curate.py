@@ -13,7 +13,7 @@ from rftbus.schemas import Source
 from rftbus.streams.advantages import MeanBaseline, make_estimator
 from rftbus.streams.advantages.grpo import group_std
 from rftbus.config.streams import StreamsConfig
-from rftbus.streams.priority import PassRates, difficulty_bonus, priorities
+from rftbus.streams.priority import Rates, difficulty_bonus, priorities
 from rftbus.streams.verify import Drop
 from rftbus.streams.view import GroupView
 from rftbus.weights.staleness import is_stale, stale_detail
@@ -27,7 +27,7 @@ def class_key(g: GroupView) -> str:
     return "class:" + (g.metadata.get("task_class") or g.source.value)
 
 
-def singleton_baseline(g: GroupView, prior: float | None, pass_rates: PassRates, cfg: StreamsConfig) -> float | None:
+def singleton_baseline(g: GroupView, prior: float | None, pass_rates: Rates, cfg: StreamsConfig) -> float | None:
     """What a lone answer's reward is compared with (`streams.singleton_baseline`): its task's pass rate
     once the task has been seen (`task`), its class's running mean (`class`), or the task's when known and
     the class's otherwise (`task_or_class`, the default: live prompts rarely repeat). None: 0.5."""
@@ -48,7 +48,7 @@ class Decision:
 
 
 def decide(g: GroupView, drops: dict[int, Drop], *, latest: int, max_staleness: int, cfg: StreamsConfig,
-           pass_rates: PassRates) -> Decision:
+           pass_rates: Rates) -> Decision:
     """``drops`` are the samples verify already dropped; the rest are decided here."""
     out = Decision(dict(drops))
     live: list[int] = []

@@ -10,24 +10,23 @@ so an upgrade is a decision, not a surprise. `install` is idempotent; `uninstall
 `installed()`, so no test leaves aiokafka patched).
 
 The patches left are aiokafka's network client (its clients are built inside aiokafka's producer and consumer, where
-no setting or subclass reaches) and Faust's Cython stream iterator's sleep (a module function).
+no setting or subclass reaches: three methods, wrapped around the originals, and the client module's `random`) and
+Faust's Cython stream iterator's sleep (a module function). None copies an upstream body.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import random
 import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from aiokafka.client import AIOKafkaClient, ConnectionGroup
-from aiokafka.cluster import ClusterMetadata
+import aiokafka.client as aiokafka_client
+from aiokafka.client import AIOKafkaClient
 from aiokafka.conn import AIOKafkaConnection
-from aiokafka.errors import KafkaError, RequestTimedOutError
-from aiokafka.protocol.metadata import MetadataRequest
+from aiokafka.errors import RequestTimedOutError
 
 from rftbus.errors import RftbusError
 from rftbus.streams.eager import YieldEvery
@@ -85,7 +84,8 @@ PATCHES = (
           "does when it drops a timed-out connection",
           "none filed for aiokafka; Java: NetworkClient.handleTimedOutRequests requests a metadata update",
           "tests/unit/test_faust_patches.py::test_a_timed_out_request_asks_for_fresh_metadata"),
-    Patch("silent_nodes_last", "aiokafka AIOKafkaClient._get_conn, get_random_node, _metadata_update",
+    Patch("silent_nodes_last", "aiokafka AIOKafkaClient._get_conn, aiokafka.client's `random` (a SilentLast: its "
+          "choice and shuffle put silent nodes last), and AIOKafkaConnection.send (with join_group_timeout)",
           "patch",
           "aiokafka picks the node for a metadata request or a coordinator lookup at random, the frozen one included: "
           "after a request to a frozen node timed out, the metadata refresh and the lookup that follow went to it "
@@ -140,93 +140,82 @@ def require_versions(faust_version: str | None = None, aiokafka_version: str | N
                               f"{have} is installed: pip install {name}=={want}")
 
 
-# -- join_group_timeout --------------------------------------------------------------------------------------
+# -- join_group_timeout (and silent_nodes_last: a connection's request that timed out) -------------------------------
 def _send(self: AIOKafkaConnection, request: Any, expect_response: bool = True) -> Any:
     join = _state["join_timeout_s"]
     if join is None or not type(request).__name__.startswith("JoinGroupRequest") or join <= self._request_timeout:
-        return _ORIGINAL["send"](self, request, expect_response)
-    # aiokafka binds the timeout when send() builds its wait_for(): lend the longer one for this call only
-    saved, self._request_timeout = self._request_timeout, join
+        sent = _ORIGINAL["send"](self, request, expect_response)
+    else:  # aiokafka binds the timeout when send() builds its wait_for(): lend the longer one for this call only
+        saved, self._request_timeout = self._request_timeout, join
+        try:
+            sent = _ORIGINAL["send"](self, request, expect_response)
+        finally:
+            self._request_timeout = saved
+    node = getattr(self, "_rftbus_node", None)  # (set by _get_conn: a connection does not know its node)
+    return sent if node is None else _watched(sent, node, self._request_timeout)
+
+
+async def _watched(sent: Any, node: Any, timeout_s: float) -> Any:
+    """aiokafka's awaitable (a coroutine already); a node whose answer timed out becomes silent. This is how the
+    metadata update's own requests (sent on the connection, not through the client's `send`) mark one."""
     try:
-        return _ORIGINAL["send"](self, request, expect_response)
-    finally:
-        self._request_timeout = saved
+        return await sent
+    except asyncio.TimeoutError:
+        _mark_silent(node, timeout_s)
+        raise
 
 
 # -- timeout_refreshes_metadata, silent_nodes_last ----------------------------------------------------------------
 SILENT_FOR = 3  # request timeouts a node that did not answer is asked last for
-_AIOKAFKA_LOG = logging.getLogger("aiokafka")  # (the copied `_metadata_update` logs where aiokafka's does)
+_SILENT: dict[Any, float] = {}  # node id -> until when it is asked last (the worker talks to one cluster)
 
 
-def _silent(client: AIOKafkaClient) -> dict[Any, float]:
-    """node id -> when a request to it, or a connection, last timed out (per client)."""
-    if not hasattr(client, "_rftbus_silent"):
-        client._rftbus_silent = {}
-    return client._rftbus_silent
+def _mark_silent(node_id: Any, timeout_s: float) -> None:
+    _SILENT[node_id] = time.monotonic() + SILENT_FOR * timeout_s
 
 
-def _is_silent(client: AIOKafkaClient, node_id: Any) -> bool:
-    since = _silent(client).get(node_id)
-    return since is not None and time.monotonic() - since < SILENT_FOR * client._request_timeout_ms / 1000
+def _is_silent(node_id: Any) -> bool:
+    until = _SILENT.get(node_id)
+    return until is not None and time.monotonic() < until
 
 
 async def _client_send(self: AIOKafkaClient, node_id: Any, request: Any, **kw: Any) -> Any:
     try:
         answer = await _ORIGINAL["client_send"](self, node_id, request, **kw)
     except RequestTimedOutError:  # (raised by send itself on its own timeout; a broker's error code is a response)
-        _silent(self)[node_id] = time.monotonic()
+        _mark_silent(node_id, self._request_timeout_ms / 1000)
         self.force_metadata_update()  # the leaders may have moved away from the node that did not answer
         raise
-    _silent(self).pop(node_id, None)
+    _SILENT.pop(node_id, None)
     return answer
 
 
 async def _get_conn(self: AIOKafkaClient, node_id: Any, **kw: Any) -> Any:
     t0 = time.monotonic()
     conn = await _ORIGINAL["_get_conn"](self, node_id, **kw)
-    if conn is None and time.monotonic() - t0 >= self._request_timeout_ms / 2000:  # a connect that hung
-        _silent(self)[node_id] = time.monotonic()
+    if conn is None:
+        if time.monotonic() - t0 >= self._request_timeout_ms / 2000:  # a connect that hung
+            _mark_silent(node_id, self._request_timeout_ms / 1000)
+    else:
+        conn._rftbus_node = node_id
     return conn
 
 
-def _get_random_node(self: AIOKafkaClient) -> Any:
-    nodeids = [b.nodeId for b in self.cluster.brokers()]
-    answering = [n for n in nodeids if not _is_silent(self, n)]
-    return random.choice(answering or nodeids) if nodeids else None
+class SilentLast:
+    """What aiokafka's client module calls `random`: its two uses pick the node for a metadata request, a coordinator
+    lookup or a bootstrap (`get_random_node`: `choice`; `_metadata_update`: `shuffle`, then the nodes in turn). The
+    same random picks, silent nodes last (none of aiokafka's code is copied)."""
 
+    def choice(self, nodeids: Any) -> Any:
+        answering = [n for n in nodeids if not _is_silent(n)]
+        return random.choice(answering or nodeids)
 
-async def _metadata_update(self: AIOKafkaClient, cluster_metadata: ClusterMetadata, topics: Any) -> bool:
-    """aiokafka 0.14.0 AIOKafkaClient._metadata_update, its logging included; what differs: silent nodes are asked
-    last, and a node that times out here becomes silent."""
-    metadata_request = MetadataRequest(list(topics) if topics else None)
-    nodeids: list[Any] = [b.nodeId for b in self.cluster.brokers()]
-    bootstrap_id = ("bootstrap", ConnectionGroup.DEFAULT)
-    if bootstrap_id in self._conns:
-        nodeids.append("bootstrap")
-    random.shuffle(nodeids)
-    nodeids.sort(key=lambda n: _is_silent(self, n))  # (stable: the shuffle stays within each half)
-    for node_id in nodeids:
-        conn = await self._get_conn(node_id)
-        if conn is None:
-            continue
-        try:
-            metadata = await conn.send(metadata_request)
-        except (KafkaError, asyncio.TimeoutError) as err:
-            _AIOKAFKA_LOG.warning("Unable to request metadata from node with id %s: %r", node_id, err)
-            if isinstance(err, (RequestTimedOutError, asyncio.TimeoutError)):
-                _silent(self)[node_id] = time.monotonic()
-            continue
-        if not metadata.brokers:
-            return False
-        cluster_metadata.update_metadata(metadata)
-        if bootstrap_id in self._conns and len(self.cluster.brokers()):
-            self._conns.pop(bootstrap_id).close()
-        break
-    else:
-        _AIOKAFKA_LOG.error("Unable to update metadata from %s", nodeids)
-        cluster_metadata.failed_update(None)
-        return False
-    return True
+    def shuffle(self, nodeids: list) -> None:
+        random.shuffle(nodeids)
+        nodeids.sort(key=_is_silent)  # (stable: the shuffle stays within each half)
+
+    def __getattr__(self, name: str) -> Any:  # anything else aiokafka might ask of the module
+        return getattr(random, name)
 
 
 def _cython_streams() -> Any:
@@ -242,8 +231,7 @@ _TARGETS: dict[str, tuple[Any, str, Any]] = {  # key -> (owner, attribute, repla
     "send": (AIOKafkaConnection, "send", _send),
     "client_send": (AIOKafkaClient, "send", _client_send),
     "_get_conn": (AIOKafkaClient, "_get_conn", _get_conn),
-    "get_random_node": (AIOKafkaClient, "get_random_node", _get_random_node),
-    "_metadata_update": (AIOKafkaClient, "_metadata_update", _metadata_update),
+    "client_random": (aiokafka_client, "random", SilentLast()),
 }
 
 
@@ -270,6 +258,7 @@ def uninstall() -> None:
     if cstreams is not None and "cython_sleep" in _ORIGINAL:
         cstreams.sleep = _ORIGINAL.pop("cython_sleep")
     _state.update(join_timeout_s=None)
+    _SILENT.clear()
 
 
 def is_installed() -> bool:

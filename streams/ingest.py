@@ -163,7 +163,7 @@ class Ingest:
                 latest = await self.follower.wait_for(newest, self.sc.version_wait_s)
         drops = sample_drops(g, latest, self.sc)
         d = decide(g, drops, latest=latest, max_staleness=self.cfg.rl.max_staleness, cfg=self.sc,
-                   pass_rates=self.pass_rates)
+                   pass_rates=self.pass_rates.of(p))  # (the partition's own: recovered with its inputs)
         outs = self._outputs(g, d, src)
         await self.emit.outputs(outs, src=src, p=p, latest=latest, t0=t0, landed=landed.indices(src))
         landed.finished(src)

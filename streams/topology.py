@@ -2,7 +2,7 @@
 
 Internal topics (described in rftbus/kafka/registry.py): `<app_id>-join` (feedback and index records, keyed by
 experience_id), `<app_id>-joined` (grades, same partition count as raw: co-partitioned with it in the ingest agent)
-and the changelogs of the `pending` (join) and `live` (held live groups) tables. rftbus declares them itself (Faust's
+and the changelogs of the `pending` (join), `live` (held live groups) and `rates` (pass rates) tables. rftbus declares them itself (Faust's
 topic_allow_declare is off) so partitions and retention are what this module says.
 """
 
@@ -31,6 +31,7 @@ class Topology:
     joined: str
     changelog: str
     live_changelog: str
+    rates_changelog: str
     raw_partitions: int
     names: dict[str, str]  # role -> topic name for everything the Emitter writes
     partitions: dict[str, int]
@@ -78,7 +79,8 @@ def prepare(cfg: Config) -> Topology:
     names.update(join=registry.JOIN.name(cfg), joined=registry.JOINED.name(cfg))
     partitions = {role: parts(name) for role, name in names.items()}
     return Topology(raw=t.raw.name, feedback=t.feedback.name, join=names["join"], joined=names["joined"],
-                    changelog=registry.PENDING_CHANGELOG.name(cfg), live_changelog=registry.LIVE_CHANGELOG.name(cfg), raw_partitions=r,
+                    changelog=registry.PENDING_CHANGELOG.name(cfg), live_changelog=registry.LIVE_CHANGELOG.name(cfg),
+                    rates_changelog=registry.RATES_CHANGELOG.name(cfg), raw_partitions=r,
                     names=names, partitions=partitions)
 
 

@@ -53,7 +53,12 @@ def script() -> list[Record]:
         for k, e in enumerate(g.samples):
             e.experience_id = f"{g.group_id}-{k}"
     a, b = live
-    raw = [*explorer, a, b]
+    # the first group's task again, in its partition (0), decided after it: its priority has the difficulty bonus
+    # of the task's pass rate (0.5 -> +0.5: the priority lane), which a worker that forgot the rates at a restart
+    # would not give it (0.87: the normal lane)
+    again = make_group(rewards=[1.0, 0.0, 0.0, 0.0], response_tokens=12, prompt_tokens=8, seed=5,
+                       task_id=explorer[0].task_id, group_id="ee-explorer-5")
+    raw = [*explorer, a, b, again]
     grades = [Feedback(feedback_id="f1", experience_id=a.samples[0].experience_id, kind=FeedbackKind.reward, reward=1.0),
               Feedback(feedback_id="f2", experience_id=a.samples[1].experience_id, kind=FeedbackKind.reward, reward=0.0),
               Feedback(feedback_id="f3", experience_id=b.samples[0].experience_id, kind=FeedbackKind.reward, reward=1.0),

@@ -83,8 +83,10 @@ PENDING_CHANGELOG = InternalTopic("pending-changelog", "the join table: experien
                                   "compact")
 LIVE_CHANGELOG = InternalTopic("live-changelog", "the live table: group id -> a group held for its grades",
                                "compact")
+RATES_CHANGELOG = InternalTopic("rates-changelog", "the pass-rate table: (raw partition, task or prompt class) -> "
+                                "the EMA of its groups' mean reward", "compact")
 # A table change is compacted under a later one only after this long: a record whose input was not yet committed at a
 # kill must still be there, to be skipped, when the worker recovers (streams/state.py). An hour is far above a commit
 # interval and a restart.
 CHANGELOG_MIN_COMPACTION_LAG_MS = 3600 * 1000
-INTERNAL: tuple[InternalTopic, ...] = (JOIN, JOINED, PENDING_CHANGELOG, LIVE_CHANGELOG)
+INTERNAL: tuple[InternalTopic, ...] = (JOIN, JOINED, PENDING_CHANGELOG, LIVE_CHANGELOG, RATES_CHANGELOG)

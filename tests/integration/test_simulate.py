@@ -126,7 +126,10 @@ def test_pass_rates_are_bounded():
     for k in "abcd":
         rates.update(k, 1.0)
     rates.update("b", 0.0)
-    assert list(rates.rates) == ["c", "d", "b"] and rates.get("a") is None
+    assert [k.split(b"\x00")[1].decode() for k in rates.order[0]] == ["c", "d", "b"] and rates.get("a") is None
+    assert sorted(rates.store) == [b"0\x00b", b"0\x00c", b"0\x00d"]  # evicted from the store too
+    rates.of(1).update("a", 0.25)  # another partition's rates are its own
+    assert rates.of(1).get("a") == 0.25 and rates.get("a") is None and len(rates.order[0]) == 3
 
 
 def test_feedback_posts_in_flight_are_bounded_and_all_arrive(tmp_path):

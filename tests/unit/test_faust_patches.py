@@ -265,3 +265,23 @@ def test_a_record_that_cannot_block_is_delivered_without_a_task(tmp_path):
     assert asyncio.run(deliver(plain)) == (False, True)  # Faust: a task per record
     worker, _ = _app(tmp_path / "b", Adaptation())
     assert asyncio.run(deliver(worker)) == (True, True)
+
+
+def test_a_connection_whose_answer_timed_out_marks_its_node_silent(unpatched):
+    """The metadata update sends on the connection itself, not through the client's `send`: the connection's own
+    wait (tagged with its node by `_get_conn`) marks the node, so the next update asks it last."""
+    async def never():
+        raise asyncio.TimeoutError
+
+    async def answers():
+        return "ok"
+
+    with fp.installed():
+        assert asyncio.run(fp._watched(answers(), 7, 1.0)) == "ok" and not fp._is_silent(7)
+        with pytest.raises(asyncio.TimeoutError):
+            asyncio.run(fp._watched(never(), 7, 1.0))
+        assert fp._is_silent(7)
+        nodes = [7, 8, 9]
+        fp.SilentLast().shuffle(nodes)
+        assert nodes[-1] == 7 and {fp.SilentLast().choice([7, 8]) for _ in range(20)} == {8}
+    assert not fp._is_silent(7)  # uninstall forgets

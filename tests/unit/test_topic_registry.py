@@ -49,7 +49,7 @@ def test_the_tables_read_the_registry():
 def test_internal_topics_are_named_from_the_app_id():
     cfg = Config.model_validate({"streams": {"app_id": "app7"}})
     assert [t.name(cfg) for t in registry.INTERNAL] == ["app7-join", "app7-joined", "app7-pending-changelog",
-                                                        "app7-live-changelog"]
+                                                        "app7-live-changelog", "app7-rates-changelog"]
 
 
 def _sources():
