@@ -92,7 +92,8 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     watched = inputs if sc.processing_guarantee == "at_least_once" else {topo.raw, topo.feedback}
     checkpoint = Checkpoint(cfg, inputs, watched, output_partitions(emit, topo.join),
                             Deliveries(emit.write, cfg.state_dir, counters, sc.write_retries, sc.write_retry_backoff_s),
-                            counters, scopes={topo.raw: "ingest", topo.joined: "ingest"})
+                            counters, scopes={topo.raw: "ingest", topo.joined: "ingest"},
+                            redo_topics=frozenset({topo.raw}))  # (the live table and the pass rates)
     join = Join(cfg, pending, emit, counters, topo.partitions["joined"])
     fanout = FeedbackFanout(cfg, emit, codec, counters)
     emit.checkpoint = ingest.checkpoint = join.checkpoint = fanout.checkpoint = checkpoint

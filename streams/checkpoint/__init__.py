@@ -42,15 +42,18 @@ __all__ = ["Checkpoint", "Deliveries", "DeliveryGuard", "Landed", "Write"]
 
 class Checkpoint:
     def __init__(self, cfg: Any, topics: set[str], watched: set[str], outputs: Callable[[str, int], list[tuple[str, int]]],
-                 deliveries: Deliveries | None, counters: Any, scopes: dict[str, str] | None = None):
+                 deliveries: Deliveries | None, counters: Any, scopes: dict[str, str] | None = None,
+                 redo_topics: frozenset[str] = frozenset()):
         """topics: the input topics, whose commits follow the rule; watched: those whose every fetched offset
         must be delivered (all of them at least once; under exactly_once transaction markers are real gaps
         in the internal topics); outputs(scope, p): the (topic, partition) the scan of scope's partition p reads; scopes:
         topic -> the name of the recovery scan its partitions share (raw and joined: one, the ingest agent's;
-        default: a scan per topic)."""
+        default: a scan per topic); redo_topics: inputs whose replays make their state changes again even where
+        their outputs all landed (landed.py `scan`)."""
         self.cfg, self.topics, self.watched, self.outputs = cfg, topics, watched, outputs
         self.deliveries, self.counters = deliveries, counters
         self.scopes = dict(scopes or {})
+        self.redo_topics = redo_topics
         self.first_seen: dict[Any, int] = {}  # tp -> first offset read since its assignment
         self.landed: dict[tuple[str, int], Landed] = {}  # (scope, input partition) -> what already went out
         self.guard: DeliveryGuard | None = None
@@ -89,8 +92,8 @@ class Checkpoint:
     async def _recover(self, topic: str, p: int, first_ts_ms: int) -> Landed:
         since = first_ts_ms - int(self.cfg.streams.recovery_margin_s * 1000)
         t = time.monotonic()
-        landed = await asyncio.get_running_loop().run_in_executor(None, scan, self.cfg,
-                                                                  self.outputs(self.scope(topic), p), p, since)
+        landed = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: scan(self.cfg, self.outputs(self.scope(topic), p), p, since, redo_topics=self.redo_topics))
         self.landed[(self.scope(topic), p)] = landed
         self.counters.inc("recovery_scans")
         log.info("%s partition %s: recovery scan read %s records in %.2fs, %s sources already out",

@@ -134,7 +134,7 @@ def test_begin_counts_from_the_first_record_and_scans_the_partition_once(tmp_pat
 
     scans = []
 
-    def scan(cfg, outputs, p, since):
+    def scan(cfg, outputs, p, since, redo_topics=frozenset()):
         scans.append((tuple(outputs), p))
         return Landed(Recent(60), Recent(60))
 
