@@ -103,7 +103,6 @@ class Ingest:
             if not held:
                 c.inc("replays_skipped")
                 c.inc("raw_replays_skipped")
-                landed.finished(src)  # (a replay the scan found whole: nothing left to redo either)
                 return
             c.inc("held")
             c.inc("waiting", g.size)
