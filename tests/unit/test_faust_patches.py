@@ -285,3 +285,15 @@ def test_a_connection_whose_answer_timed_out_marks_its_node_silent(unpatched):
         fp.SilentLast().shuffle(nodes)
         assert nodes[-1] == 7 and {fp.SilentLast().choice([7, 8]) for _ in range(20)} == {8}
     assert not fp._is_silent(7)  # uninstall forgets
+
+
+def test_rftbus_streams_patches_lists_every_change(tmp_path):
+    from typer.testing import CliRunner
+
+    from rftbus.cli.main import app
+
+    out = CliRunner().invoke(app, ["--state-dir", str(tmp_path), "streams", "--patches"], terminal_width=250,
+                             env={"COLUMNS": "250"})
+    assert out.exit_code == 0, out.output
+    assert all(p.name in out.output and p.test in out.output for p in fp.PATCHES)
+    assert f"{len(fp.PATCHES)} changes" in out.output
