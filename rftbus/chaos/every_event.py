@@ -27,12 +27,11 @@ from rftbus.config import Config, TopicsConfig, load_config, write_config
 from rftbus.kafka.clients import make_admin, make_producer
 from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.inspect import group_lag
-from rftbus.kafka import registry
 from rftbus.kafka.registry import JOIN, JOINED
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import Feedback, FeedbackKind, Rejection, Source, make_codec
+from rftbus.streams.topology import OUTPUT_ROLES  # curated, curated_priority, expert, rejected
 
-OUTPUT_ROLES = registry.keys(streams_output=True)  # curated, curated_priority, expert, rejected
 IGNORED_HEADERS = {"rftbus-t0"}  # the raw record's broker timestamp: new topics, new time
 PARTITIONS = 2
 
