@@ -109,6 +109,10 @@ def _inputs(cfg: Config) -> list[str]:
     return [cfg.topics.raw.name, cfg.topics.feedback.name, JOIN.name(cfg), JOINED.name(cfg)]
 
 
+def _events(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
 def _settled(cfg: Config, committed: CommittedOffsets) -> bool:
     """Every input topic committed to its end (a topic still being created is not settled)."""
     try:
@@ -154,8 +158,13 @@ def run_case(base: Config, root: Path, kill_at: int, records: list[Record], mode
     committed = CommittedOffsets(cfg)
     try:
         deadline = time.monotonic() + timeout_s
+        seen, quiet_since = -1, time.monotonic()
         while proc.poll() is None and time.monotonic() < deadline:
-            if kill_at == 0 and _settled(cfg, committed):
+            n = _events(events)
+            if n != seen:
+                seen, quiet_since = n, time.monotonic()
+            # (a kill index past the events this run has: settled and no event for 5 s, it is a run without a kill)
+            if (kill_at == 0 or time.monotonic() - quiet_since > 5.0) and _settled(cfg, committed):
                 break
             time.sleep(0.3)
         if proc.poll() is None:
