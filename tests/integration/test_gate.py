@@ -142,7 +142,15 @@ def test_the_gate_rolls_back_a_worse_version_survives_a_kill_and_promotes_a_good
         publish(cfg, *bad, *short)
         publish(cfg, *answered(cfg, 0, [1.0] * 30, "s2"), *answered(cfg, 2, [1.0] * 30, "c2"))
         got = wait_for(cfg, "promote", 2)
-        st = next(s for s in read_statuses(cfg.state_dir, "gate") if s.get("id") == cfg.gate.id)
+
+        def status() -> dict:
+            return next(s for s in read_statuses(cfg.state_dir, "gate") if s.get("id") == cfg.gate.id)
+
+        # (the status file is written once a second: the decision can be on the log before the counts are on disk)
+        deadline = time.monotonic() + 15
+        while (status()["refused_grades"], status()["refused_answers"]) != (30, 30) and time.monotonic() < deadline:
+            time.sleep(0.3)
+        st = status()
         assert st["refused_weights"] >= 1 and st["refused_decisions"] == 1, st
         assert st["refused_grades"] == 30 and st["refused_answers"] == 30, st
     finally:
