@@ -151,8 +151,12 @@ def _send(self: AIOKafkaConnection, request: Any, expect_response: bool = True) 
             sent = _ORIGINAL["send"](self, request, expect_response)
         finally:
             self._request_timeout = saved
+    # A metadata request is the one the client sends on the connection itself (`_metadata_update`), past `_client_send`
+    # that marks the others: only it is watched here, so produce and fetch requests go as aiokafka sends them.
     node = getattr(self, "_rftbus_node", None)  # (set by _get_conn: a connection does not know its node)
-    return sent if node is None else _watched(sent, node, self._request_timeout)
+    if node is None or not type(request).__name__.startswith("MetadataRequest"):
+        return sent
+    return _watched(sent, node, self._request_timeout)
 
 
 async def _watched(sent: Any, node: Any, timeout_s: float) -> Any:

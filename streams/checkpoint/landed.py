@@ -23,6 +23,7 @@ from rftbus.config import Config
 from rftbus.kafka.clients import make_consumer
 from rftbus.kafka.fence import fence
 from rftbus.kafka.read import read_to_end
+from rftbus.streams.checkpoint.deliveries import split_src
 from rftbus.streams.headers import H_EXP, H_IN, H_K, H_LATEST, H_N, H_SRC
 
 
@@ -128,7 +129,8 @@ def scan(cfg: Config, outputs: list[tuple[str, int]], ingest_partition: int, sin
         consumer.close()
     for src, ks in seen.items():
         n, latest = sizes[src]
-        if len(ks) >= n and not ("#" not in src and src.rsplit("/", 2)[0] in redo_topics):
+        redo = "#" not in src and split_src(src)[0] in redo_topics  # (a join-stage outcome names its experience)
+        if len(ks) >= n and not redo:
             landed.done.add(src)
         else:
             landed.partial[src] = (frozenset(ks), latest)
