@@ -21,6 +21,7 @@ from rftbus.streams.outputs import H_EXP, H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T
 from rftbus.streams.topology import OUTPUT_ROLES
 from rftbus.streams.verify import Drop, Verdict, needs_feedback, placement, read_group, sample_drops
 from rftbus.streams.view import GroupReader, GroupView
+from rftbus.weights.staleness import bound
 
 
 
@@ -162,7 +163,7 @@ class Ingest:
             if newest > latest:  # usually a race with the trainer's publish, not an unknown version
                 latest = await self.follower.wait_for(newest, self.sc.version_wait_s)
         drops = sample_drops(g, latest, self.sc)
-        d = decide(g, drops, latest=latest, max_staleness=self.cfg.rl.max_staleness, cfg=self.sc,
+        d = decide(g, drops, latest=latest, max_staleness=bound(self.cfg.rl, g.source), cfg=self.sc,
                    pass_rates=self.pass_rates.of(p))  # (the partition's own: recovered with its inputs)
         outs = self._outputs(g, d, src)
         await self.emit.outputs(outs, src=src, p=p, latest=latest, t0=t0, landed=landed.indices(src))

@@ -15,6 +15,7 @@ import torch
 
 from rftbus.schemas import Experience, ExperienceGroup
 from rftbus.trainer.losses.base import TrainBatch
+from rftbus.weights.staleness import is_stale
 
 
 @dataclass(slots=True)
@@ -86,6 +87,14 @@ def collate(rows: Sequence[Row], pad_id: int, max_len: int) -> TrainBatch:
         pair_index=pair_index, preferred=preferred,
         versions=torch.tensor([e.model_version for e in experiences], dtype=torch.long),
     )
+
+
+def late_rows(rows: Sequence[Row], reference: int, max_staleness: int) -> torch.Tensor | None:
+    """[N] bool: the RL rows staler than η against `reference` (late grades, trained under the feedback bound and
+    corrected: trainer/losses/m2.py); None when there are none."""
+    late = torch.tensor([not r.expert and is_stale(r.sample.model_version, reference, max_staleness) for r in rows],
+                        dtype=torch.bool)
+    return late if bool(late.any()) else None
 
 
 def whiten_advantages(batch: TrainBatch, eps: float = 1e-6) -> TrainBatch:

@@ -29,6 +29,7 @@ from rftbus.trainer.dist import all_gather, prepare_env
 from rftbus.trainer.selection import Take, select
 from rftbus.trainer.step_record import step_record
 from rftbus.profile import phase
+from rftbus.weights.staleness import bound
 
 
 REJECTIONS_CHECKPOINT_S = 2.0  # how soon, while waiting, rejections alone get a checkpoint (and a commit)
@@ -162,7 +163,7 @@ class Trainer:
         check_expert = self.tc.staleness_for_expert
         if idx and r.group is not None and self.opts.enforce_staleness and (r.lane != "expert" or check_expert):
             ref = self.c.staleness_reference(self.version, [r.group.samples[i].model_version for i in idx])
-            fresh, rejects = by_version(r.group, idx, ref, self.cfg.rl.max_staleness)
+            fresh, rejects = by_version(r.group, idx, ref, bound(self.cfg.rl, r.group.source))
             if rejects:  # rejected once, and never trained
                 self._reject(r, rejects)
                 idx = self.verdicts[key] = fresh
@@ -195,9 +196,10 @@ class Trainer:
 
     # -- steps -----------------------------------------------------------------------------------
     def _batch(self, rows: list):
-        from rftbus.trainer.batch import collate, whiten_advantages
+        from rftbus.trainer.batch import collate, late_rows, whiten_advantages
 
         batch = collate(rows, self.c.pad_id, self.c.max_len)
+        batch.late = late_rows(rows, self.c.staleness_reference(self.version), self.cfg.rl.max_staleness)
         return whiten_advantages(batch) if self.tc.advantage_norm == "batch" else batch
 
     def _train(self, bc: BatchSource, take: Take) -> None:

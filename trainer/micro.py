@@ -74,7 +74,11 @@ def select(batch: TrainBatch, rows: list[int]) -> TrainBatch:
     width = max(int(batch.attention_mask[idx].sum(dim=1).max()), 2)
     out = {}
     for f in fields(batch):
-        t = getattr(batch, f.name)[idx]
+        t = getattr(batch, f.name)
+        if t is None:
+            out[f.name] = None
+            continue
+        t = t[idx]
         if t.dim() == 2:
             t = t[:, : width if f.name in ("input_ids", "attention_mask") else width - 1]
         out[f.name] = t

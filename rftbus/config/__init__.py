@@ -52,6 +52,10 @@ class RLConfig(_Strict):
 
     max_staleness: int = Field(1, ge=0, description="η: an experience from version v may train the step "
                                "publishing s+1 only if s - v <= η; 0 = synchronous on-policy")
+    max_feedback_staleness: int = Field(
+        100, ge=0, description="the bound for answers graded by feedback (live traffic, human grades): a grade "
+        "that comes back hours later finds the answer this many versions behind and still trains, its behaviour "
+        "logprobs corrected (trainer.late_m2_tau); explorer rollouts keep max_staleness")
     group_size: int = Field(8, ge=1, description="n: samples per task (one GRPO group)")
     batch_groups: int = Field(8, ge=1, description="B: groups per trainer step")
     sync_interval: int = Field(1, ge=1, description="trainer steps between published weight versions")

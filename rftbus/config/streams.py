@@ -54,9 +54,10 @@ class StreamsConfig(BaseModel):
     version_wait_s: float = Field(2.0, ge=0, description="how long a newer-than-known model_version waits "
                                   "for its WeightVersion before unknown_version")
     # join feedback
-    feedback_ttl_s: float = Field(3600.0, gt=0, description="a live group is released this long after it arrived "
+    feedback_ttl_s: float = Field(7 * 24 * 3600.0, gt=0, description="a live group is released this long after it arrived "
                                   "with the grades it has (samples without one: no_feedback); unmatched feedback: "
-                                  "orphan_feedback")
+                                  "orphan_feedback. A week by default: the group waits on disk (rocksdb and its "
+                                  "changelog), not in memory, so days cost nothing but disk (1e9: forever)")
     rating_scale: tuple[float, float] = Field((1.0, 5.0), description="rating min, max -> reward 0..1")
     # group advantages
     advantage: Literal["grpo", "drgrpo"] = Field(

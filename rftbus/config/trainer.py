@@ -56,6 +56,9 @@ class TrainerConfig(BaseModel):
     off_policy: Literal["auto", "none", "tis", "decoupled"] = Field(
         "auto", description="correction with the behaviour logprobs; auto = decoupled when η > 0, else none")
     is_cap: float = Field(2.0, gt=0, description="truncation C of the behaviour importance weight")
+    late_m2_tau: float = Field(0.04, gt=0, description="rows staler than rl.max_staleness (late grades): their "
+                               "tokens with the largest (log π_prox/π_behav)² are masked until the rest's mean is "
+                               "<= this (M2PO's second-moment trust region; trainer/losses/m2.py)")
     kl_coef: float | None = Field(None, ge=0, description="KL to the frozen reference; default 0.05 for ppo, else 0")
     entropy_coef: float = Field(0.0, ge=0)
     kl_cov_ratio: float = Field(0.0, ge=0, le=1, description="KL-Cov: the share of trained tokens with the largest "

@@ -1,5 +1,7 @@
 """The staleness rule, in one place: an experience made with weights v may train the step that will
-publish s+1 only if s - v <= η (s = the latest published version, η = rl.max_staleness).
+publish s+1 only if s - v <= η (s = the latest published version, η = rl.max_staleness). An answer whose
+reward came back as feedback (live traffic, human grades) has a bound of its own, rl.max_feedback_staleness: a
+grade can come hours after the answer, and training it late (corrected, trainer/losses/m2.py) beats dropping it.
 
 The streams apply it when they curate a group (with the version they have seen published), the trainer
 when it takes a batch (with the version it is training), admission in the explorers by construction."""
@@ -10,6 +12,15 @@ from __future__ import annotations
 def staleness(latest: int, version: int) -> int:
     """How many versions behind ``latest`` an experience made with ``version`` is."""
     return latest - version
+
+
+GRADED_SOURCES = frozenset({"live", "human"})  # rewards from feedback (schemas.Source values)
+
+
+def bound(rl, source: object) -> int:
+    """The staleness bound of a group from `source` (a schemas.Source or its value) under RLConfig `rl`."""
+    name = getattr(source, "value", source)
+    return max(rl.max_feedback_staleness, rl.max_staleness) if name in GRADED_SOURCES else rl.max_staleness
 
 
 def is_stale(version: int, latest: int, max_staleness: int) -> bool:

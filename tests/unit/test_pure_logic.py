@@ -45,6 +45,19 @@ def test_a_group_with_varied_rewards_keeps_every_sample_with_centred_advantages(
     assert d.advantages[0] > 0 > d.advantages[1]
 
 
+def test_graded_answers_have_the_feedback_bound_and_rollouts_keep_eta():
+    """A grade that came back hours later (live, human) is judged against rl.max_feedback_staleness, an
+    explorer rollout against η; the bound is never tighter than η."""
+    from rftbus.config import RLConfig
+    from rftbus.weights.staleness import bound
+
+    rl = RLConfig(max_staleness=1, max_feedback_staleness=100)
+    assert bound(rl, Source.live) == bound(rl, "human") == 100 and bound(rl, Source.explorer) == 1
+    assert bound(RLConfig(max_staleness=4, max_feedback_staleness=0), Source.live) == 4
+    assert not is_stale(0, latest=60, max_staleness=bound(rl, Source.live))
+    assert is_stale(0, latest=101, max_staleness=bound(rl, Source.live))
+
+
 def test_stale_samples_are_dropped_by_name_and_the_rest_decided():
     d = run(view([1.0, 0.0, 1.0], versions=[2, 5, 5]), latest=5, eta=1)
     assert d.drops[0].reason == "stale" and "model_version 2" in d.drops[0].detail

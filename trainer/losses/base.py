@@ -35,6 +35,7 @@ class TrainBatch:
     pair_index: torch.Tensor  # [N] long: DPO pair number, -1 outside pairs
     preferred: torch.Tensor  # [N] bool: DPO chosen side
     versions: torch.Tensor  # [N] long: model_version of each experience
+    late: torch.Tensor | None = None  # [N] bool: staler than rl.max_staleness (a late grade: corrected, m2.py)
 
     @property
     def n_rows(self) -> int:
@@ -44,7 +45,8 @@ class TrainBatch:
         """The same batch on `device` (the engine's: collate builds it on the CPU)."""
         if self.input_ids.device == torch.device(device):
             return self
-        return TrainBatch(**{f.name: getattr(self, f.name).to(device, non_blocking=True) for f in fields(self)})
+        return TrainBatch(**{f.name: None if getattr(self, f.name) is None else
+                             getattr(self, f.name).to(device, non_blocking=True) for f in fields(self)})
 
 
 @dataclass

@@ -16,7 +16,7 @@ def grpo_terms(loss: Loss, out: PolicyOut, batch: TrainBatch, mask: torch.Tensor
     cfg = loss.cfg
     adv = batch.advantages.unsqueeze(1).expand_as(out.logp)
     pg, parts = policy_gradient(out.logp, out.proximal(), batch.behav_logp, adv, mask, loss.off_policy,
-                                cfg.clip_low, cfg.clip_high, cfg.is_cap)
+                                cfg.clip_low, cfg.clip_high, cfg.is_cap, batch.late, cfg.late_m2_tau)
     total = pg
     parts["pg"] = num(pg)
     rows = batch.advantages[mask.any(dim=1)]  # the advantages this loss trained on, one per row

@@ -67,7 +67,8 @@ class PPOLoss(Loss):
         if self.whiten_advantages and int(batch.mask.sum()) > 1:
             adv = whiten(adv, batch.mask)
         pg, parts = policy_gradient(out.logp, out.proximal(), batch.behav_logp, adv, batch.mask,
-                                    self.off_policy, cfg.clip_low, cfg.clip_high, cfg.is_cap)
+                                    self.off_policy, cfg.clip_low, cfg.clip_high, cfg.is_cap, batch.late,
+                                    cfg.late_m2_tau)
         vf = 0.5 * masked_mean((out.values - returns) ** 2, batch.mask)
         total = pg + cfg.vf_coef * vf
         parts.update(pg=num(pg), value_loss=num(vf), value_mean=num(masked_mean(old_values, batch.mask)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from rftbus.trainer.losses.base import OffPolicy
+from rftbus.trainer.losses.m2 import m2, m2_keep
 
 
 def num(x) -> float:
@@ -27,6 +28,7 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 def policy_gradient(
     logp: torch.Tensor, prox_logp: torch.Tensor, behav_logp: torch.Tensor, adv: torch.Tensor,
     mask: torch.Tensor, mode: OffPolicy, clip_low: float, clip_high: float, is_cap: float,
+    late: torch.Tensor | None = None, m2_tau: float = 0.04,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The surrogate loss and its diagnostics.
 
@@ -35,6 +37,8 @@ def policy_gradient(
     - tis: -w·r·A with w = min(π_prox/π_behav, C): truncated importance sampling, no ratio clip.
     - decoupled: -w·min(r·A, clip(r)·A), the decoupled PPO objective (AReaL): the trust region is
       around the recent proximal policy, and the stale behaviour policy is corrected by w.
+    `late` ([N] bool): rows past rl.max_staleness (late grades). Whatever the mode, they are weighted by w and
+    their tokens masked by M2PO's second-moment rule (trainer/losses/m2.py) so the kept ones' mean (log w)² <= m2_tau.
     """
     ratio = torch.exp(logp - prox_logp)
     unclipped = ratio * adv
@@ -44,12 +48,24 @@ def policy_gradient(
     else:
         surrogate = torch.minimum(unclipped, clipped)
     parts: dict[str, float] = {}
-    if mode in ("tis", "decoupled"):
-        raw_w = torch.exp(prox_logp - behav_logp)
+    late_rows = late.unsqueeze(1).expand_as(mask) if late is not None and bool(late.any()) else None
+    if mode in ("tis", "decoupled") or late_rows is not None:
+        log_w = prox_logp - behav_logp
+        raw_w = torch.exp(log_w)
         w = torch.clamp(raw_w, max=is_cap).detach()
+        if mode not in ("tis", "decoupled"):  # only the late rows are corrected
+            assert late_rows is not None
+            w = torch.where(late_rows, w, torch.ones_like(w))
         surrogate = w * surrogate
         parts["is_weight"] = num(masked_mean(w, mask))
         parts["is_truncated_frac"] = num(masked_mean((raw_w > is_cap).float(), mask))
+        if late_rows is not None:
+            late_tokens = mask & late_rows
+            keep = m2_keep(log_w, late_tokens, m2_tau)
+            parts["late_rows"] = num(late.sum())  # type: ignore[union-attr]
+            parts["late_m2"] = num(m2(log_w, late_tokens))
+            parts["late_masked_frac"] = num(1.0 - keep.sum() / late_tokens.sum().clamp_min(1))
+            mask = (mask & ~late_rows) | keep
     loss = -masked_mean(surrogate, mask)
     with torch.no_grad():
         active = (clipped < unclipped) if mode != "tis" else torch.zeros_like(mask)
