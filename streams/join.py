@@ -200,10 +200,12 @@ class Join:
             return
         now = now_ms()
         cutoff = now - self.cfg.streams.feedback_ttl_s * 1000
-        for key, raw in list(self.table.items()):
+        due = []  # (only those: a week's table is too big to copy)
+        for key, raw in self.table.items():
             kind, arrived, part, src, data = unpack(raw)
-            if part != partition or arrived >= cutoff:
-                continue
+            if part == partition and arrived < cutoff:
+                due.append((key, kind, part, src, data))
+        for key, kind, part, src, data in due:
             if kind == FB:
                 await self._reject("orphan_feedback", "feedback for an experience that never arrived", "feedback",
                                    src, unpack_fb(data)[2], key, partition, landed)

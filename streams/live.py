@@ -203,16 +203,19 @@ class LiveGroups:
         the grades whose group never came, as (group id, sample, grade) (to be rejected; their entries are gone).
         DONE markers past it are forgotten."""
         cutoff = now_ms() - self.cfg.streams.feedback_ttl_s * 1000
-        groups, orphans = [], []
-        for key, raw in list(self.table.items()):
-            h = unpack(raw)
-            if h.partition != partition or h.arrived_ms >= cutoff:
+        groups, orphans, gone = [], [], []
+        for key, raw in self.table.items():  # (not listed first: a week's table is too big to copy)
+            _, arrived_ms, part = struct.unpack_from(">Bqi", raw)  # (the head only: most entries are not due)
+            if part != partition or arrived_ms >= cutoff:
                 continue
+            h = unpack(raw)
             if h.state == WAITING:
                 groups.append(h)
                 continue
             if h.state == EARLY:
                 orphans += [(key, i, unearly(b)) for i, b in sorted(h.grades.items())]
+            gone.append(key)
+        for key in gone:
             del self.table[key]
         return groups, orphans
 

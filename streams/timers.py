@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rftbus.config import Config
 from rftbus.streams.join import ScanClock
@@ -45,9 +45,14 @@ def add_timers(sa: StreamsApp, cfg: Config, wid: str) -> None:
     started = time.time()
     last_metrics = [0.0]
     sizes, size_scans = {"held": 0, "pending": 0, "unmatched": 0}, ScanClock(sc)  # a full scan, not every second
+    last_seen: list[Any] = [None]
 
     @app.timer(sc.status_interval_s, name="status")
     async def write_status() -> None:
+        seen = (app.tables.recovery.completed.is_set(), frozenset(app.consumer.assignment()))
+        if seen != last_seen[0]:  # a rebalance or a finished recovery: the sizes are counted again now
+            last_seen[0] = seen
+            size_scans.last.clear()
         if size_scans.due():
             pending, unmatched = join.pending()
             held, early = live.waiting()  # (a grade whose group has not come is unmatched feedback too)
