@@ -21,7 +21,7 @@ from rftbus.streams.outputs import H_EXP, H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T
 from rftbus.streams.topology import OUTPUT_ROLES
 from rftbus.streams.verify import Drop, Verdict, needs_feedback, placement, read_group, sample_drops
 from rftbus.streams.view import GroupReader, GroupView
-from rftbus.weights.staleness import bound
+from rftbus.weights.staleness import bound, is_stale
 
 
 
@@ -174,6 +174,10 @@ class Ingest:
         self.counters.inc("groups_decided")
         if d.survivors:
             self.counters.inc("curated", len(d.survivors))
+            eta = self.cfg.rl.max_staleness
+            past = sum(1 for i in d.survivors if is_stale(g.samples[i].model_version, latest, eta))
+            if past:  # (only graded answers get past η here: their bound is rl.max_feedback_staleness)
+                self.counters.inc("graded_past_eta", past)
             self.counters.inc("curated_groups")
             if d.priority_lane:
                 self.counters.inc("curated_priority", len(d.survivors))

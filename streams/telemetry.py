@@ -58,6 +58,7 @@ class Counters:
             "waiting_for_feedback": waiting,
             "experiences_accounted": c["curated"] + c["rejected_experiences"] + waiting,
             "expert_promoted": c["expert_promoted"], "joined": c["joined"], "joined_groups": c["joined_groups"],
+            "graded_past_eta": c["graded_past_eta"],  # graded answers curated staler than η (the feedback bound)
             "feedback_in": c["feedback_in"], "feedback_retries": c["feedback_retries"],
             "feedback_duplicate": self.rejected["duplicate_feedback"], "feedback_expired": self.rejected["feedback_expired"],
             **self.join_percentiles(),

@@ -23,6 +23,10 @@ class GradersConfig(BaseModel):
     duplicate_share: float = Field(0.02, ge=0, le=1, description="a second grader grades the same answer "
                                    "again, later (-> duplicate_feedback)")
     flip_rate: float = Field(0.05, ge=0, le=1, description="thumbs that say the opposite of the score")
+    late_share: float = Field(0.0, ge=0, le=1, description="answers whose grade is held back until the published "
+                              "weights are late_versions past the version that answered (a grade that comes "
+                              "the next morning: `rftbus bench late-feedback`)")
+    late_versions: int = Field(10, ge=1, description="how many versions a held-back grade waits for")
     kinds: dict[str, float] = Field(default_factory=lambda: {"reward": 0.4, "rating": 0.3, "thumbs": 0.3},
                                     description="relative weights of the score kinds: reward (the score), "
                                     "rating (1-5 from the score), thumbs (up when the score >= 0.5); a kind left out of a config file "

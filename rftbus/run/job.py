@@ -335,7 +335,7 @@ class MainJob:
         pace = pace_summary(self.pace, evals, rec, self.started, self.broker_ready, time.time())
         plots += plot_steps(pace["steps_timeline"], self.run_dir, title=f"{self.cfg.taskset.name}: trainer steps")
         live, live_plots = live_summary(self.cfg, self.started, rec.rejected_by_reason, self.run_dir, evals,
-                                        self.candidate_evals, list(self.streams_seen.values()))
+                                        self.candidate_evals, list(self.streams_seen.values()), rec.trained_past_eta)
         plots += live_plots
         best = read_best(self.run_dir)
         prof = collect_profile(self.cfg.state_dir, self.started,
@@ -366,6 +366,7 @@ class MainJob:
             "reconcile_error": reconcile_error,
             "stages_dead": dead,
             "max_staleness_trained": rec.max_staleness_trained,
+            "trained_past_eta": rec.trained_past_eta, "trained_past_eta_p50": rec.trained_past_eta_p50,
             "explorer_versions_used": len(rec.explorer_versions),
             "explorer_newest_version": max(rec.explorer_versions, default=0),
             "max_staleness": self.cfg.rl.max_staleness,

@@ -1,5 +1,6 @@
 """The live-traffic part of a run's summary (with `run.serve`): the live reward of the served answers
-(per minute, and its PNG), the feedback join latency, and what became of the feedback.
+(per minute, and its PNG), the feedback join latency, and what became of the feedback (late grades included: joined past η, trained
+corrected, too late).
 
 Counts come from the streams' and the simulator's status files; experiences left ungraded past the TTL
 (`no_feedback`) from the reconciliation's rejections. Empty when nothing was served.
@@ -26,7 +27,7 @@ def _join_latency(streams: list[dict]) -> dict:
 
 def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int], out_dir: Path,
                  evals: list[dict] | None = None, candidate_evals: list[dict] | None = None,
-                 streams_seen: list[dict] | None = None) -> tuple[dict, list[Path]]:
+                 streams_seen: list[dict] | None = None, trained_past_eta: int = 0) -> tuple[dict, list[Path]]:
     if not cfg.run.serve:
         return {}, []
     statuses = read_statuses(cfg.state_dir)
@@ -40,6 +41,10 @@ def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int]
         "joined": total("joined"), "joined_groups": total("joined_groups"),
         "no_feedback_experiences": int(rejected_by_reason.get("no_feedback", 0)
                                        + rejected_by_reason.get("episode_no_feedback", 0)),
+        # late grades: joined past η (kept under rl.max_feedback_staleness), trained under the correction, and
+        # too late (their group was released at feedback_ttl_s before the grade came: feedback_expired)
+        "joined_past_eta": total("graded_past_eta"), "trained_corrected": trained_past_eta,
+        "stale_experiences": int(rejected_by_reason.get("stale", 0)),
         "late": total("feedback_expired"), "duplicate": total("feedback_duplicate"),
         "retries": total("feedback_retries"), "received": total("feedback_in"),
         "waiting_experiences": total("waiting_for_feedback"),

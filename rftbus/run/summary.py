@@ -12,6 +12,7 @@ show as not yet consumed, never a difference, so a loss cannot hide in it: `lost
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from statistics import median
 from pathlib import Path
 
 from rftbus.config import Config
@@ -47,6 +48,8 @@ class Reconciliation:
     examples: list[str] = field(default_factory=list)  # the first lost / duplicated experiences, named
     trainer_steps: int = 0
     max_staleness_trained: int = 0
+    trained_past_eta: int = 0  # answers trained staler than η: late grades, under the correction (trainer/losses/m2.py)
+    trained_past_eta_p50: float | None = None  # their median staleness (versions)
     expert_trained: int = 0
     explorer_versions: list[int] = field(default_factory=list)  # weight versions experiences were made with
     dead: list[str] = field(default_factory=list)  # stages the supervisor gave up on
@@ -72,6 +75,9 @@ def reconcile(cfg: Config, dead: list[str] | None = None, timeout_s: float = 120
         if r.source is not None and r.source[0] == cfg.topics.tasks.name:
             task_reasons[r.reason] = task_reasons.get(r.reason, 0) + 1
     lineage = led.lineage
+    eta = cfg.rl.max_staleness
+    past_eta = sorted(st for seg in lineage for eid, st in zip(seg["experience_ids"], seg.get("staleness") or [])
+                      if st > eta and eid in produced_ids)  # (a demonstration has no policy version: not counted)
     return Reconciliation(
         produced=t.produced, trained=t.trained, rejected=t.rejected, in_flight=t.in_flight + t.pending,
         lost=t.lost_experiences, duplicated=t.duplicated_total,
@@ -79,6 +85,7 @@ def reconcile(cfg: Config, dead: list[str] | None = None, timeout_s: float = 120
         tasks_rejected_by_reason=task_reasons, examples=t.examples,
         trainer_steps=max((seg["step"] for seg in lineage), default=0),
         max_staleness_trained=max((seg.get("staleness_max", 0) for seg in lineage), default=0),
+        trained_past_eta=len(past_eta), trained_past_eta_p50=float(median(past_eta)) if past_eta else None,
         expert_trained=sum(1 for seg in lineage for eid in seg["experience_ids"] if eid not in produced_ids),
         explorer_versions=sorted({raw.model_version for raw in led.raw.values() if raw.experience_ids}),
         dead=list(dead or []),

@@ -1,7 +1,8 @@
 """What simulated graders say about served answers, and when: pure, so it is tested on its own.
 
 The taskset's scorer decides the grade (honest feedback); the config makes it late (log-normal delay),
-partial (a share never graded), noisy (flipped thumbs, 1-5 ratings), repeated (a second grader) and
+late by versions (a share held back until the model has moved on `late_versions`), partial (a share never
+graded), noisy (flipped thumbs, 1-5 ratings), repeated (a second grader) and
 richer than a score (corrections with the reference answer, preferences between two choices).
 """
 
@@ -25,10 +26,12 @@ class Answer:
 
 @dataclass(slots=True)
 class Post:
-    """One POST /v1/feedback, `delay_s` after the answer. `body` carries a feedback_id, so a retry is one feedback."""
+    """One POST /v1/feedback, `delay_s` after the answer. `body` carries a feedback_id, so a retry is one feedback.
+    `versions_late`: held back further, until the published version is this many past the answering one."""
     delay_s: float
     kind: str
     body: dict = field(default_factory=dict)
+    versions_late: int = 0
 
 
 def delay(cfg: GradersConfig, rng: random.Random) -> float:
@@ -79,6 +82,14 @@ def plan(cfg: GradersConfig, answers: list[Answer], reference: str, prompt: str 
             kind2, body2 = _score(cfg, a, rng)
             posts.append(Post(posts[-1].delay_s + delay(cfg, rng), "duplicate",
                               {"experience_id": a.experience_id, **body2}))
+    if cfg.late_share:  # (drawn only when asked for: other configs keep their sequence of draws)
+        held: dict[str, int] = {}
+        for p in posts:  # a second grader's duplicate comes after the grade it repeats, held or not
+            eid = p.body.get("experience_id") or p.body.get("preferred_id", "")
+            if p.kind == "duplicate":
+                p.versions_late = held.get(eid, 0)
+            elif rng.random() < cfg.late_share:
+                p.versions_late = held[eid] = cfg.late_versions
     for i, p in enumerate(posts):
         p.body["feedback_id"] = uuid.UUID(int=rng.getrandbits(128)).hex
         p.body["annotator"] = f"sim-grader-{i % 2}" if p.kind != "duplicate" else "sim-grader-second"

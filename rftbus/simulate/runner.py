@@ -57,6 +57,7 @@ class Simulator:
         self.latency_ms: deque[float] = deque(maxlen=2000)
         self.recent: deque[float] = deque(maxlen=500)  # scores of the last answers (the live view)
         self.pending_posts = 0
+        self.held_now = 0  # posts waiting for the model to move on (graders.late_versions)
         # Posts past the pool's size wait here. Queued inside httpx's pool instead, each change of the pool
         # scans every queued request (httpcore's _assign_requests_to_connections, O(connections x requests):
         # encode/httpcore PR #1035, httpx issue #3215): at 80 requests/s, 1,756 queued posts took the
@@ -69,6 +70,11 @@ class Simulator:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.answers = open(path, "a", buffering=1)
         self.tasks_posted: set[asyncio.Task] = set()
+        self.follower: Any = None  # the published weights (graders.late_share: grades held back by versions)
+        if self.sc.graders.late_share:
+            from rftbus.weights.follower import WeightFollower
+
+            self.follower = WeightFollower(cfg, prefetch=False).start()
 
     # ---- agents ------------------------------------------------------------------------------
     async def _pace(self) -> None:
@@ -128,14 +134,18 @@ class Simulator:
         posts, ungraded = plan(self.sc.graders, answers, self.taskset.expert(task), prompt, rng)
         self.counts["ungraded"] += ungraded
         loop = asyncio.get_running_loop()
+        answered = version if version >= 0 else self._published()
         for p in posts:
             self.pending_posts += 1
-            loop.call_later(p.delay_s, self._spawn_post, p)
+            loop.call_later(p.delay_s, self._spawn_post, p, answered + p.versions_late if p.versions_late else None)
         return answers
 
+    def _published(self) -> int:
+        return self.follower.version if self.follower is not None else 0
+
     # ---- graders -----------------------------------------------------------------------------
-    def _spawn_post(self, p: Post) -> None:
-        t = asyncio.ensure_future(self.post(p))
+    def _spawn_post(self, p: Post, after_version: int | None = None) -> None:
+        t = asyncio.ensure_future(self.post(p) if after_version is None else self.post_after(p, after_version))
         self.tasks_posted.add(t)
         t.add_done_callback(self.tasks_posted.discard)
 
@@ -143,6 +153,20 @@ class Simulator:
         n = self.sc.posts_in_flight
         return httpx.AsyncClient(timeout=30.0, limits=httpx.Limits(max_connections=n, max_keepalive_connections=n),
                                  headers={"Authorization": f"Bearer {_token(self.cfg.serve.feedback_tokens)}"})
+
+    async def post_after(self, p: Post, version: int) -> None:
+        """Post `p` once the published weights reach `version` (a grade held back by versions, not seconds)."""
+        self.counts["feedback_held_for_versions"] += 1
+        self.held_now += 1
+        try:
+            while self._published() < version and not self.stop.is_set():
+                await asyncio.sleep(0.5)
+        finally:
+            self.held_now -= 1
+        if self.stop.is_set():
+            self.pending_posts -= 1
+            return
+        await self.post(p)
 
     async def post(self, p: Post) -> None:
         try:
@@ -171,6 +195,7 @@ class Simulator:
         lat = sorted(self.latency_ms)
         recent = list(self.recent)
         return {"state": "running", "url": self.url, **dict(self.counts), "feedback_pending": self.pending_posts,
+                "feedback_held_now": self.held_now,
                 "live_reward_recent": round(sum(recent) / len(recent), 4) if recent else None,
                 "request_p50_ms": round(lat[len(lat) // 2], 1) if lat else None}
 
@@ -205,6 +230,8 @@ class Simulator:
             for t in list(self.tasks_posted):
                 t.cancel()
             await self.http.aclose()
+            if self.follower is not None:
+                self.follower.stop()
             self.answers.close()
             snap = {**self.snapshot(), "state": "stopped"}
             self.status.update(**snap)

@@ -1,0 +1,191 @@
+"""`rftbus bench late-feedback`: does a grade that comes back many versions late still teach?
+
+Three arms, run back to back, each a whole `rftbus run` of the live-traffic config (a real chat model with LoRA
+served by `rftbus serve`, simulated agents and graders, no explorers) with its own state folder and embedded broker:
+
+- on_time: every grade comes seconds after the answer (the config's delays);
+- late: half the grades (graders.late_share) are held back until the published weights are at least
+  `late_versions` past the version that answered; they train under rl.max_feedback_staleness with M2PO's
+  correction (trainer/losses/m2.py);
+- dropped: the same late grades, with rl.max_feedback_staleness = η: a group graded past η is rejected `stale`
+  (what rftbus did before late feedback trained).
+
+The promotion gate is off in every arm (served = newest, so "versions late" counts the model's own progress) and
+the feedback TTL is longer than the run (a held grade finds its answer waiting). Each arm's gain is its held-out
+eval at the end minus at the start (run.eval_n prompts, greedy). Writes late-feedback.json and a PNG of eval
+against time; prints the figures and whether late_gain >= 0.9 × on_time_gain and late_gain > dropped_gain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from rftbus.bench.context import state
+from rftbus.config import Config, plain_data, write_config
+from rftbus.errors import RftbusError
+from rftbus.status import read_statuses, trainer_step
+
+ARMS = ("on_time", "late", "dropped")
+
+
+def arm_config(base: Config, arm: str, root: Path, minutes: float, late_share: float, late_versions: int,
+               eta: int) -> Config:
+    """`base` as arm `arm` runs it: its own state folder (and so its own broker data), the gate off, a TTL longer
+    than the run, η = `eta`; the late arms hold `late_share` of the grades back by `late_versions` versions."""
+    data = plain_data(base)
+    data["state_dir"] = str(root / arm)
+    data["rl"]["max_staleness"] = eta
+    data["rl"]["max_feedback_staleness"] = eta if arm == "dropped" else max(base.rl.max_feedback_staleness,
+                                                                              4 * late_versions)
+    data["gate"]["enabled"] = False
+    data["streams"]["feedback_ttl_s"] = max(float(data["streams"]["feedback_ttl_s"]), 3600.0 + 120 * minutes)
+    data["simulate"]["graders"]["late_share"] = 0.0 if arm == "on_time" else late_share
+    data["simulate"]["graders"]["late_versions"] = late_versions
+    data["run"]["max_minutes"] = minutes
+    return Config.model_validate(data)
+
+
+def _child_env() -> dict[str, str]:
+    """The written config is complete; RFTBUS_* variables would override it (env beats YAML)."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")}
+
+
+def run_arm(cfg: Config, arm: str, say) -> dict:
+    """One whole run; its summary (the run's own JSON)."""
+    cfg.state_dir.mkdir(parents=True, exist_ok=True)
+    path = write_config(cfg, cfg.state_dir / "bench.yaml")
+    summary = cfg.state_dir / "summary.json"
+    summary.unlink(missing_ok=True)
+    t0 = time.monotonic()
+    with (cfg.state_dir / "bench-run.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "rftbus", "--config", str(path), "run", "--summary-json",
+                                 str(summary)], stdout=log, stderr=subprocess.STDOUT, env=_child_env())
+        try:
+            last = 0.0
+            while proc.poll() is None:
+                if time.monotonic() - last >= 30:
+                    last = time.monotonic()
+                    say(f"  {arm}: {last - t0:5.0f} s, trainer step {trainer_step(read_statuses(cfg.state_dir))}")
+                time.sleep(2.0)
+        except KeyboardInterrupt:
+            proc.terminate()
+            proc.wait(180)
+            raise
+    if proc.returncode != 0 or not summary.exists():
+        raise RftbusError(f"arm {arm}: `rftbus run` exited {proc.returncode}; see {cfg.state_dir / 'bench-run.log'}")
+    return json.loads(summary.read_text())
+
+
+def arm_figures(s: dict) -> dict:
+    """What the benchmark reports of one arm's run summary."""
+    points = s.get("eval_points") or []
+    start, end = s.get("eval_reward_initial"), s.get("eval_reward_final")
+    fb = s.get("feedback") or {}
+    return {
+        "gain": None if start is None or end is None else round(end - start, 4),
+        "eval_start": start, "eval_end": end,
+        "eval_points": [{"seconds": p["seconds"], "version": p["version"], "reward": p["reward"]} for p in points],
+        "versions": s.get("versions_published"), "trainer_steps": s.get("trainer_steps"),
+        "trained": s.get("experiences_trained"), "rejected": s.get("experiences_rejected"),
+        "trained_past_eta": s.get("trained_past_eta"), "trained_past_eta_p50": s.get("trained_past_eta_p50"),
+        "joined_past_eta": fb.get("joined_past_eta"), "too_late": fb.get("late"),
+        "held_for_versions": (s.get("simulated") or {}).get("feedback_held_for_versions"),
+        "lost": s.get("experiences_lost"), "duplicated": s.get("duplicated"),
+        "reconciles": s.get("counts_reconcile"), "wall_s": s.get("wall_seconds"),
+    }
+
+
+def verdict(arms: dict[str, dict]) -> dict:
+    """The JSON's headline keys and the target's two checks (None where an arm did not run)."""
+    g = {a: arms[a]["gain"] if a in arms else None for a in ARMS}
+    on, late, dropped = g["on_time"], g["late"], g["dropped"]
+    p50s = [arms["late"]["trained_past_eta_p50"]] if "late" in arms else []
+    return {
+        "on_time_gain": on, "late_gain": late, "dropped_gain": dropped,
+        "late_versions_p50": p50s[0] if p50s else None,
+        "late_keeps_0_9_of_on_time": None if on is None or late is None else late >= 0.9 * on,
+        "late_beats_dropped": None if late is None or dropped is None else late > dropped,
+        "books_reconcile": all(bool(a["reconciles"]) and not a["lost"] and not a["duplicated"]
+                               for a in arms.values()),
+    }
+
+
+def plot(arms: dict[str, dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for arm, a in arms.items():
+        pts = a["eval_points"]
+        ax.plot([p["seconds"] / 60 for p in pts], [p["reward"] for p in pts], marker="o", ms=3,
+                label=f"{arm} (gain {a['gain']:+.3f})" if a["gain"] is not None else arm)
+    ax.set_xlabel("minutes")
+    ax.set_ylabel("held-out eval reward")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bench_late_feedback(
+    ctx: typer.Context,
+    minutes: float = typer.Option(8.0, "--minutes", min=1.0, help="each arm's run.max_minutes"),
+    late_share: float = typer.Option(0.5, "--late-share", min=0.0, max=1.0, help="grades held back (late arms)"),
+    late_versions: int = typer.Option(10, "--late-versions", min=1, help="versions a held-back grade waits for"),
+    eta: int = typer.Option(4, "--eta", min=0, help="η (rl.max_staleness) of every arm; the dropped arm's "
+                            "feedback bound too"),
+    arms: str = typer.Option(",".join(ARMS), "--arms", help="which arms, in order (comma-separated)"),
+    out: Path = typer.Option(Path("late-feedback"), "--out", help="folder for late-feedback.json and its PNG"),
+    as_json: bool = typer.Option(False, "--json", help="print the JSON object only"),
+) -> None:
+    """Late grades: held-out gain with grades on time, half of them >= 10 versions late (trained, corrected), and
+    the same late grades dropped. Run with the live-traffic config, e.g. `--config configs/live-real.yaml`."""
+    st = state(ctx)
+    base = st.config()
+    chosen = [a.strip() for a in arms.split(",") if a.strip()]
+    bad = [a for a in chosen if a not in ARMS]
+    if bad or not chosen:
+        raise RftbusError(f"--arms takes {', '.join(ARMS)}; got {arms!r}")
+    if not (base.run.serve and base.run.simulate):
+        raise RftbusError("late-feedback needs a live-traffic config (run.serve and run.simulate true), e.g. "
+                          "configs/live-real.yaml")
+    say = (lambda _m: None) if as_json else st.err.print
+    root = base.state_dir / "bench-late-feedback"
+    results: dict[str, dict] = {}
+    for arm in chosen:
+        cfg = arm_config(base, arm, root, minutes, late_share, late_versions, eta)
+        say(f"arm {arm}: {minutes:g} min (state {cfg.state_dir})")
+        results[arm] = arm_figures(run_arm(cfg, arm, say))
+    head = verdict(results)
+    doc = {**head, "arms": results, "minutes_per_arm": minutes, "late_share": late_share,
+           "late_versions": late_versions, "eta": eta, "model": base.model.name, "taskset": base.taskset.name,
+           "eval_n": base.run.eval_n}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "late-feedback.json").write_text(json.dumps(doc, indent=1) + "\n")
+    plot(results, out / "late-feedback.png", f"{base.model.name} on live {base.taskset.name}: half the grades "
+         f">= {late_versions} versions late")
+    if as_json:
+        print(json.dumps(doc))
+        return
+    c = st.console
+    for arm, a in results.items():
+        c.print(f"{arm:8s} eval {a['eval_start']} -> {a['eval_end']} (gain {a['gain']}), {a['versions']} versions, "
+                f"trained past η {a['trained_past_eta']}, rejected {a['rejected']}, lost {a['lost']}, "
+                f"duplicated {a['duplicated']}")
+    c.print(f"on_time_gain {head['on_time_gain']}, late_gain {head['late_gain']}, dropped_gain "
+            f"{head['dropped_gain']}, late_versions_p50 {head['late_versions_p50']}")
+    c.print(f"late >= 0.9 x on time: {head['late_keeps_0_9_of_on_time']}; late > dropped: "
+            f"{head['late_beats_dropped']}; books reconcile: {head['books_reconcile']}")
+    c.print(f"wrote {out / 'late-feedback.json'} and {out / 'late-feedback.png'}")

@@ -1,0 +1,74 @@
+"""Late feedback's pure parts: graders that hold grades back by versions, the bench's arms and verdict, the
+feedback bound's rule."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from rftbus.bench.late_feedback import arm_config, arm_figures, verdict
+from rftbus.config import load_config
+from rftbus.config.simulate import GradersConfig
+from rftbus.simulate.graders import Answer, plan
+from rftbus.weights.staleness import bound
+from tests.conftest import REPO
+
+
+def answers(n: int, tag: str = "") -> list[Answer]:
+    return [Answer(f"e{tag}{i}", "56", 1.0, True) for i in range(n)]
+
+
+def test_a_share_of_grades_is_held_back_by_versions_and_a_duplicate_follows_its_grade():
+    cfg = GradersConfig(late_share=0.5, late_versions=10, duplicate_share=0.5, ungraded_share=0.0,
+                        correction_share=0.0)
+    posts = []
+    rng = random.Random(3)
+    for k in range(400):
+        posts += plan(cfg, answers(1, f"{k}-"), "56", "7 * 8 = ?", rng)[0]
+    firsts = [p for p in posts if p.kind != "duplicate"]
+    held = [p for p in firsts if p.versions_late]
+    assert {p.versions_late for p in held} == {10}
+    assert 0.4 < len(held) / len(firsts) < 0.6
+    by_eid = {p.body["experience_id"]: p for p in firsts}
+    dups = [p for p in posts if p.kind == "duplicate"]
+    assert dups and all(p.versions_late == by_eid[p.body["experience_id"]].versions_late for p in dups)
+
+
+def test_without_a_late_share_the_draws_are_as_before():
+    """A config that holds nothing back draws the same grades from the same seed as before the knob existed."""
+    a = plan(GradersConfig(), answers(2), "56", "p", random.Random(7))[0]
+    b = plan(GradersConfig(late_share=0.0, late_versions=50), answers(2), "56", "p", random.Random(7))[0]
+    assert [(p.kind, p.body, p.delay_s) for p in a] == [(p.kind, p.body, p.delay_s) for p in b]
+    assert not any(p.versions_late for p in a)
+
+
+def test_graded_sources_get_the_feedback_bound_and_rollouts_keep_eta():
+    cfg = load_config(REPO / "configs" / "live-real-late.yaml", environ={})
+    assert bound(cfg.rl, "live") == bound(cfg.rl, "human") == cfg.rl.max_feedback_staleness == 100
+    assert bound(cfg.rl, "explorer") == cfg.rl.max_staleness == 4
+
+
+@pytest.mark.parametrize("arm", ["on_time", "late", "dropped"])
+def test_each_arm_differs_only_in_what_it_is_about(arm, tmp_path):
+    base = load_config(REPO / "configs" / "live-real-late.yaml", environ={})
+    cfg = arm_config(base, arm, tmp_path, minutes=3, late_share=0.5, late_versions=10, eta=4)
+    assert cfg.state_dir == tmp_path / arm and cfg.run.max_minutes == 3 and not cfg.gate.enabled
+    assert cfg.rl.max_staleness == 4 and cfg.streams.feedback_ttl_s >= 3600
+    assert cfg.simulate.graders.late_share == (0.0 if arm == "on_time" else 0.5)
+    # dropped: a grade past η is rejected stale, as before late grades trained; the others keep a bound past 10
+    assert cfg.rl.max_feedback_staleness == (4 if arm == "dropped" else 100)
+    assert bound(cfg.rl, "live") == (4 if arm == "dropped" else 100)
+
+
+def test_the_verdict_checks_both_targets_and_the_books():
+    def arm(gain, lost=0, p50=None):
+        return arm_figures({"eval_reward_initial": 0.2, "eval_reward_final": 0.2 + gain, "experiences_lost": lost,
+                            "duplicated": 0, "counts_reconcile": lost == 0, "trained_past_eta_p50": p50})
+
+    v = verdict({"on_time": arm(0.4), "late": arm(0.37, p50=12.0), "dropped": arm(0.2)})
+    assert v["late_keeps_0_9_of_on_time"] and v["late_beats_dropped"] and v["books_reconcile"]
+    assert v["on_time_gain"] == 0.4 and v["late_versions_p50"] == 12.0
+    v = verdict({"on_time": arm(0.4), "late": arm(0.3), "dropped": arm(0.35, lost=1)})
+    assert not v["late_keeps_0_9_of_on_time"] and not v["late_beats_dropped"] and not v["books_reconcile"]
+    assert verdict({"late": arm(0.1)})["late_beats_dropped"] is None
