@@ -230,6 +230,37 @@ class Report:
                            "are unanimous")
         return s
 
+    def feedback_delay(self) -> Section:
+        """How late graded answers' grades came: seconds and versions, against η (the bound explorer rollouts keep)
+        and rl.max_feedback_staleness (the bound of graded answers)."""
+        s = Section("Feedback delay of graded answers")
+        rows = self.q(Q.FEEDBACK_DELAY)
+        s.points = len(rows)
+        if not rows:
+            s.lines = ["No graded live or human answers."]
+            return s
+        import matplotlib.pyplot as plt
+
+        secs = np.array([float(r["delay_s"]) for r in rows])
+        vers = np.array([int(r["delay_versions"]) for r in rows])
+        eta, bound = self.cfg.rl.max_staleness, max(self.cfg.rl.max_feedback_staleness, self.cfg.rl.max_staleness)
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+        ax1.hist(secs, bins=40, color="tab:purple")
+        ax1.set(xlabel="seconds from answer to its first grade", ylabel="graded answers", title="Delay in seconds")
+        ax2.hist(vers, bins=np.arange(0, max(int(vers.max()), eta + 1) + 2) - 0.5, color="tab:purple")
+        ax2.axvline(eta + 0.5, color="tab:red", linestyle="--", label=f"η = {eta} (rollouts)")
+        ax2.set(xlabel="versions published between answer and grade", ylabel="graded answers",
+                title="Delay in versions")
+        ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax2.legend(fontsize=8)
+        self._save(fig, "feedback_delay", s)
+        past = int((vers > eta).sum())
+        s.lines = [f"{len(rows)} graded answers: delay p50 {np.median(secs):.1f} s, p99 {np.percentile(secs, 99):.1f} s, "
+                   f"max {secs.max():.1f} s; in versions p50 {np.median(vers):g}, max {vers.max()}.",
+                   f"- {past} graded past η = {eta} (kept for training up to rl.max_feedback_staleness = {bound}, "
+                   f"corrected: trainer/losses/m2.py); {int((vers > bound).sum())} past that bound"]
+        return s
+
     # -- the whole report -----------------------------------------------------------------------------
     def build(self) -> dict:
         import matplotlib
@@ -249,6 +280,7 @@ class Report:
         s["throughput"], s["latency"] = self.throughput_latency(secs)
         s["task_pass_rate"] = self.task_pass_rate()
         s["feedback"] = self.feedback(secs)
+        s["feedback_delay"] = self.feedback_delay()
         bad = self.q(Q.UNDECODABLE)
         trainer = self.q(Q.TRAINER)[0]
         md = self._markdown(counts, bad, trainer, (t1 - t0) / 1000)

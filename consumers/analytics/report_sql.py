@@ -113,6 +113,32 @@ SELECT count() AS experiences, countIf(lo = hi) AS unanimous FROM (
   GROUP BY experience_id HAVING c >= 2
 )"""
 
+# Per graded answer (a live or human experience with a feedback record): how late its first grade came, in seconds
+# from the answer and in versions (the newest weight version published by then less the answer's own version).
+_FEEDBACK_DELAY_ROWS = """
+WITH
+  e AS (SELECT experience_id, any({MS}(created_at)) AS answered_ms, any(model_version) AS v
+        FROM {db}.experiences FINAL WHERE topic = 'raw' AND source IN ('live', 'human') GROUP BY experience_id),
+  f AS (SELECT experience_id, min({MS}(created_at)) AS graded_ms FROM {db}.feedback FINAL
+        WHERE experience_id != '' GROUP BY experience_id),
+  w AS (SELECT 1 AS k, {MS}(created_at) AS ms, version FROM {db}.weights FINAL)
+SELECT x.experience_id AS experience_id, (x.graded_ms - x.answered_ms) / 1000 AS delay_s,
+       greatest(toInt64(w.version) - x.v, 0) AS delay_versions
+FROM (SELECT 1 AS k, e.experience_id AS experience_id, e.answered_ms AS answered_ms, e.v AS v, f.graded_ms AS graded_ms
+      FROM e INNER JOIN f ON e.experience_id = f.experience_id
+      WHERE f.graded_ms >= {{since:Int64}}) AS x
+ASOF LEFT JOIN w ON x.k = w.k AND x.graded_ms >= w.ms"""
+
+FEEDBACK_DELAY = _FEEDBACK_DELAY_ROWS + """
+ORDER BY delay_s
+LIMIT 500000"""
+
+# The same, counted per delay in versions (the studio's panel): how many, and their delay in seconds.
+FEEDBACK_DELAY_BY_VERSIONS = """
+SELECT delay_versions, count() AS n, quantileExact(0.5)(delay_s) AS p50_s, max(delay_s) AS max_s
+FROM (""" + _FEEDBACK_DELAY_ROWS + """)
+GROUP BY delay_versions ORDER BY delay_versions"""
+
 UNDECODABLE = """
 SELECT topic, reason, count() AS n FROM {db}.undecodable FINAL GROUP BY topic, reason ORDER BY topic, reason"""
 

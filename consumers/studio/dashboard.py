@@ -1,5 +1,5 @@
-"""The run dashboard's panels: held-out eval, live reward, reward by version, staleness, rejections and
-throughput over time (analytics), and each consumer group's lag (Kafka itself: what is waiting now)."""
+"""The run dashboard's panels: held-out eval, live reward, reward by version, staleness, feedback delay, rejections
+and throughput over time (analytics), and each consumer group's lag (Kafka itself: what is waiting now)."""
 
 from __future__ import annotations
 
@@ -87,6 +87,8 @@ def build(cfg: Config, r: Reader, lags: list[dict[str, Any]] | None, since_ms: i
         "versions behind at training", "experiences"),
         f"{total} RL experiences trained" if total else ""))
 
+    d.panels.append(feedback_delay_panel(r.report_rows(R.FEEDBACK_DELAY_BY_VERSIONS, params), cfg))
+
     rej = r.report_rows(R.REJECTIONS, params)
     d.panels.append(Panel("rejections", "Rejections by reason", charts.line_chart(
         _by(rej, "reason", "b", "n", minutes), "rejections by reason", "minutes into the run",
@@ -101,6 +103,27 @@ def build(cfg: Config, r: Reader, lags: list[dict[str, Any]] | None, since_ms: i
     d.panels.append(lag_panel(lags))
     d.built_ms = (time.perf_counter() - t_start) * 1000
     return d
+
+
+def feedback_delay_panel(rows: list[dict[str, Any]], cfg: Config) -> Panel:
+    """How late graded answers' grades came, in versions (bars) and seconds (the note); η marked in the note."""
+    n = sum(int(p["n"]) for p in rows)
+    chart = charts.bar_chart([(float(p["delay_versions"]), float(p["n"])) for p in rows],
+                             "feedback delay of graded answers", "versions between answer and grade", "answers")
+    if not n:
+        return Panel("feedback_delay", "Feedback delay", chart, "no graded live or human answers yet")
+    eta = cfg.rl.max_staleness
+    past = sum(int(p["n"]) for p in rows if int(p["delay_versions"]) > eta)
+    slowest = max(float(p["max_s"]) for p in rows)
+    cum, p50 = 0, 0.0
+    for p in rows:  # the median answer's delay in versions
+        cum += int(p["n"])
+        if cum * 2 >= n:
+            p50 = float(p["delay_versions"])
+            break
+    return Panel("feedback_delay", "Feedback delay", chart,
+                 f"{n} graded answers; p50 {p50:g} versions late, slowest grade {slowest:.0f} s; {past} past η = {eta} "
+                 f"(trained corrected up to rl.max_feedback_staleness)")
 
 
 def _eval_note(ev: list[dict[str, Any]]) -> str:

@@ -52,7 +52,7 @@ def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int]
     if sims:
         keys = ("requests", "answers", "multi_turn", "ungraded", "feedback_posted", "feedback.reward",
                 "feedback.rating", "feedback.thumbs", "feedback.correction", "feedback.preference",
-                "feedback.duplicate", "feedback_unposted_at_stop", "request_errors")
+                "feedback.duplicate", "feedback_unposted_at_stop", "request_errors", "feedback_held_for_versions")
         out["simulated"] = {k: sum(int(s.get(k) or 0) for s in sims) for k in keys}
     plots = plot_live(out["live_reward_by_minute"], out_dir, f"{cfg.taskset.name}: live reward of served answers")
     if cfg.gate.enabled:

@@ -33,7 +33,8 @@ from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.kafka.topics import create_topics
 from rftbus.config import TopicsConfig
 from rftbus.schemas import (
-    SCHEMA_DIR, DecodeError, Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Rejection, Task, TrainerMetric,
+    SCHEMA_DIR, DecodeError, Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Rejection, Source, Task,
+    TrainerMetric,
     WeightVersion, make_codec,
 )
 from tests.conftest import make_config, rftbus_cli
@@ -441,3 +442,36 @@ def test_a_store_an_older_rftbus_made_gains_the_new_columns_and_keeps_its_rows(t
         assert [list(r) for r in rows] == [["m:v1:canary", "", ""], ["m:hot:v2:canary", "hot", ""]]
     finally:
         b.close()
+
+
+def test_feedback_delay_per_graded_answer_in_seconds_and_versions(tmp_path):
+    """The report's feedback delay: a live answer of v2 graded 5 s later, when v5 was the newest, is 3 versions
+    late; one graded 29 s later (v9 newest) is 7; an explorer's sample with a feedback record is not a graded
+    answer; an answer graded twice counts its first grade."""
+    from rftbus.consumers.analytics import report_sql as Q
+
+    t0 = 1_700_000_000_000
+    live = ExperienceGroup(group_id="gl", task_id="t", explorer_id="serve", prompt_ids=[1], source=Source.live,
+                           created_at=t0 + 1000, samples=[
+                               Experience(experience_id=f"a{i}", response_ids=[4], logprobs=[-0.5], loss_mask=[True],
+                                          model_version=2) for i in range(2)])
+    rollout = experience(1, experience_id="r0", model_version=2)
+    recs = [("raw", live), ("raw", rollout)]
+    recs += [("weights", WeightVersion(model="tiny", version=v, step=v, uri="file:///w", sha256="0" * 64, bytes=9,
+                                       created_at=t0 + ms)) for v, ms in ((3, 2000), (5, 5000), (9, 20000))]
+    recs += [("feedback", Feedback(experience_id=eid, kind=FeedbackKind.reward, reward=1.0, created_at=t0 + ms))
+             for eid, ms in (("a0", 6000), ("a0", 40000), ("a1", 30000), ("r0", 6000))]
+    b = _open("chdb", tmp_path / "db")
+    try:
+        tables: dict[str, list] = {}
+        for off, (key, rec) in enumerate(recs):
+            for table, row in to_rows(DECODE, Position(key, f"t.{key}", 0, off, t0), CODEC.encode(rec)):
+                tables.setdefault(table, []).append(row)
+        for table, rows in tables.items():
+            b.insert(table, rows)
+        rows = b.query(Q.sql(Q.FEEDBACK_DELAY, "rfa"), {"since": "0"}).dicts()
+        per = b.query(Q.sql(Q.FEEDBACK_DELAY_BY_VERSIONS, "rfa"), {"since": "0"}).dicts()
+    finally:
+        b.close()
+    assert [(r["experience_id"], r["delay_s"], r["delay_versions"]) for r in rows] == [("a0", 5.0, 3), ("a1", 29.0, 7)]
+    assert [(r["delay_versions"], r["n"], r["max_s"]) for r in per] == [(3, 1, 5.0), (7, 1, 29.0)]

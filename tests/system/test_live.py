@@ -176,13 +176,17 @@ def test_a_write_lost_to_kill9_between_the_join_writes_still_joins(broker, tmp_p
 
 def test_live_run_books_balance_through_kill9_of_serve_and_streams(broker, tmp_path):
     """`rftbus run` with serve as the only source and the simulator: serve and the streams worker are
-    killed with -9 mid-run; every served completion is trained, rejected with a reason, or in flight."""
+    killed with -9 mid-run while grades wait; every served completion is trained, rejected with a reason, or in
+    flight, none twice. Half the grades are held back until the model is 5 versions past the answer (η = 2): they
+    join the groups still waiting across the kills and train under the feedback bound, corrected (#58)."""
     tag = uuid.uuid4().hex[:6]
     env = {**_env(broker, tag), "RFTBUS_SERVE__PORT": str(free_port()), "RFTBUS_SIMULATE__RATE_PER_S": "8",
            "RFTBUS_SIMULATE__AGENTS": "4", "RFTBUS_SIMULATE__GRADERS__DELAY_MEDIAN_S": "2",
            "RFTBUS_SIMULATE__GRADERS__DELAY_MIN_S": "0.5", "RFTBUS_SIMULATE__GRADERS__DELAY_MAX_S": "10",
            "RFTBUS_STREAMS__FEEDBACK_TTL_S": "30", "RFTBUS_STREAMS__SESSION_TIMEOUT_S": "6",
-           "RFTBUS_RL__BATCH_GROUPS": "4", "RFTBUS_RUN__EVAL_EVERY_VERSIONS": "50"}
+           "RFTBUS_RL__BATCH_GROUPS": "4", "RFTBUS_RUN__EVAL_EVERY_VERSIONS": "50",
+           "RFTBUS_RL__MAX_STALENESS": "2", "RFTBUS_SIMULATE__GRADERS__LATE_SHARE": "0.5",
+           "RFTBUS_SIMULATE__GRADERS__LATE_VERSIONS": "5"}
     state = tmp_path / "state"
     summary = tmp_path / "s.json"
     full_env = {**{k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")}, **env}
@@ -196,6 +200,13 @@ def test_live_run_books_balance_through_kill9_of_serve_and_streams(broker, tmp_p
         while not trained_some() and time.monotonic() < deadline and proc.poll() is None:
             time.sleep(1)
         assert trained_some(), "the trainer never stepped on live traffic"
+
+        def held() -> bool:  # grades held back by versions, their groups waiting in the streams' table
+            return any(s.get("feedback_held_now", 0) > 0 for s in read_statuses(state, "simulate"))
+        deadline = time.monotonic() + 60
+        while not held() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+        assert held(), "no grade was held back by versions"
         for role in ("serve", "streams"):
             pid = next(s["pid"] for s in read_statuses(state, role))
             os.kill(pid, signal.SIGKILL)
@@ -220,6 +231,11 @@ def test_live_run_books_balance_through_kill9_of_serve_and_streams(broker, tmp_p
     assert s["live_reward_initial"] is not None and s["live_reward_final"] is not None
     assert s["feedback"]["joined"] > 0 and s["feedback_join_p50_s"] is not None
     assert s["simulated"]["feedback.correction"] > 0 and s["simulated"]["requests"] > 50
+    # late grades: joined past η and trained (corrected), none rejected stale or too late
+    assert s["simulated"]["feedback_held_for_versions"] > 0
+    assert s["feedback"]["joined_past_eta"] > 0 and s["trained_past_eta"] > 0, (s["feedback"], s["trained_past_eta"])
+    assert s["trained_past_eta_p50"] > 2 and s["max_staleness_trained"] > 2
+    assert "stale" not in s["experiences_rejected"] and s["feedback"]["late"] == 0, s["experiences_rejected"]
     assert any(p.endswith("live_reward.png") for p in s["plots"])
 
 

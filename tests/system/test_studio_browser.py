@@ -163,7 +163,7 @@ def test_studio_in_a_browser_during_a_real_run(broker, tmp_path):
         panels = d.find_elements(By.CSS_SELECTOR, "#panels figure.panel")
         assert {p.get_attribute("id") for p in panels} >= {"panel-eval", "panel-live_reward", "panel-reward_version",
                                                           "panel-staleness", "panel-rejections", "panel-throughput",
-                                                          "panel-gate", "panel-lag"}
+                                                          "panel-gate", "panel-lag", "panel-feedback_delay"}
         assert d.find_elements(By.CSS_SELECTOR, "#panel-eval svg circle"), "no eval point drawn"
         assert d.find_elements(By.CSS_SELECTOR, "#panel-staleness svg rect[fill]"), "no trained staleness drawn"
         assert "e2e" + tag in d.find_element(By.ID, "panel-lag").text  # the run's consumer groups

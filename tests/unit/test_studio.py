@@ -127,6 +127,17 @@ def test_charts_draw_what_they_are_given():
     assert dashboard.bucket_ms(15 * 60_000) == 20_000 and dashboard.bucket_ms(0) == 10_000
 
 
+def test_the_feedback_delay_panel_counts_answers_past_eta():
+    cfg = load_config(overrides={"rl": {"max_staleness": 2}}, environ={})
+    rows = [{"delay_versions": 0, "n": 5, "p50_s": 2.0, "max_s": 4.0},
+            {"delay_versions": 3, "n": 2, "p50_s": 20.0, "max_s": 25.0},
+            {"delay_versions": 12, "n": 4, "p50_s": 90.0, "max_s": 130.0}]
+    p = dashboard.feedback_delay_panel(rows, cfg)
+    assert p.key == "feedback_delay" and p.html.count("<rect") == 4  # the frame and three bars
+    assert p.note.startswith("11 graded answers; p50 3 versions late, slowest grade 130 s; 6 past η = 2"), p.note
+    assert "no graded" in dashboard.feedback_delay_panel([], cfg).note
+
+
 def test_the_path_of_an_experience_from_its_rows():
     raw = {"topic": "raw", "experience_id": "e1", "group_id": "g1", "task_id": "t1", "reward": 1.0,
            "kafka_ms": 1, "version": 3}
