@@ -19,18 +19,14 @@ against time; prints the figures and whether late_gain >= 0.9 × on_time_gain an
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import typer
 
+from rftbus.bench.arms import plot_evals, run_arm
 from rftbus.bench.context import state
-from rftbus.config import Config, plain_data, write_config
+from rftbus.config import Config, plain_data
 from rftbus.errors import RftbusError
-from rftbus.status import read_statuses, trainer_step
 
 ARMS = ("on_time", "late", "dropped")
 
@@ -50,37 +46,6 @@ def arm_config(base: Config, arm: str, root: Path, minutes: float, late_share: f
     data["simulate"]["graders"]["late_versions"] = late_versions
     data["run"]["max_minutes"] = minutes
     return Config.model_validate(data)
-
-
-def _child_env() -> dict[str, str]:
-    """The written config is complete; RFTBUS_* variables would override it (env beats YAML)."""
-    return {k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")}
-
-
-def run_arm(cfg: Config, arm: str, say) -> dict:
-    """One whole run; its summary (the run's own JSON)."""
-    cfg.state_dir.mkdir(parents=True, exist_ok=True)
-    path = write_config(cfg, cfg.state_dir / "bench.yaml")
-    summary = cfg.state_dir / "summary.json"
-    summary.unlink(missing_ok=True)
-    t0 = time.monotonic()
-    with (cfg.state_dir / "bench-run.log").open("w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "rftbus", "--config", str(path), "run", "--summary-json",
-                                 str(summary)], stdout=log, stderr=subprocess.STDOUT, env=_child_env())
-        try:
-            last = 0.0
-            while proc.poll() is None:
-                if time.monotonic() - last >= 30:
-                    last = time.monotonic()
-                    say(f"  {arm}: {last - t0:5.0f} s, trainer step {trainer_step(read_statuses(cfg.state_dir))}")
-                time.sleep(2.0)
-        except KeyboardInterrupt:
-            proc.terminate()
-            proc.wait(180)
-            raise
-    if proc.returncode != 0 or not summary.exists():
-        raise RftbusError(f"arm {arm}: `rftbus run` exited {proc.returncode}; see {cfg.state_dir / 'bench-run.log'}")
-    return json.loads(summary.read_text())
 
 
 def arm_figures(s: dict) -> dict:
@@ -115,28 +80,6 @@ def verdict(arms: dict[str, dict]) -> dict:
         "books_reconcile": all(bool(a["reconciles"]) and not a["lost"] and not a["duplicated"]
                                for a in arms.values()),
     }
-
-
-def plot(arms: dict[str, dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for arm, a in arms.items():
-        pts = a["eval_points"]
-        ax.plot([p["seconds"] / 60 for p in pts], [p["reward"] for p in pts], marker="o", ms=3,
-                label=f"{arm} (gain {a['gain']:+.3f})" if a["gain"] is not None else arm)
-    ax.set_xlabel("minutes")
-    ax.set_ylabel("held-out eval reward")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def bench_late_feedback(
@@ -174,7 +117,7 @@ def bench_late_feedback(
            "eval_n": base.run.eval_n}
     out.mkdir(parents=True, exist_ok=True)
     (out / "late-feedback.json").write_text(json.dumps(doc, indent=1) + "\n")
-    plot(results, out / "late-feedback.png", f"{base.model.name} on live {base.taskset.name}: half the grades "
+    plot_evals(results, out / "late-feedback.png", f"{base.model.name} on live {base.taskset.name}: half the grades "
          f">= {late_versions} versions late")
     if as_json:
         print(json.dumps(doc))

@@ -56,6 +56,10 @@ class RLConfig(_Strict):
         100, ge=0, description="the bound for answers graded by feedback (live traffic, human grades): a grade "
         "that comes back hours later finds the answer this many versions behind and still trains, its behaviour "
         "logprobs corrected (trainer.late_m2_tau); explorer rollouts keep max_staleness")
+    max_rollout_staleness: int | None = Field(
+        None, ge=0, description="explorer rollouts that arrive past η (a slow generation, a backlog) train up to "
+        "this many versions behind, corrected as late grades are (trainer.late_m2_tau), instead of being rejected "
+        "stale; admission still paces explorers by η. None: η (a rollout past η is rejected stale)")
     group_size: int = Field(8, ge=1, description="n: samples per task (one GRPO group)")
     batch_groups: int = Field(8, ge=1, description="B: groups per trainer step")
     sync_interval: int = Field(1, ge=1, description="trainer steps between published weight versions")

@@ -367,6 +367,7 @@ class MainJob:
             "stages_dead": dead,
             "max_staleness_trained": rec.max_staleness_trained,
             "trained_past_eta": rec.trained_past_eta, "trained_past_eta_p50": rec.trained_past_eta_p50,
+            "rollouts_by_generation_time": rec.rollouts_by_generation_time,
             "explorer_versions_used": len(rec.explorer_versions),
             "explorer_newest_version": max(rec.explorer_versions, default=0),
             "max_staleness": self.cfg.rl.max_staleness,

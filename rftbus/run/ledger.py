@@ -36,6 +36,8 @@ class RawRecord:
     group_id: str = ""
     explorer_id: str = ""
     model_version: int = -1  # the newest of its samples
+    generation_ms: float = 0.0  # the slowest of its samples' generation (how long the task took to answer)
+    source: str = ""
 
 
 @dataclass
@@ -183,7 +185,9 @@ def _keep(led: Ledger, cfg: Config, key: str, msg, rec) -> None:
     pos = (msg.topic(), msg.partition(), msg.offset())
     if key == "raw":
         led.raw[pos] = (RawRecord(rec.experience_ids(), rec.group_id, rec.explorer_id,
-                                  max((s.model_version for s in rec.samples), default=-1))
+                                  max((s.model_version for s in rec.samples), default=-1),
+                                  max((s.generation_ms or 0.0 for s in rec.samples), default=0.0),
+                                  getattr(rec.source, "value", str(rec.source)))
                         if isinstance(rec, ExperienceGroup) else RawRecord(None))
     elif key in LANES:
         ids = None

@@ -16,6 +16,7 @@ from statistics import median
 from pathlib import Path
 
 from rftbus.config import Config
+from rftbus.run.durations import by_generation_time
 from rftbus.run.ledger import read_ledger
 from rftbus.run.tally import tally
 from rftbus.streams.checkpoint.deliveries import read_quarantine
@@ -50,6 +51,7 @@ class Reconciliation:
     max_staleness_trained: int = 0
     trained_past_eta: int = 0  # answers trained staler than η: late grades, under the correction (trainer/losses/m2.py)
     trained_past_eta_p50: float | None = None  # their median staleness (versions)
+    rollouts_by_generation_time: list[dict] = field(default_factory=list)  # rftbus/run/durations.py
     expert_trained: int = 0
     explorer_versions: list[int] = field(default_factory=list)  # weight versions experiences were made with
     dead: list[str] = field(default_factory=list)  # stages the supervisor gave up on
@@ -85,6 +87,7 @@ def reconcile(cfg: Config, dead: list[str] | None = None, timeout_s: float = 120
         tasks_rejected_by_reason=task_reasons, examples=t.examples,
         trainer_steps=max((seg["step"] for seg in lineage), default=0),
         max_staleness_trained=max((seg.get("staleness_max", 0) for seg in lineage), default=0),
+        rollouts_by_generation_time=by_generation_time(led),
         trained_past_eta=len(past_eta), trained_past_eta_p50=float(median(past_eta)) if past_eta else None,
         expert_trained=sum(1 for seg in lineage for eid in seg["experience_ids"] if eid not in produced_ids),
         explorer_versions=sorted({raw.model_version for raw in led.raw.values() if raw.experience_ids}),

@@ -72,3 +72,40 @@ def test_the_verdict_checks_both_targets_and_the_books():
     v = verdict({"on_time": arm(0.4), "late": arm(0.3), "dropped": arm(0.35, lost=1)})
     assert not v["late_keeps_0_9_of_on_time"] and not v["late_beats_dropped"] and not v["books_reconcile"]
     assert verdict({"late": arm(0.1)})["late_beats_dropped"] is None
+
+
+def test_rollouts_past_eta_train_only_up_to_their_own_bound_when_one_is_set():
+    cfg = load_config(REPO / "configs" / "real-times.yaml", environ={})
+    assert bound(cfg.rl, "explorer") == 1 and bound(cfg.rl, "expert") == 1  # unset: η, a rollout past it is stale
+    rl = cfg.rl.model_copy(update={"max_rollout_staleness": 8})
+    assert bound(rl, "explorer") == 8 and bound(rl, "expert") == 1 and bound(rl, "live") == 100
+    assert bound(cfg.rl.model_copy(update={"max_rollout_staleness": 0}), "explorer") == 1  # never below η
+
+
+def test_stale_rollout_arms_differ_only_in_the_rollout_bound(tmp_path):
+    from rftbus.bench import stale_rollouts as SR
+
+    base = load_config(REPO / "configs" / "real-times.yaml", environ={})
+    a, b = (SR.arm_config(base, arm, tmp_path, 3, 8) for arm in SR.ARMS)
+    assert a.rl.max_rollout_staleness is None and b.rl.max_rollout_staleness == 8
+    assert a.run.target_eval_reward is None and b.run.max_minutes == 3 and b.state_dir == tmp_path / "corrected"
+    assert a.model_dump(exclude={"state_dir", "rl"}) == b.model_dump(exclude={"state_dir", "rl"})
+    f = SR.arm_figures({"experiences_produced": 200, "experiences_rejected": {"stale": 10}, "eval_reward_initial": 0.25,
+                        "eval_reward_final": 0.5, "rollouts_by_generation_time": [{"quartile": 1}]})
+    assert f["stale_share_of_produced"] == 0.05 and f["gain"] == 0.25 and f["by_generation_time"] == [{"quartile": 1}]
+
+
+def test_slow_rollouts_share_by_generation_time():
+    from rftbus.run.durations import by_generation_time
+    from rftbus.run.ledger import Ledger, RawRecord, RejRecord
+
+    led = Ledger("raw")
+    for i in range(8):  # generation 100..800 ms; the two slowest went stale, the rest trained
+        led.raw[("raw", 0, i)] = RawRecord([f"e{i}a", f"e{i}b"], f"g{i}", "x", 3, 100.0 * (i + 1), "explorer")
+    led.raw[("raw", 0, 9)] = RawRecord(["l0"], "gl", "serve", 3, 5000.0, "live")  # not a rollout
+    led.lineage = [{"experience_ids": [f"e{i}a" for i in range(6)]}]
+    led.rejections = [RejRecord("r", ["e6a", "e6b", "e7a", "e7b"], "stale", "filter", None)]
+    rows = by_generation_time(led)
+    assert [r["groups"] for r in rows] == [2, 2, 2, 2]
+    assert [r["trained_share"] for r in rows] == [1.0, 1.0, 1.0, 0.0]
+    assert [r["stale_share"] for r in rows] == [0.0, 0.0, 0.0, 1.0] and rows[3]["ms_max"] == 800.0
