@@ -53,8 +53,11 @@ def arm_figures(s: dict) -> dict:
     points = s.get("eval_points") or []
     start, end = s.get("eval_reward_initial"), s.get("eval_reward_final")
     fb = s.get("feedback") or {}
+    tail = [p["reward"] for p in points[-2:]] if len(points) >= 3 else []
     return {
         "gain": None if start is None or end is None else round(end - start, 4),
+        # (the last eval alone is one noisy draw of eval_n prompts: the mean of the last two, less the start)
+        "gain_last2": round(sum(tail) / len(tail) - start, 4) if tail and start is not None else None,
         "eval_start": start, "eval_end": end,
         "eval_points": [{"seconds": p["seconds"], "version": p["version"], "reward": p["reward"]} for p in points],
         "versions": s.get("versions_published"), "trainer_steps": s.get("trainer_steps"),
