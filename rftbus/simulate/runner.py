@@ -163,8 +163,7 @@ class Simulator:
                 await asyncio.sleep(0.5)
         finally:
             self.held_now -= 1
-        if self.stop.is_set():
-            self.pending_posts -= 1
+        if self.stop.is_set():  # (still pending: counted in feedback_unposted_at_stop)
             return
         await self.post(p)
 
