@@ -41,6 +41,13 @@ def base_url(cfg: Config) -> str:
     return f"http://{host}:{cfg.serve.port}/v1"
 
 
+def follow_up(messages: list[dict], answer: str) -> list[dict]:
+    """The second turn after a wrong answer: the answer, then the checker's verdict as the next user turn (short: the
+    toy model's context is 64 tokens). Not `role: tool`: a tool message answers a tool call by its tool_call_id, and
+    serve refuses one without (every follow-up was a 400 since serve checked it)."""
+    return [*messages, {"role": "assistant", "content": answer}, {"role": "user", "content": "wrong"}]
+
+
 def _token(tokens) -> str:
     return tokens[0].get_secret_value() if tokens else "none"
 
@@ -99,10 +106,8 @@ class Simulator:
                 if (self.sc.multi_turn_share and answers and not answers[0].exact
                         and rng.random() < self.sc.multi_turn_share):
                     self.counts["multi_turn"] += 1
-                    # (short: the toy model's context is 64 tokens)
-                    messages += [{"role": "assistant", "content": answers[0].text},
-                                 {"role": "tool", "content": "wrong"}]
-                    await self.ask(client, task, messages, 1, rng, prompt=None, session=session)
+                    await self.ask(client, task, follow_up(messages, answers[0].text), 1, rng, prompt=None,
+                                   session=session)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # one failed request is reported; the agent goes on

@@ -85,6 +85,15 @@ def test_rating_scale_check():
     assert FeedbackRequest(experience_id="e", rating=5).check_rating((1, 5)) is None
 
 
+def test_the_simulated_follow_up_turn_is_one_serve_takes():
+    from rftbus.simulate.runner import follow_up
+
+    turns = follow_up([{"role": "user", "content": "1+2="}], "4")
+    assert chat_prompt(FMT, ChatRequest.model_validate({"messages": turns}))[1].endswith("user: wrong\nassistant: ")
+    with pytest.raises(BadRequest, match="tool_call_id"):  # what it sent before: refused, every time
+        chat_prompt(FMT, ChatRequest.model_validate({"messages": [*turns[:2], {"role": "tool", "content": "wrong"}]}))
+
+
 def test_prompts():
     req = ChatRequest.model_validate({"messages": [{"role": "user", "content": [{"type": "text", "text": "1+"},
                                                                                 {"type": "text", "text": "2="}]}]})
