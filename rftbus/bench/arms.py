@@ -68,3 +68,18 @@ def plot_evals(arms: dict[str, dict], path: Path, title: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def books_reconcile(arms: dict[str, dict]) -> bool:
+    """Every arm's run reconciled: nothing lost, nothing trained twice (`arm_figures`' reconciles, lost, duplicated)."""
+    return all(bool(a["reconciles"]) and not a["lost"] and not a["duplicated"] for a in arms.values())
+
+
+def save(doc: dict, arms: dict[str, dict], out: Path, name: str, title: str) -> tuple[Path, Path]:
+    """`out`/<name>.json (the document) and `out`/<name>.png (eval against time per arm)."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{name}.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    plot_evals(arms, out / f"{name}.png", title)
+    return path, out / f"{name}.png"
+

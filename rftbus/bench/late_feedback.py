@@ -23,7 +23,7 @@ from pathlib import Path
 
 import typer
 
-from rftbus.bench.arms import plot_evals, run_arm
+from rftbus.bench.arms import books_reconcile, run_arm, save
 from rftbus.bench.context import state
 from rftbus.config import Config, plain_data
 from rftbus.errors import RftbusError
@@ -80,8 +80,7 @@ def verdict(arms: dict[str, dict]) -> dict:
         "late_versions_p50": p50s[0] if p50s else None,
         "late_keeps_0_9_of_on_time": None if on is None or late is None else late >= 0.9 * on,
         "late_beats_dropped": None if late is None or dropped is None else late > dropped,
-        "books_reconcile": all(bool(a["reconciles"]) and not a["lost"] and not a["duplicated"]
-                               for a in arms.values()),
+        "books_reconcile": books_reconcile(arms),
     }
 
 
@@ -118,10 +117,8 @@ def bench_late_feedback(
     doc = {**head, "arms": results, "minutes_per_arm": minutes, "late_share": late_share,
            "late_versions": late_versions, "eta": eta, "model": base.model.name, "taskset": base.taskset.name,
            "eval_n": base.run.eval_n}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "late-feedback.json").write_text(json.dumps(doc, indent=1) + "\n")
-    plot_evals(results, out / "late-feedback.png", f"{base.model.name} on live {base.taskset.name}: half the grades "
-         f">= {late_versions} versions late")
+    saved = save(doc, results, out, "late-feedback", f"{base.model.name} on live {base.taskset.name}: half the "
+                 f"grades >= {late_versions} versions late")
     if as_json:
         print(json.dumps(doc))
         return
@@ -134,4 +131,4 @@ def bench_late_feedback(
             f"{head['dropped_gain']}, late_versions_p50 {head['late_versions_p50']}")
     c.print(f"late >= 0.9 x on time: {head['late_keeps_0_9_of_on_time']}; late > dropped: "
             f"{head['late_beats_dropped']}; books reconcile: {head['books_reconcile']}")
-    c.print(f"wrote {out / 'late-feedback.json'} and {out / 'late-feedback.png'}")
+    c.print(f"wrote {saved[0]} and {saved[1]}")

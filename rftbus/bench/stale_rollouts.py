@@ -20,7 +20,7 @@ from pathlib import Path
 
 import typer
 
-from rftbus.bench.arms import plot_evals, run_arm
+from rftbus.bench.arms import books_reconcile, run_arm, save
 from rftbus.bench.context import state
 from rftbus.config import Config, plain_data
 from rftbus.errors import RftbusError
@@ -82,12 +82,9 @@ def bench_stale_rollouts(
         results[arm] = arm_figures(run_arm(cfg, arm, say))
     doc = {"arms": results, "minutes_per_arm": minutes, "eta": base.rl.max_staleness, "bound": bound,
            "model": base.model.name, "taskset": base.taskset.name, "eval_n": base.run.eval_n,
-           "books_reconcile": all(bool(a["reconciles"]) and not a["lost"] and not a["duplicated"]
-                                  for a in results.values())}
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "stale-rollouts.json").write_text(json.dumps(doc, indent=1) + "\n")
-    plot_evals(results, out / "stale-rollouts.png", f"{base.model.name} on {base.taskset.name}: rollouts past "
-               f"η = {base.rl.max_staleness} rejected or trained corrected (up to {bound})")
+           "books_reconcile": books_reconcile(results)}
+    saved = save(doc, results, out, "stale-rollouts", f"{base.model.name} on {base.taskset.name}: rollouts past "
+                 f"η = {base.rl.max_staleness} rejected or trained corrected (up to {bound})")
     if as_json:
         print(json.dumps(doc))
         return
@@ -97,4 +94,4 @@ def bench_stale_rollouts(
         c.print(f"{arm:9s} eval {a['eval_start']} -> {a['eval_end']} (gain {a['gain']}), stale share "
                 f"{a['stale_share_of_produced']}, trained past η {a['trained_past_eta']}, lost {a['lost']}, "
                 f"duplicated {a['duplicated']}; by generation time (trained/stale share): {shares}")
-    c.print(f"wrote {out / 'stale-rollouts.json'} and {out / 'stale-rollouts.png'}")
+    c.print(f"wrote {saved[0]} and {saved[1]}")
