@@ -49,7 +49,8 @@ def add_timers(sa: StreamsApp, cfg: Config, wid: str) -> None:
 
     @app.timer(sc.status_interval_s, name="status")
     async def write_status() -> None:
-        seen = (app.tables.recovery.completed.is_set(), frozenset(app.consumer.assignment()))
+        recovery = getattr(app.tables, "recovery", None)  # (Faust's TableManager has it; its interface does not say)
+        seen = (recovery is not None and recovery.completed.is_set(), frozenset(app.consumer.assignment()))
         if seen != last_seen[0]:  # a rebalance or a finished recovery: the sizes are counted again now
             last_seen[0] = seen
             size_scans.last.clear()

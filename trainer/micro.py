@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import fields
 
+from typing import Any
+
 import torch
 
 from rftbus.trainer.losses.base import TrainBatch
@@ -72,7 +74,7 @@ def select(batch: TrainBatch, rows: list[int]) -> TrainBatch:
     """The rows' sub-batch, trimmed to its longest row."""
     idx = torch.tensor(rows, dtype=torch.long)
     width = max(int(batch.attention_mask[idx].sum(dim=1).max()), 2)
-    out = {}
+    out: dict[str, Any] = {}
     for f in fields(batch):
         t = getattr(batch, f.name)
         if t is None:

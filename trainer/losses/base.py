@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import fields, dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -45,8 +45,9 @@ class TrainBatch:
         """The same batch on `device` (the engine's: collate builds it on the CPU)."""
         if self.input_ids.device == torch.device(device):
             return self
-        return TrainBatch(**{f.name: None if getattr(self, f.name) is None else
-                             getattr(self, f.name).to(device, non_blocking=True) for f in fields(self)})
+        moved: dict[str, Any] = {f.name: None if getattr(self, f.name) is None else
+                                 getattr(self, f.name).to(device, non_blocking=True) for f in fields(self)}
+        return TrainBatch(**moved)
 
 
 @dataclass
