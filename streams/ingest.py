@@ -92,7 +92,7 @@ class Ingest:
         if misplaced is not None:
             await self._reject_whole(Verdict(g, "bad_key", misplaced), src, data, key, p, landed)
             return
-        if g.group_id in landed.groups and src not in landed.partial:
+        if g.group_id in landed.groups and src not in landed.partial and not self.live.holds(g.group_id, src):
             await self._reject_whole(Verdict(g, "duplicate", f"group {g.group_id} already arrived in an earlier "
                                              "record"), src, data, key, p, landed)
             return

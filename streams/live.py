@@ -130,6 +130,12 @@ class LiveGroups:
         await self._index(g, src, p, skip=grades)
         return True, None
 
+    def holds(self, group_id: str, src: str) -> bool:
+        """Whether the group waits here held from raw record `src`: that record read again (a refetch of records
+        the guard took for undelivered, a replay) is the same hold, not a second record of the group."""
+        raw = self.table.get(group_id.encode())
+        return raw is not None and raw[0] == WAITING and unpack(raw).src == src
+
     async def _index(self, g: GroupView, src: str, p: int, skip: dict | None = None) -> int:
         """One index record per sample still waiting for its reward (less those in `skip`); how many were sent."""
         sent = 0

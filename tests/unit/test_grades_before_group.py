@@ -77,3 +77,41 @@ def test_a_grade_whose_group_never_comes_is_an_orphan_at_the_ttl(tmp_path):
         (b"g", 0, "fb/1/5", b"g-0", False), (b"g", 1, "fb/1/6", b"g-1", True)]
     detail = live.never_came(b"g", 0, orphans[0][2])
     assert "experience g-0" in detail and "did not arrive within feedback_ttl_s" in detail
+
+
+class _IngestEmit(_Emit):
+    """What the ingest writes: rejections by reason (index records as _Emit records them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.rejected: list[str] = []
+
+    def rejection(self, *, reason, **_kw):
+        return reason.encode()
+
+    async def outputs(self, outs, **_kw):
+        self.rejected += [o.value.decode() for o in outs if o.role == "rejected"]
+        return len(outs)
+
+
+def test_a_held_groups_raw_record_read_again_is_the_same_hold_and_another_record_of_it_a_duplicate(tmp_path):
+    """The delivery guard fetches again records it took for undelivered, some of which Faust had delivered: a held
+    live group's raw record read a second time was rejected `duplicate` while the group still waited, and was curated
+    too when its grades came (the live kill -9 run with grades held back: 2 DUPLICATED, 139 duplicate rejections)."""
+    from rftbus.streams.checkpoint.landed import Landed
+    from rftbus.streams.ingest import Ingest
+
+    live, table, _emit, view, _grade = _setup(tmp_path)
+    emit = _IngestEmit()
+    live.emit = emit
+    codec = make_codec(None)
+    data = codec.encode(codec.decode(view.data))
+    follower = type("Follower", (), {"version": 5})()
+    ing = Ingest(live.cfg, emit, codec, follower, None, live.counters, "raw", live, raw_partitions=1)
+    landed = Landed.empty(live.cfg)
+    asyncio.run(ing.on_raw(0, "raw/0/3", data, b"g", None, landed))
+    assert L.unpack(table[b"g"]).state == L.WAITING and len(emit.sent) == 2  # held; an index record a sample
+    asyncio.run(ing.on_raw(0, "raw/0/3", data, b"g", None, landed))  # the same record, delivered again
+    assert emit.rejected == [] and live.counters.c["raw_replays_skipped"] == 1
+    asyncio.run(ing.on_raw(0, "raw/0/9", data, b"g", None, landed))  # another record of the same group
+    assert emit.rejected == ["duplicate"]
