@@ -119,6 +119,10 @@ class Ingest:
 
     async def on_grade(self, p: int, msg, headers: dict, landed: Landed) -> None:
         src, exp = headers[H_SRC].decode(), headers.get(H_EXP, b"")
+        ident = done_key(src, exp.decode(errors="replace"))
+        if ident in landed.done:  # applied or rejected already, read again (a refetch): once is its outcome
+            self.counters.inc("replays_skipped")
+            return
         try:
             h = self.live.grade(msg.key, int(headers[H_SAMPLE]), msg.value, p, src, exp, bool(headers.get(H_RESEND)))
         except Late as e:
@@ -131,6 +135,7 @@ class Ingest:
             self.counters.join_latency(time.time() * 1000 - int(headers[H_T0]))
         if h is not None:
             await self._release(p, h, landed)
+        landed.done.add(ident)  # (a grade read again after its group was released is no late grade)
 
     async def _reject_grade(self, p: int, src: str, exp: bytes, key: bytes, original: bytes, detail: str,
                             landed: Landed) -> None:

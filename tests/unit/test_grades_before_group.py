@@ -89,6 +89,12 @@ class _IngestEmit(_Emit):
     def rejection(self, *, reason, **_kw):
         return reason.encode()
 
+    def fits(self, role, value):
+        return True
+
+    async def reject(self, *, reason, **_kw):
+        self.rejected.append(reason)
+
     async def outputs(self, outs, **_kw):
         self.rejected += [o.value.decode() for o in outs if o.role == "rejected"]
         return len(outs)
@@ -115,3 +121,29 @@ def test_a_held_groups_raw_record_read_again_is_the_same_hold_and_another_record
     assert emit.rejected == [] and live.counters.c["raw_replays_skipped"] == 1
     asyncio.run(ing.on_raw(0, "raw/0/9", data, b"g", None, landed))  # another record of the same group
     assert emit.rejected == ["duplicate"]
+
+
+def test_a_grade_read_again_after_it_released_its_group_is_no_late_grade(tmp_path):
+    """A grade that completed its group, read again (a refetch of joined), was rejected feedback_expired as if it came
+    after the TTL (339 of them in the live kill -9 run with grades held back)."""
+    from rftbus.streams.checkpoint.landed import Landed
+    from rftbus.streams.ingest import Ingest
+    from rftbus.streams.outputs import H_EXP, H_SAMPLE, H_SRC
+    from rftbus.streams.priority import PassRates
+
+    live, table, _emit, view, grade = _setup(tmp_path, n=1)
+    emit = _IngestEmit()
+    live.emit = emit
+    codec = make_codec(None)
+    follower = type("Follower", (), {"version": 5, "latest_version": lambda self: 5})()
+    ing = Ingest(live.cfg, emit, codec, follower, PassRates(0.1), live.counters, "raw", live, raw_partitions=1)
+    landed = Landed.empty(live.cfg)
+    asyncio.run(ing.on_raw(0, "raw/0/3", codec.encode(codec.decode(view.data)), b"g", None, landed))
+    msg = type("Msg", (), {"key": b"g", "value": grade[0]})()
+    headers = {H_SRC: b"fb/0/4", H_EXP: b"g-0", H_SAMPLE: b"0"}
+    asyncio.run(ing.on_grade(0, msg, headers, landed))
+    assert table[b"g"][0] == L.DONE and emit.rejected == []  # released (curated: the fake's outputs)
+    asyncio.run(ing.on_grade(0, msg, headers, landed))  # the same joined record, delivered again
+    assert emit.rejected == [] and live.counters.rejected["feedback_expired"] == 0
+    asyncio.run(ing.on_grade(0, msg, {**headers, H_SRC: b"fb/0/8"}, landed))  # another grade, after the release
+    assert emit.rejected == ["feedback_expired"]
