@@ -168,7 +168,8 @@ class Ingest:
             if newest > latest:  # usually a race with the trainer's publish, not an unknown version
                 latest = await self.follower.wait_for(newest, self.sc.version_wait_s)
         drops = sample_drops(g, latest, self.sc)
-        d = decide(g, drops, latest=latest, max_staleness=bound(self.cfg.rl, g.source), cfg=self.sc,
+        limit = bound(self.cfg.rl, g.source)
+        d = decide(g, drops, latest=latest, max_staleness=limit, cfg=self.sc,
                    pass_rates=self.pass_rates.of(p))  # (the partition's own: recovered with its inputs)
         outs = self._outputs(g, d, src)
         await self.emit.outputs(outs, src=src, p=p, latest=latest, t0=t0, landed=landed.indices(src))
@@ -180,8 +181,8 @@ class Ingest:
         if d.survivors:
             self.counters.inc("curated", len(d.survivors))
             eta = self.cfg.rl.max_staleness
-            past = sum(1 for i in d.survivors if is_stale(g.samples[i].model_version, latest, eta))
-            if past:  # (only graded answers get past η here: their bound is rl.max_feedback_staleness)
+            if limit > eta:  # (only a group whose bound is past η can keep rows past it: not on the rollouts' path)
+                past = sum(1 for i in d.survivors if is_stale(g.samples[i].model_version, latest, eta))
                 self.counters.inc("graded_past_eta", past)
             self.counters.inc("curated_groups")
             if d.priority_lane:
