@@ -48,17 +48,23 @@ def run_arm(cfg: Config, arm: str, say: Callable[[str], None]) -> dict:
 
 
 def plot_evals(arms: dict[str, dict], path: Path, title: str) -> None:
-    """Held-out eval against minutes, one line per arm (`arm_figures`' eval_points and gain)."""
+    """Held-out eval against minutes, one line per arm (`arm_figures`' eval_points and gain); an arm pooled over
+    repeats (its "runs") draws one line per run in the arm's colour, labelled once with the mean gain."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    for arm, a in arms.items():
-        pts = a["eval_points"]
-        ax.plot([p["seconds"] / 60 for p in pts], [p["reward"] for p in pts], marker="o", ms=3,
-                label=f"{arm} (gain {a['gain']:+.3f})" if a["gain"] is not None else arm)
+    for i, (arm, a) in enumerate(arms.items()):
+        label = f"{arm} (gain {a['gain']:+.3f})" if a["gain"] is not None else arm
+        runs = a.get("runs") or [a]
+        if len(runs) > 1:
+            label = f"{arm} (mean gain {a['gain']:+.3f}, {len(runs)} runs)" if a["gain"] is not None else arm
+        for j, r in enumerate(runs):
+            pts = r["eval_points"]
+            ax.plot([p["seconds"] / 60 for p in pts], [p["reward"] for p in pts], marker="o", ms=3, color=f"C{i}",
+                    alpha=1.0 if len(runs) == 1 else 0.6, label=label if j == 0 else None)
     ax.set_xlabel("minutes")
     ax.set_ylabel("held-out eval reward")
     ax.set_title(title, fontsize=10)

@@ -14,11 +14,16 @@ The promotion gate is off in every arm (served = newest, so "versions late" coun
 the feedback TTL is longer than the run (a held grade finds its answer waiting). Each arm's gain is its held-out
 eval at the end minus at the start (run.eval_n prompts, greedy). Writes late-feedback.json and a PNG of eval
 against time; prints the figures and whether late_gain >= 0.9 × on_time_gain and late_gain > dropped_gain.
+
+One eval is a greedy pass over run.eval_n prompts, so one run's gain moves by a prompt or two from run to run:
+`--repeats N` runs the arms round-robin N times (on_time, late, dropped, on_time, ...: the machine's drift falls
+on every arm alike) and each arm's gain is the mean of its N runs; every run's figures stay in the JSON.
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import typer
@@ -70,6 +75,24 @@ def arm_figures(s: dict) -> dict:
     }
 
 
+def pooled(runs: list[dict]) -> dict:
+    """One arm over its repeats: the mean of each gain and eval, every run's figures under "runs"; the books must
+    reconcile in every run."""
+    def mean(key: str) -> float | None:
+        vals = [r[key] for r in runs if r[key] is not None]
+        return round(statistics.fmean(vals), 4) if len(vals) == len(runs) else None
+
+    p50s = [r["trained_past_eta_p50"] for r in runs if r["trained_past_eta_p50"] is not None]
+    return {
+        "gain": mean("gain"), "gain_last2": mean("gain_last2"), "eval_start": mean("eval_start"),
+        "eval_end": mean("eval_end"), "gains": [r["gain"] for r in runs],
+        "trained_past_eta_p50": statistics.median(p50s) if p50s else None,
+        "reconciles": all(bool(r["reconciles"]) for r in runs),
+        "lost": sum(r["lost"] or 0 for r in runs), "duplicated": sum(r["duplicated"] or 0 for r in runs),
+        "runs": runs,
+    }
+
+
 def verdict(arms: dict[str, dict]) -> dict:
     """The JSON's headline keys and the target's two checks (None where an arm did not run)."""
     g = {a: arms[a]["gain"] if a in arms else None for a in ARMS}
@@ -92,6 +115,7 @@ def bench_late_feedback(
     eta: int = typer.Option(4, "--eta", min=0, help="η (rl.max_staleness) of every arm; the dropped arm's "
                             "feedback bound too"),
     arms: str = typer.Option(",".join(ARMS), "--arms", help="which arms, in order (comma-separated)"),
+    repeats: int = typer.Option(1, "--repeats", min=1, help="runs per arm, round-robin; an arm's gain is their mean"),
     out: Path = typer.Option(Path("late-feedback"), "--out", help="folder for late-feedback.json and its PNG"),
     as_json: bool = typer.Option(False, "--json", help="print the JSON object only"),
 ) -> None:
@@ -108,13 +132,17 @@ def bench_late_feedback(
                           "configs/live-real.yaml")
     say = (lambda _m: None) if as_json else st.err.print
     root = base.state_dir / "bench-late-feedback"
-    results: dict[str, dict] = {}
-    for arm in chosen:
-        cfg = arm_config(base, arm, root, minutes, late_share, late_versions, eta)
-        say(f"arm {arm}: {minutes:g} min (state {cfg.state_dir})")
-        results[arm] = arm_figures(run_arm(cfg, arm, say))
+    runs: dict[str, list[dict]] = {a: [] for a in chosen}
+    for r in range(repeats):
+        for arm in chosen:
+            name = arm if repeats == 1 else f"{arm}-{r + 1}"
+            where = root if repeats == 1 else root / f"run-{r + 1}"
+            cfg = arm_config(base, arm, where, minutes, late_share, late_versions, eta)
+            say(f"arm {name}: {minutes:g} min (state {cfg.state_dir})")
+            runs[arm].append(arm_figures(run_arm(cfg, name, say)))
+    results = {a: rs[0] if repeats == 1 else pooled(rs) for a, rs in runs.items()}
     head = verdict(results)
-    doc = {**head, "arms": results, "minutes_per_arm": minutes, "late_share": late_share,
+    doc = {**head, "arms": results, "minutes_per_arm": minutes, "repeats": repeats, "late_share": late_share,
            "late_versions": late_versions, "eta": eta, "model": base.model.name, "taskset": base.taskset.name,
            "eval_n": base.run.eval_n}
     saved = save(doc, results, out, "late-feedback", f"{base.model.name} on live {base.taskset.name}: half the "
@@ -123,10 +151,11 @@ def bench_late_feedback(
         print(json.dumps(doc))
         return
     c = st.console
-    for arm, a in results.items():
-        c.print(f"{arm:8s} eval {a['eval_start']} -> {a['eval_end']} (gain {a['gain']}), {a['versions']} versions, "
-                f"trained past η {a['trained_past_eta']}, rejected {a['rejected']}, lost {a['lost']}, "
-                f"duplicated {a['duplicated']}")
+    for arm, rs in runs.items():
+        for a in rs:
+            c.print(f"{arm:8s} eval {a['eval_start']} -> {a['eval_end']} (gain {a['gain']}), {a['versions']} "
+                    f"versions, trained past η {a['trained_past_eta']}, rejected {a['rejected']}, lost {a['lost']}, "
+                    f"duplicated {a['duplicated']}")
     c.print(f"on_time_gain {head['on_time_gain']}, late_gain {head['late_gain']}, dropped_gain "
             f"{head['dropped_gain']}, late_versions_p50 {head['late_versions_p50']}")
     c.print(f"late >= 0.9 x on time: {head['late_keeps_0_9_of_on_time']}; late > dropped: "

@@ -74,6 +74,29 @@ def test_the_verdict_checks_both_targets_and_the_books():
     assert verdict({"late": arm(0.1)})["late_beats_dropped"] is None
 
 
+def test_repeats_pool_to_the_mean_gain_and_one_bad_run_spoils_the_books(tmp_path):
+    from rftbus.bench.arms import plot_evals
+    from rftbus.bench.late_feedback import pooled
+
+    def run(gain, lost=0, p50=None):
+        return arm_figures({"eval_reward_initial": 0.25, "eval_reward_final": 0.25 + gain, "experiences_lost": lost,
+                            "duplicated": 0, "counts_reconcile": lost == 0, "trained_past_eta_p50": p50,
+                            "eval_points": [{"seconds": 20.0, "version": 0, "reward": 0.25},
+                                            {"seconds": 400.0, "version": 40, "reward": 0.25 + gain}]})
+
+    late = pooled([run(0.6, p50=14.0), run(0.65, p50=12.0), run(0.7, p50=20.0)])
+    assert late["gain"] == pytest.approx(0.65) and late["gains"] == [0.6, 0.65, 0.7]
+    assert late["trained_past_eta_p50"] == 14.0 and len(late["runs"]) == 3
+    on = pooled([run(0.7), run(0.7), run(0.75)])
+    v = verdict({"on_time": on, "late": late, "dropped": pooled([run(0.5), run(0.55), run(0.5)])})
+    assert v["late_keeps_0_9_of_on_time"] and v["late_beats_dropped"] and v["books_reconcile"]
+    assert v["late_versions_p50"] == 14.0
+    v = verdict({"on_time": on, "late": late, "dropped": pooled([run(0.5), run(0.5, lost=2)])})
+    assert not v["books_reconcile"]
+    plot_evals({"on_time": on, "late": late}, tmp_path / "p.png", "t")
+    assert (tmp_path / "p.png").stat().st_size > 1000
+
+
 def test_rollouts_past_eta_train_only_up_to_their_own_bound_when_one_is_set():
     cfg = load_config(REPO / "configs" / "real-times.yaml", environ={})
     assert bound(cfg.rl, "explorer") == 1 and bound(cfg.rl, "expert") == 1  # unset: η, a rollout past it is stale
