@@ -12,6 +12,7 @@ published under ``history/``); field order here is the order in the schema.
 from __future__ import annotations
 
 import enum
+import json
 import math
 import operator
 import time
@@ -94,6 +95,9 @@ def record_class(name: str) -> type[AvroRecord]:
     return RECORD_TYPES[name if "." in name else f"rftbus.{name}"]
 
 
+JSON_COLUMNS = "rftbus.json_columns"  # Task.metadata key: which columns hold JSON text (a data row's typed values)
+
+
 @_record
 class Task(AvroRecord):
     SCHEMA_NAME: ClassVar[str] = "rftbus.Task"
@@ -110,6 +114,12 @@ class Task(AvroRecord):
     metadata: dict[str, str] = field(default_factory=dict)
     created_at: int = field(default_factory=now_ms)
     messages: list[dict[str, str]] | None = None  # chat turns rendered instead of `prompt` (v2)
+
+    def columns(self) -> dict[str, Any]:
+        """The data row's other columns with their types (a list stays a list): metadata, JSON-decoded where the
+        taskset encoded a value that was not a string (JSON_COLUMNS)."""
+        coded = set(json.loads(self.metadata[JSON_COLUMNS])) if JSON_COLUMNS in self.metadata else set()
+        return {k: json.loads(v) if k in coded else v for k, v in self.metadata.items() if k != JSON_COLUMNS}
 
 
 @_record

@@ -12,6 +12,7 @@ the terms with weights: reward = sum(weight_i * reward_i), every component recor
 from __future__ import annotations
 
 import inspect
+import math
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Sequence
@@ -89,13 +90,23 @@ def _trl_call(fn: Any, task: Task, responses: list[Response]) -> Any:
     n = len(responses)
     columns: dict[str, list] = {"answer": [task.answer] * n, "task_id": [task.task_id] * n,
                                 "completion_ids": [list(r.token_ids) for r in responses]}
-    for k, v in (task.metadata or {}).items():
+    for k, v in task.columns().items():  # every other column of the data row, with its type
         columns.setdefault(k, [v] * n)
     return fn([task.prompt] * n, [r.text for r in responses], **columns)
 
 
 def components_of(name: str, out: Any) -> Components:
-    """One answer's score as components: a number is its reward; a dict must hold a numeric 'reward'."""
+    """One answer's score as components: a number is its reward; a dict must hold a numeric 'reward'. Every value
+    must be finite: a NaN would pass here and make the streams drop the group far from its cause."""
+    comps = _components(name, out)
+    for k, v in comps.items():
+        if not math.isfinite(v):
+            part = "" if k == "reward" else f" (component {k!r})"
+            raise ValueError(f"reward {name!r} returned {v}{part}, not a finite number: {CONTRACT}")
+    return comps
+
+
+def _components(name: str, out: Any) -> Components:
     if isinstance(out, bool) or isinstance(out, (int, float)):
         return {"reward": float(out)}
     if isinstance(out, dict):

@@ -7,6 +7,7 @@ librdkafka unchanged, so SASL_SSL, SCRAM and mTLS work without rftbus knowing ab
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from enum import Enum
@@ -189,8 +190,22 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
                 raise ConfigError(f"environment variable {name}: {'.'.join(parts)} conflicts with another override")
-        node[parts[-1]] = value
+        node[parts[-1]] = _env_value(name, parts, value)
     return out
+
+
+def _env_value(name: str, parts: list[str], value: str) -> Any:
+    """A variable's value: JSON for a key that holds a list or a map (compose and Kubernetes set config this way),
+    the text as it is for any other (pydantic converts it)."""
+    from rftbus.config.keys import takes_json
+
+    if not value.lstrip().startswith(("[", "{")) or not takes_json(Config, parts):
+        return value  # (a list key given as text: its own validator may read it, e.g. comma-separated tokens)
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"environment variable {name}: {'.'.join(parts)} is a list or map and this is not JSON "
+                          f"({e.msg} at character {e.pos}), e.g. '[\"a\", \"b\"]' or '{{\"k\": 1}}'") from None
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -208,7 +223,9 @@ def _format_errors(err: ValidationError, origin: str) -> str:
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
         if e["type"] == "extra_forbidden":
-            lines.append(f"  {key}: unknown key")
+            from rftbus.config.keys import did_you_mean
+
+            lines.append(f"  {key}: unknown key{did_you_mean(Config, [str(p) for p in e['loc']])}")
         else:
             got = e.get("input")
             shown = "" if isinstance(got, dict) else f" (got {got!r})"

@@ -152,7 +152,9 @@ class FieldMap(_Strict):
     workflow: str | None = None
     n_samples: str | None = None
     priority: str | None = None
-    metadata: list[str] = Field(default_factory=list, description="columns copied into Task.metadata")
+    metadata: list[str] | None = Field(None, description="columns copied into Task.metadata and handed to rewards "
+                                       "with their types (task.columns(); TRL-style rewards as keyword lists); "
+                                       "unset: every column no other field maps")
 
 
 class EvalSplitConfig(_Strict):

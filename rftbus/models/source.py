@@ -72,6 +72,22 @@ def model_folder(cfg: ModelConfig) -> str | None:
     return cfg.path
 
 
+def missing_folder(path: str | None) -> str | None:
+    """Why `path`, meant as a local model folder, is not one (None: it is one, or it reads as a hub id `org/name`).
+    A path that cannot be a hub id (absolute, ./ ../ ~, more than one /, or under a folder that exists here) and is
+    not on disk is said as a missing folder, with where it was looked for, not as a hub id the hub does not know."""
+    if not path or path.endswith(".gguf"):
+        return None
+    p = Path(path).expanduser()
+    if p.is_dir():
+        return None
+    if p.exists():
+        return f"model.path {path!r} is a file, not a model folder ({p.resolve()})"
+    first = path.split("/", 1)[0]
+    hub_like = path.count("/") == 1 and not path.startswith((".", "~", "/")) and not Path(first).is_dir()
+    return None if hub_like else f"model.path {path!r}: no such folder (looked for {p.resolve()})"
+
+
 def _digest(path: Path) -> str:
     st = path.stat()  # one hash per file version a process: the tokenizer, model and prompt format all ask
     return _digest_of(str(path), st.st_size, st.st_mtime_ns)

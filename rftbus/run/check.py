@@ -8,8 +8,10 @@ warnings (data cut by `run.tasks`) are printed and the run goes on.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rftbus.config import Config
@@ -29,35 +31,69 @@ class Report:
 
 
 def _first_line(e: BaseException) -> str:
+    """The error's first line; its type too unless it is rftbus's own (whose message already says what it is)."""
     text = str(e).strip().splitlines()
+    if isinstance(e, RftbusError) and text:
+        return text[0]
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
-def check_model(cfg: Config, rep: Report) -> Any:
-    """The tokenizer and prompt format (chat template, stop ids) of the configured model; its weights are not
-    loaded (seconds, and a missing or broken folder fails on the tokenizer and config already)."""
+def check_model(cfg: Config, tasks: list, rep: Report) -> Any:
+    """The tokenizer and prompt format (chat template, stop ids) of the configured model, and `tasks`' prompts with
+    the answers' length inside its context; its weights are not loaded (seconds, and a missing or broken folder
+    fails on the tokenizer and config already)."""
     from rftbus.models.loading import load_tokenizer
     from rftbus.models.prompt import prompt_format
-    from rftbus.models.source import model_folder
+    from rftbus.models.source import missing_folder, model_folder
 
+    if (why := missing_folder(cfg.model.path)) is not None:
+        rep.errors.append(f"model: {why}")
+        return None
+    from huggingface_hub.utils import logging as hub_logging
+
+    hub_logging.set_verbosity_error()  # (its retries print a line each; a hub id that does not load is said once)
     try:
         folder = model_folder(cfg.model)
         tok = load_tokenizer(cfg.model)
         fmt = prompt_format(tok, cfg.model)
     except (RftbusError, OSError, ValueError) as e:
-        rep.errors.append(f"model: {_first_line(e)}")
+        path = cfg.model.path
+        if path and not path.endswith(".gguf") and not Path(path).expanduser().exists():  # read as a hub id
+            rep.errors.append(f"model.path {path!r}: no folder {Path(path).expanduser().resolve()} here, and as a "
+                              f"Hugging Face hub id it did not load ({_first_line(e)})")
+        else:
+            rep.errors.append(f"model: {_first_line(e)}")
         return None
     if folder is not None:
         from transformers import AutoConfig
 
         try:
-            AutoConfig.from_pretrained(folder, trust_remote_code=cfg.model.trust_remote_code)
+            conf = AutoConfig.from_pretrained(folder, trust_remote_code=cfg.model.trust_remote_code)
         except (OSError, ValueError) as e:
             rep.errors.append(f"model {folder}: no model config ({_first_line(e)})")
             return None
+        ctx = getattr(conf, "max_position_embeddings", None)
+        check_context(cfg, fmt, ctx if isinstance(ctx, int) else None, tasks, rep)
     rep.notes.append(f"model {cfg.model.name or folder or 'tiny'}: "
                      f"{'chat template' if fmt.template else 'plain text prompts'}, stop ids {fmt.stop_ids}")
     return fmt
+
+
+def check_context(cfg: Config, fmt: Any, ctx: int | None, tasks: list, rep: Report) -> None:
+    """Prompt and answer inside the model's context (`ctx` tokens): explorer.sampling.max_new_tokens alone, then
+    the longest prompt of the tasks checked (through the one prompt renderer) with it."""
+    if ctx is None:
+        return
+    new = cfg.explorer.sampling.max_new_tokens
+    if new >= ctx:
+        rep.errors.append(f"explorer.sampling.max_new_tokens {new} is past the model's context of {ctx} tokens "
+                          f"(max_position_embeddings): at most {ctx - 1} less the prompt")
+        return
+    longest = max(((len(fmt.of_task(t)), t) for t in tasks), key=lambda x: x[0], default=None)
+    if longest is not None and longest[0] + new > ctx:
+        n, t = longest
+        rep.errors.append(f"task {t.task_id}: its prompt is {n} tokens, and with explorer.sampling.max_new_tokens "
+                          f"{new} that is past the model's context of {ctx}: shorten it or lower max_new_tokens")
 
 
 def check_data(cfg: Config, rep: Report) -> tuple[Any, list]:
@@ -175,6 +211,9 @@ def check_devices(cfg: Config, rep: Report) -> None:
     from rftbus.models.devices import problem
 
     gpus = torch.cuda.device_count()
+    # DeepSpeed (imported by transformers below) guesses its accelerator and prints a warning when it finds none;
+    # said here instead (trainer/dist.py sets the same for the trainer's processes)
+    os.environ.setdefault("DS_ACCELERATOR", "cuda" if gpus else "cpu")
     engine = cfg.explorer.engine
     roles = {"trainer.device": cfg.trainer.device, "run.eval_device": cfg.run.eval_device}
     if engine.kind in ("transformers", "vllm"):
@@ -213,8 +252,8 @@ def check_config(cfg: Config, config_file=None) -> Report:
     t0 = time.perf_counter()
     check_user_code(config_file, rep)
     check_devices(cfg, rep)
-    check_model(cfg, rep)
     ts, tasks = check_data(cfg, rep)
+    check_model(cfg, tasks, rep)
     check_rewards(cfg, ts, tasks, rep)
     rep.seconds = time.perf_counter() - t0
     return rep

@@ -133,8 +133,22 @@ def row_to_task(row: Any, m: Mapping) -> Task:
         task_id=str(task_id) if task_id is not None else stable_task_id(m.taskset, key),
         taskset=m.taskset, split=m.split, prompt=prompt, answer=None if answer is None else str(answer),
         workflow=opt(f.workflow), n_samples=n_samples, priority=priority, messages=messages,
-        metadata={k: (v if isinstance(v, str) else json.dumps(v)) for k in f.metadata if (v := row.get(k)) is not None},
+        metadata=column_metadata(row, f),
     )
+
+
+def column_metadata(row: dict, f: Any) -> dict[str, str]:
+    """The row's other columns as Task.metadata (a map of strings on the wire): a string as it is, any other value
+    as JSON, named under JSON_COLUMNS so `Task.columns()` gives it back with its type."""
+    from rftbus.schemas.records import JSON_COLUMNS
+
+    mapped = {f.prompt, f.messages, f.answer, f.task_id, f.workflow, f.n_samples, f.priority}
+    names = f.metadata if f.metadata is not None else [k for k in row if k not in mapped and k != JSON_COLUMNS]
+    out = {str(k): v if isinstance(v, str) else json.dumps(v) for k in names if (v := row.get(k)) is not None}
+    coded = sorted(str(k) for k in names if row.get(k) is not None and not isinstance(row[k], str))
+    if coded:
+        out[JSON_COLUMNS] = json.dumps(coded)
+    return out
 
 
 def mapped(records: Iterator[tuple[str, Any]], m: Mapping) -> Iterator[Row]:

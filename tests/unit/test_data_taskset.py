@@ -42,7 +42,8 @@ def test_a_seeded_share_is_held_out_and_never_trained(tmp_path):
     assert all(held_out(i, 0.25, 3) for i in ev)
     assert ts.check() == {"train": len(train), "eval": len(ev)}
     t = next(ts.tasks("train", 1))
-    assert t.metadata == {"level": str(ROWS[0]["level"])} and t.taskset == "mine"
+    assert t.metadata["level"] == str(ROWS[0]["level"]) and t.taskset == "mine"
+    assert t.columns() == {"level": ROWS[0]["level"]}  # back with its type (an int), for rewards
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "hf"])
