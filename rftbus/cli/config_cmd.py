@@ -12,6 +12,7 @@ import typer
 from pydantic import BaseModel, SecretStr
 
 from rftbus.cli.context import state
+from rftbus.config.keys import section_doc
 from rftbus.config.redact import redact
 from rftbus.errors import RftbusError
 
@@ -34,7 +35,9 @@ def _lines(model: BaseModel, indent: int) -> list[str]:
     out, pad = [], "  " * indent
     for name, field in type(model).model_fields.items():
         value = getattr(model, name)
-        note = f"  # {field.description}" if field.description else ""
+        one = value if isinstance(value, BaseModel) else value[0] if isinstance(value, list) and value else None
+        about = field.description or (section_doc(type(one)) if isinstance(one, BaseModel) else "")
+        note = f"  # {about}" if about else ""
         if isinstance(value, BaseModel):
             out.append(f"{pad}{name}:{note}")
             out += _lines(value, indent + 1)

@@ -68,15 +68,26 @@ run:
 """
 
 
-def _first_row(path: Path) -> dict:
-    with open(path) as f:
-        for line in f:
-            if line.strip():
-                row = json.loads(line)
+def _read_rows(path: Path) -> tuple[dict, int]:
+    """The data's first row and how many rows it has, read by the taskset's own reader (JSONL, CSV, Parquet, a
+    Hugging Face dataset folder): what `init` sees is what the run will read."""
+    from rftbus.tasksets.files import SourceError, records
+
+    first, n = None, 0
+    try:
+        for where, row in records(str(path)):
+            if isinstance(row, Exception):
+                raise RftbusError(f"{where}: {row}")
+            if first is None:
                 if not isinstance(row, dict):
-                    raise RftbusError(f"{path}: the first row is {type(row).__name__}, not an object")
-                return row
-    raise RftbusError(f"{path}: no rows")
+                    raise RftbusError(f"{where}: the first row is {type(row).__name__}, not an object")
+                first = row
+            n += 1
+    except SourceError as e:
+        raise RftbusError(str(e)) from None
+    if first is None:
+        raise RftbusError(f"{path}: no rows")
+    return first, n
 
 
 def _pick(row: dict, keys: tuple[str, ...], given: str | None, what: str, path: Path) -> str:
@@ -106,7 +117,8 @@ def init(
     out: Path = typer.Argument(Path("rftbus.yaml"), help="The config file to write."),
     model: str = typer.Option(..., "--model", help="A model folder, a Hugging Face id, or a preset "
                               "(smollm2-135m-instruct)."),
-    data: Path = typer.Option(..., "--data", help="Train data, JSONL: one object a line."),
+    data: Path = typer.Option(..., "--data", help="Train data: JSONL, CSV, Parquet, or a Hugging Face dataset "
+                              "folder."),
     eval_data: Path | None = typer.Option(None, "--eval", help="Held-out eval data (default: a tenth of --data)."),
     prompt_field: str | None = typer.Option(None, "--prompt-field"),
     answer_field: str | None = typer.Option(None, "--answer-field"),
@@ -122,12 +134,14 @@ def init(
     st = state(ctx)
     if out.exists() and not force:
         raise RftbusError(f"{out} exists; --force to overwrite")
-    if data.suffix != ".jsonl" or not data.is_file():
-        raise RftbusError(f"--data {data}: a JSONL file is needed (one JSON object a line)")
-    row = _first_row(data)
+    from rftbus.tasksets.files import detect
+
+    if not data.exists() or not detect(data):
+        raise RftbusError(f"--data {data}: a JSONL, CSV or Parquet file, or a Hugging Face dataset folder "
+                          "(save_to_disk) is needed" + ("" if data.exists() else ": it does not exist"))
+    row, rows = _read_rows(data)
     prompt_key = _pick(row, PROMPT_KEYS, prompt_field, "prompt", data)
     answer_key = _pick(row, ANSWER_KEYS, answer_field, "answer", data)
-    rows = sum(1 for line in open(data) if line.strip())
     if not re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_]\w*)?", reward):
         raise RftbusError(f"--reward {reward!r}: a built-in reward's name or module:function")
     q = json.dumps  # every value the user gave is written as a quoted YAML scalar: nothing can add a key (#63)

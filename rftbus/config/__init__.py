@@ -67,7 +67,8 @@ class RLConfig(_Strict):
 
 
 class Config(_Strict):
-    state_dir: Path = Field(Path(".rftbus"), validate_default=True)
+    state_dir: Path = Field(Path(".rftbus"), validate_default=True, description="the run's folder: the embedded "
+                            "broker's data, checkpoints, weights, status files and logs")
     kafka: KafkaConfig = KafkaConfig()
     broker: BrokerConfig = BrokerConfig()
     schema_registry: SchemaRegistryConfig = SchemaRegistryConfig()

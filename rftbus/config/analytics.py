@@ -11,6 +11,8 @@ _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class AnalyticsConfig(BaseModel):
+    """Analytics: every experience in ClickHouse (embedded chDB or a server)."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: Literal["chdb", "clickhouse"] = Field(
@@ -19,7 +21,7 @@ class AnalyticsConfig(BaseModel):
     url: str = Field("http://localhost:8123", description="ClickHouse server HTTP(S) URL (backend: clickhouse); "
                      "a chdb:///folder DSN runs clickhouse-connect's embedded chDB client instead of a server")
     database: str = Field("rftbus", description="database holding the analytics tables (created if missing)")
-    user: str = "default"
+    user: str = Field("default", description="ClickHouse user (backend: clickhouse)")
     password: SecretStr = Field(SecretStr(""), description="never logged")
     group_id: str = Field("rftbus-analytics", description="the sink's Kafka consumer group")
     batch_rows: int = Field(5000, ge=1, description="flush the buffered rows (all tables) after this many ...")

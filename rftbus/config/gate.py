@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class GateConfig(BaseModel):
+    """The promotion gate: which weight version serve gives users, and on what evidence."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     enabled: bool = Field(False, description="serve follows the gate's decisions (topics.decisions) instead of the "
                           "newest version: a new version is a candidate on canary_share of new sessions until the gate "

@@ -49,3 +49,22 @@ def takes_json(root: type[BaseModel], path: list[str]) -> bool:
     kinds = [ann, *typing.get_args(ann)] if isinstance(ann, types.UnionType) or typing.get_origin(ann) is typing.Union \
         else [ann]
     return any(typing.get_origin(k) in (list, dict, tuple) or k in (list, dict) for k in kinds)
+
+
+def section_doc(model: type[BaseModel]) -> str:
+    """A section's own description: the first line of its class's docstring."""
+    return (model.__doc__ or "").strip().split("\n")[0]
+
+
+def undescribed(root: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every key under `root` with no description (a section may have its class's docstring instead)."""
+    out = []
+    for name, f in root.model_fields.items():
+        sub = _models_in(f.annotation)
+        if sub:
+            if not f.description and not section_doc(sub[0]):
+                out.append(f"{prefix}{name}")
+            out += undescribed(sub[0], f"{prefix}{name}.")
+        elif not f.description:
+            out.append(f"{prefix}{name}")
+    return out

@@ -37,6 +37,8 @@ class TrackingConfig(BaseModel):
 
 
 class RunConfig(BaseModel):
+    """`rftbus run`: which processes it starts, how long, and the held-out evals it makes."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     report_to: list[Tracker] = Field(
         default_factory=lambda: list[Tracker](["tensorboard"]), description="experiment trackers fed from the metrics topic "
@@ -45,7 +47,8 @@ class RunConfig(BaseModel):
     tracking: TrackingConfig = Field(default_factory=TrackingConfig)
     explorers: int = Field(1, ge=0, description="explorer processes (one consumer group); 0 = none: live "
                            "traffic through `serve` is the only source of experiences (with `simulate`)")
-    streams_workers: int = Field(1, ge=1)
+    streams_workers: int = Field(1, ge=1, description="Faust workers (one consumer group: partitions are shared among "
+                                 "them)")
     tasks: int = Field(2000, ge=1, description="train tasks of the built-in taskset published at start")
     expert: bool = Field(True, description="also publish expert demonstrations (needed by the mix/sft losses)")
     expert_epochs: int = Field(1, ge=1, description="passes of demonstrations (each pass new ids): the trainer "

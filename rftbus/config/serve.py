@@ -10,10 +10,12 @@ from rftbus.config.explorer import EngineConfig
 
 
 class ServeConfig(BaseModel):
+    """`rftbus serve`: the OpenAI-compatible server for live traffic, and its feedback endpoint."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     host: str = Field("127.0.0.1", description="listen address (0.0.0.0 to accept remote agents)")
-    port: int = Field(8000, ge=1, le=65535)
+    port: int = Field(8000, ge=1, le=65535, description="the OpenAI-compatible server's HTTP port")
     inference_tokens: list[SecretStr] = Field(
         default_factory=list, description="bearer tokens for /v1/models and /v1/*completions; "
         "env: comma-separated. Empty = that scope is open (only allowed on a loopback host unless allow_open)")
@@ -68,7 +70,7 @@ class ServeConfig(BaseModel):
                                               "refunded); 0 = no limit")
     metrics: bool = Field(True, description="Prometheus /metrics (latency, time to first token, tokens, "
                           "rejections, version; no request content)")
-    status_interval_s: float = Field(1.0, gt=0)
+    status_interval_s: float = Field(1.0, gt=0, description="seconds between status-file writes")
 
     @field_validator("inference_tokens", "feedback_tokens", "read_tokens", "weights_tokens", mode="before")
     @classmethod

@@ -14,7 +14,7 @@ class GradersConfig(BaseModel):
     delay_sigma: float = Field(1.2, ge=0, description="log-normal sigma of the delay: 1.2 gives a p99 of ~16x "
                                "the median (a tail of minutes for a median of seconds)")
     delay_min_s: float = Field(0.0, ge=0, description="delays are clipped to [delay_min_s, delay_max_s]")
-    delay_max_s: float = Field(600.0, gt=0)
+    delay_max_s: float = Field(600.0, gt=0, description="the longest delay (a clipped tail)")
     ungraded_share: float = Field(0.05, ge=0, le=1, description="answers nobody ever grades (-> no_feedback)")
     correction_share: float = Field(0.2, ge=0, le=1, description="a wrong answer gets a correction (the "
                                     "reference answer: a demonstration) with this probability, else a score")
@@ -43,6 +43,8 @@ class GradersConfig(BaseModel):
 
 
 class SimulateConfig(BaseModel):
+    """`rftbus simulate`: agents that call serve and graders that grade their answers."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     url: str | None = Field(None, description="the proxy's /v1 base URL; default http://serve.host:serve.port/v1")
@@ -57,8 +59,8 @@ class SimulateConfig(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2, description="what the agents ask for; None = serve's "
                                       "default (explorer sampling). The live reward scores what they got")
     duration_s: float | None = Field(None, gt=0, description="stop after this long; None = until stopped")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the simulated agents and graders")
     graders: GradersConfig = GradersConfig()
     posts_in_flight: int = Field(32, ge=1, description="feedback posts sent at once (the HTTP pool's size); the "
                                  "rest wait their turn in the simulator, not in the pool")
-    status_interval_s: float = Field(1.0, gt=0)
+    status_interval_s: float = Field(1.0, gt=0, description="seconds between status-file writes")

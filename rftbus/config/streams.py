@@ -12,11 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class StreamsConfig(BaseModel):
+    """The Faust stream processors: verify, join feedback, compute advantages, filter and prioritise."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     app_id: str = Field("rftbus-streams", description="Faust app id = Kafka consumer group; prefixes internal topics")
     worker_id: str | None = Field(None, description="status file name part; default <hostname>-<pid>")
-    log_level: str = "WARNING"
+    log_level: str = Field("WARNING", description="the Faust worker's log level")
     processing_guarantee: Literal["at_least_once", "exactly_once"] = Field(
         "at_least_once", description="at_least_once + output dedupe (measured to hold); exactly_once = "
         "Faust's Kafka transactions, which do not hold in faust-streaming 0.15 (see docs/BENCHMARKS.md)")
@@ -72,8 +74,8 @@ class StreamsConfig(BaseModel):
                                         "reward in its class's baseline (~ the last 1/alpha answers)")
     # filters
     max_tokens: int = Field(8192, ge=1, description="prompt + response tokens over this: over_length")
-    reward_min: float = -10.0
-    reward_max: float = 10.0
+    reward_min: float = Field(-10.0, description="a reward below this is rejected reward_out_of_range")
+    reward_max: float = Field(10.0, description="a reward above this is rejected reward_out_of_range")
     zero_variance_eps: float = Field(1e-6, ge=0, description="group reward std <= this: zero_variance")
     drop_zero_variance: bool = Field(True, description="reject zero-variance groups (their GRPO advantages "
                                      "are all 0); false passes them on (e.g. `bench async`: a fixed B per step)")
@@ -87,7 +89,7 @@ class StreamsConfig(BaseModel):
     expert_min_reward: float = Field(1.0, description="promote only at or above this reward")
     # housekeeping
     tick_interval_s: float = Field(1.0, gt=0, description="feedback timeouts are checked this often (tick records)")
-    status_interval_s: float = Field(1.0, gt=0)
+    status_interval_s: float = Field(1.0, gt=0, description="seconds between status-file writes")
     metrics_interval_s: float = Field(5.0, gt=0, description="TrainerMetric kind=streams / task_pass_rate")
     dedupe_window_s: float = Field(900.0, gt=0, description="group ids remembered per partition: a second record "
                                    "of a group within this window is rejected as duplicate")

@@ -6,11 +6,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class StudioConfig(BaseModel):
+    """`rftbus studio`: the browser console where people grade answers and watch the run."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     host: str = Field("127.0.0.1", description="`rftbus studio` listen address; tokens: serve.feedback_tokens "
                       "(graders) and serve.read_tokens (dashboard, experience browser, SQL)")
-    port: int = Field(8100, ge=1, le=65535)
+    port: int = Field(8100, ge=1, le=65535, description="the studio's HTTP port")
     mount_in_serve: bool = Field(True, description="`rftbus serve` also serves the studio under /studio")
     refresh_s: float = Field(5.0, gt=0, description="how often an open dashboard and feedback queue refresh")
     queue_limit: int = Field(40, ge=1, le=500, description="experiences shown in the feedback queue at once")

@@ -15,8 +15,11 @@ LossName = Literal["sft", "grpo", "ppo", "mix", "dpo"]
 
 
 class TrainerConfig(BaseModel):
+    """The DeepSpeed trainer: the loss, the optimizer, checkpoints, weight versions and its loop."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    group_id: str = "rftbus-trainer"
+    group_id: str = Field("rftbus-trainer", description="the trainer's Kafka consumer group (its offsets live in its "
+                          "checkpoints)")
     lineage: str = Field("", description="whose weight versions these are: empty for the run's first trainer; "
                          "another trainer on the same stream (run.trainers) publishes under <model>@<lineage>, "
                          "so the promotion gate can choose among several trainers' versions (rftbus/models/"
@@ -24,7 +27,8 @@ class TrainerConfig(BaseModel):
     id: str | None = Field(None, description="status-file id; default the process rank")
 
     # What is learned.
-    loss: LossName = "grpo"
+    loss: LossName = Field("grpo", description="the loss (trainer/losses/): grpo, ppo, mix (GRPO + SFT on "
+                           "demonstrations), sft, dpo")
     zero_stage: int = Field(1, ge=0, le=3, description="DeepSpeed ZeRO stage")
     device: str = Field("auto", description=f"{DESCRIBED}: auto is every GPU there is (a rank each), else the CPU; "
                         "cuda:N,M gives rank i the i-th listed GPU (the others are not shown to the trainer)")
@@ -36,16 +40,17 @@ class TrainerConfig(BaseModel):
     gradient_checkpointing: bool = Field(False, description="recompute activations in backward (long responses)")
     micro_batch_tokens: int | None = Field(None, ge=2, description="cut each batch into micro-batches of at most "
                                            "this many padded tokens, gradients accumulated (trainer/micro.py)")
-    lr: float = Field(1e-3, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    lr: float = Field(1e-3, gt=0, description="AdamW learning rate (5e-4 suits LoRA on a 135M model; full weights want "
+                      "less)")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     warmup_steps: int = Field(0, ge=0, description="linear LR warm-up, in optimizer steps")
     lr_decay_steps: int | None = Field(None, ge=1, description="after warm-up, cosine decay of the LR to "
                                        "lr·lr_min_ratio over this many optimizer steps (update_epochs per "
                                        "trainer step), flat after; None = constant")
-    lr_min_ratio: float = Field(0.1, ge=0, le=1)
+    lr_min_ratio: float = Field(0.1, ge=0, le=1, description="the cosine decay's floor, as a share of lr")
     grad_clip: float = Field(1.0, ge=0, description="0 = off")
     update_epochs: int = Field(1, ge=1, description="optimizer steps per batch (PPO-style reuse)")
-    seed: int = 0
+    seed: int = Field(0, description="torch's seed in the trainer")
     threads: int | None = Field(None, ge=1, description="torch intra-op threads of a trainer `rftbus run` starts (its "
                                 "OMP_NUM_THREADS); None: the cores the run may use less the explorers' threads "
                                 "(run/cores.py), so no two stages share a core")
@@ -60,7 +65,7 @@ class TrainerConfig(BaseModel):
                                "tokens with the largest (log π_prox/π_behav)² are masked until the rest's mean is "
                                "<= this (M2PO's second-moment trust region; trainer/losses/m2.py)")
     kl_coef: float | None = Field(None, ge=0, description="KL to the frozen reference; default 0.05 for ppo, else 0")
-    entropy_coef: float = Field(0.0, ge=0)
+    entropy_coef: float = Field(0.0, ge=0, description="weight of an entropy bonus in the policy loss (0 = off)")
     kl_cov_ratio: float = Field(0.0, ge=0, le=1, description="KL-Cov: the share of trained tokens with the largest "
                                 "logprob-advantage covariance held near the proximal policy (entropy collapse); 0 = off")
     kl_cov_coef: float = Field(1.0, ge=0, description="KL-Cov: weight of their |logp - logp_prox| penalty")
@@ -77,16 +82,16 @@ class TrainerConfig(BaseModel):
     step_wait_s: float | None = Field(None, gt=0, description="step with the RL groups that are ready (at least "
                                       "one) once this long has passed since the last step, instead of waiting "
                                       "for B: a steady step rate when streams drop most groups; None = wait for B")
-    dpo_beta: float = Field(0.1, gt=0)
-    gamma: float = Field(1.0, ge=0, le=1)
-    gae_lambda: float = Field(0.95, ge=0, le=1)
-    vf_coef: float = Field(0.5, ge=0)
+    dpo_beta: float = Field(0.1, gt=0, description="dpo: β, the strength of the implicit KL to the reference")
+    gamma: float = Field(1.0, ge=0, le=1, description="ppo: discount of GAE")
+    gae_lambda: float = Field(0.95, ge=0, le=1, description="ppo: λ of GAE")
+    vf_coef: float = Field(0.5, ge=0, description="ppo: weight of the value loss")
     max_seq_len: int | None = Field(None, ge=2, description="default: the model's max_position_embeddings")
 
     # Checkpoints, weights, lineage.
     checkpoint_dir: str | None = Field(None, description="default <state_dir>/checkpoints")
     checkpoint_interval: int = Field(1, ge=1, description="steps between checkpoints (every publish also checkpoints)")
-    keep_checkpoints: int = Field(2, ge=1)
+    keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk (older ones deleted)")
     store_url: str | None = Field(None, description="weight store, any fsspec URL; default <state_dir>/weights")
     keep_versions: int = Field(4, ge=1, description="weight versions kept in the store (see weights_gc.py)")
     max_version_jump: int = Field(1000, ge=1, description="a weight record more than this many versions ahead of the "
@@ -104,7 +109,7 @@ class TrainerConfig(BaseModel):
 
     # Loop.
     staleness_for_expert: bool = Field(False, description="apply η to the expert lane too (demos have no behaviour policy)")
-    poll_timeout_s: float = Field(0.2, gt=0)
+    poll_timeout_s: float = Field(0.2, gt=0, description="seconds one poll of the curated topics waits")
     max_pending_groups: int | None = Field(None, ge=1, description="buffer cap before lanes pause; default 4·B")
     max_steps: int | None = Field(None, ge=1, description="stop after this many steps (counting from the checkpoint)")
     idle_exit_s: float | None = Field(None, gt=0, description="exit after this long with no trainable batch")
@@ -112,9 +117,10 @@ class TrainerConfig(BaseModel):
                                      "since the checkpoint) and wait: `rftbus run --max-steps` sets it, so no step "
                                      "is in flight when the run stops it (a real model's step can outlast the stop's "
                                      "grace, and a kill between checkpoint and publish leaves a version unpublished)")
-    status_interval_s: float = Field(1.0, gt=0)
+    status_interval_s: float = Field(1.0, gt=0, description="seconds between status-file writes")
     eval_interval: int = Field(0, ge=0, description="steps between evals on the held-out split; 0 = off")
-    eval_n: int = Field(16, ge=1)
+    eval_n: int = Field(16, ge=1, description="held-out tasks the trainer's own eval (eval_interval, `rftbus eval`) "
+                        "scores")
     eval_max_new_tokens: int | None = Field(None, ge=1, description="new tokens a held-out eval answer may have "
                                             "(the run's eval, the trainer's, `rftbus eval`); None: the explorers' "
                                             "explorer.sampling.max_new_tokens")

@@ -9,12 +9,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 
 class TinyModelConfig(BaseModel):
+    """The built-in tiny Llama's shape (model.path unset): tests and toy runs in seconds."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-    hidden_size: int = Field(128, ge=8)
-    intermediate_size: int = Field(256, ge=8)
-    num_hidden_layers: int = Field(2, ge=1)
-    num_attention_heads: int = Field(4, ge=1)
-    max_position_embeddings: int = Field(64, ge=8)
+    hidden_size: int = Field(128, ge=8, description="the built-in tiny model's width")
+    intermediate_size: int = Field(256, ge=8, description="the tiny model's MLP width")
+    num_hidden_layers: int = Field(2, ge=1, description="the tiny model's layers")
+    num_attention_heads: int = Field(4, ge=1, description="the tiny model's attention heads")
+    max_position_embeddings: int = Field(64, ge=8, description="the tiny model's context, in tokens")
 
 
 class LoraSpec(BaseModel):
@@ -23,12 +25,14 @@ class LoraSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     r: int = Field(16, ge=1, description="rank of each adapter's A·B update")
     alpha: float = Field(32.0, gt=0, description="scaling: the update is multiplied by alpha / r")
-    dropout: float = Field(0.0, ge=0, lt=1)
+    dropout: float = Field(0.0, ge=0, lt=1, description="dropout on the adapter's input")
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
                                       min_length=1, description="names of the Linear modules that get an adapter")
 
 
 class ModelConfig(BaseModel):
+    """The policy model: a preset, a Hugging Face folder or hub id, a GGUF, or the built-in tiny model."""
+
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
     name: str = Field("tiny", description="model name: the key of its versions on the weights topic; a preset's "
                       "name (smollm2-135m-instruct) with no path or gguf_file loads that preset's weights")
@@ -46,5 +50,6 @@ class ModelConfig(BaseModel):
     system_prompt: str | None = Field(None, description="system message put before every task's prompt "
                                       "(chat template only); unset = the template's own default")
     tiny: TinyModelConfig = TinyModelConfig()
-    seed: int = 0
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    seed: int = Field(0, description="seed of the tiny model's random weights")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="the weights' dtype when loaded "
+                                                             "for generation and training")

@@ -26,7 +26,7 @@ def plot_eval(points: list[dict], out_dir: Path, title: str = "held-out eval rew
         ax.plot(xs, ys, marker="o", linewidth=1.5)
         ax.set_xlabel(x_label)
         ax.set_ylabel("mean eval reward")
-        ax.set_ylim(-0.02, 1.02)
+        scale_y(ax, ys)
         written.append(_save(fig, ax, title, out_dir / name))
     return written
 
@@ -56,7 +56,7 @@ def plot_live(curve: list[dict], out_dir: Path, title: str) -> list[Path]:
     ax.plot(xs, [b["exact"] for b in curve], marker=".", linewidth=1, alpha=0.7, label="exact answers")
     ax.set_xlabel("minute of the run")
     ax.set_ylabel("mean over the answers served that minute")
-    ax.set_ylim(-0.02, 1.02)
+    scale_y(ax, [b["reward"] for b in curve] + [b["exact"] for b in curve])
     ax.legend(loc="upper left")
     return [_save(fig, ax, title, out_dir / "live_reward.png")]
 
@@ -91,9 +91,17 @@ def plot_gate(curve: list[dict], evals: list[dict], timeline: list[dict], starte
                            label=f"{kind}{whose} ({len(xs)})" if i == 0 else None)
     ax.set_xlabel("minute of the run")
     ax.set_ylabel("mean reward")
-    ax.set_ylim(-0.02, 1.02)
+    scale_y(ax, [b["reward"] for b in curve] + [e["reward"] for e in evals] + [p["reward"] for p in candidate_evals or []])
     ax.legend(loc="upper left", fontsize=8)
     return [_save(fig, ax, title, out_dir / "gate.png")]
+
+
+def scale_y(ax, ys: list[float]) -> None:
+    """The y axis over [0, 1] where the rewards lie in it (runs compare at a glance), else over the data: a
+    reward of your own may run from -1 or up to 3, and a fixed [0, 1] cut it off."""
+    lo, hi = min([0.0, *ys]), max([1.0, *ys])
+    pad = 0.02 * (hi - lo)
+    ax.set_ylim(lo - pad, hi + pad)
 
 
 def _save(fig, ax, title: str, path: Path) -> Path:

@@ -94,3 +94,23 @@ def test_a_typo_in_a_key_gets_a_suggestion_and_a_list_is_set_from_a_variable_as_
     assert out.returncode == 0 and 'target_modules: ["q_proj", "v_proj"]' in out.stdout, out.stdout + out.stderr
     out = run('["q_proj", ')
     assert out.returncode == 1 and "RFTBUS_TRAINER__LORA__TARGET_MODULES" in out.stderr and "JSON" in out.stderr
+
+
+def test_rftbus_config_describes_every_key(tmp_path):
+    out = _cli("config", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    keys = [ln for ln in out.stdout.splitlines() if ln.strip() and not ln.lstrip().startswith("- ")]
+    assert len(keys) > 400 and [ln for ln in keys if "  # " not in ln] == []
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "hf"])
+def test_init_reads_every_format_the_taskset_reads(tmp_path, smollm2_two_layers, fmt):
+    import datasets
+
+    rows = [{"question": f"What is {a} times 3?", "solution": str(3 * a)} for a in range(30)]
+    ds = datasets.Dataset.from_list(rows)
+    data = tmp_path / {"csv": "qa.csv", "parquet": "qa.parquet", "hf": "qa"}[fmt]
+    {"csv": ds.to_csv, "parquet": ds.to_parquet, "hf": ds.save_to_disk}[fmt](str(data))
+    out = _cli("init", "--model", str(smollm2_two_layers), "--data", data.name, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert f"30 rows of {data.name} (question -> solution)" in out.stdout and "scores 1" in out.stdout
