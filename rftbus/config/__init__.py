@@ -301,6 +301,33 @@ def read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+# The inputs a config file names (data, model): a relative one is looked for beside the file first, as reward modules
+# are; where it is not there, it stays as written (the working directory's, or a hub id).
+INPUT_PATHS = (("taskset", "path"), ("taskset", "eval", "path"), ("model", "path"), ("model", "gguf_file"))
+
+
+def beside(data: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """`data` with each of INPUT_PATHS that exists relative to `folder` made absolute (the config file's folder)."""
+    for keys in INPUT_PATHS:
+        node: Any = data
+        for k in keys[:-1]:
+            node = node.get(k) if isinstance(node, dict) else None
+        value = node.get(keys[-1]) if isinstance(node, dict) else None
+        if isinstance(value, str) and value and not Path(value).expanduser().is_absolute():
+            there = folder / value
+            if there.exists():
+                node[keys[-1]] = str(there.resolve())
+    return data
+
+
+def where_looked(value: str, config_file: Path | None) -> str:
+    """Where a relative input path was looked for, for the message that says it is not there."""
+    places = [Path(value).expanduser().resolve()]
+    if config_file is not None and not Path(value).expanduser().is_absolute():
+        places.insert(0, (config_file.parent / value).resolve())
+    return " and ".join(str(p) for p in dict.fromkeys(places))
+
+
 def load_config(
     path: str | os.PathLike[str] | None = None,
     overrides: dict[str, Any] | None = None,
@@ -309,7 +336,7 @@ def load_config(
     """Build the Config; raises ConfigError naming every bad key."""
     environ = dict(os.environ if environ is None else environ)
     file = find_config_file(path)
-    data: dict[str, Any] = read_yaml(file) if file else {}
+    data: dict[str, Any] = beside(read_yaml(file), file.parent) if file else {}
     origins = [str(file) if file else "defaults"]
     env = _env_overrides(environ)
     if env:

@@ -72,7 +72,7 @@ def model_folder(cfg: ModelConfig) -> str | None:
     return cfg.path
 
 
-def missing_folder(path: str | None) -> str | None:
+def missing_folder(path: str | None, looked: str | None = None) -> str | None:
     """Why `path`, meant as a local model folder, is not one (None: it is one, or it reads as a hub id `org/name`).
     A path that cannot be a hub id (absolute, ./ ../ ~, more than one /, or under a folder that exists here) and is
     not on disk is said as a missing folder, with where it was looked for, not as a hub id the hub does not know."""
@@ -85,7 +85,7 @@ def missing_folder(path: str | None) -> str | None:
         return f"model.path {path!r} is a file, not a model folder ({p.resolve()})"
     first = path.split("/", 1)[0]
     hub_like = path.count("/") == 1 and not path.startswith((".", "~", "/")) and not Path(first).is_dir()
-    return None if hub_like else f"model.path {path!r}: no such folder (looked for {p.resolve()})"
+    return None if hub_like else f"model.path {path!r}: no such folder (looked for {looked or p.resolve()})"
 
 
 def _digest(path: Path) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rftbus.config import Config
+from rftbus.config import Config, where_looked
 from rftbus.errors import RftbusError
 
 
@@ -38,7 +38,7 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
-def check_model(cfg: Config, tasks: list, rep: Report) -> Any:
+def check_model(cfg: Config, tasks: list, rep: Report, config_file: Path | None = None) -> Any:
     """The tokenizer and prompt format (chat template, stop ids) of the configured model, and `tasks`' prompts with
     the answers' length inside its context; its weights are not loaded (seconds, and a missing or broken folder
     fails on the tokenizer and config already)."""
@@ -46,7 +46,8 @@ def check_model(cfg: Config, tasks: list, rep: Report) -> Any:
     from rftbus.models.prompt import prompt_format
     from rftbus.models.source import missing_folder, model_folder
 
-    if (why := missing_folder(cfg.model.path)) is not None:
+    looked = where_looked(cfg.model.path, config_file) if cfg.model.path else None
+    if (why := missing_folder(cfg.model.path, looked)) is not None:
         rep.errors.append(f"model: {why}")
         return None
     from huggingface_hub.utils import logging as hub_logging
@@ -59,7 +60,7 @@ def check_model(cfg: Config, tasks: list, rep: Report) -> Any:
     except (RftbusError, OSError, ValueError) as e:
         path = cfg.model.path
         if path and not path.endswith(".gguf") and not Path(path).expanduser().exists():  # read as a hub id
-            rep.errors.append(f"model.path {path!r}: no folder {Path(path).expanduser().resolve()} here, and as a "
+            rep.errors.append(f"model.path {path!r}: no folder {where_looked(path, config_file)}, and as a "
                               f"Hugging Face hub id it did not load ({_first_line(e)})")
         else:
             rep.errors.append(f"model: {_first_line(e)}")
@@ -96,21 +97,25 @@ def check_context(cfg: Config, fmt: Any, ctx: int | None, tasks: list, rep: Repo
                           f"{new} that is past the model's context of {ctx}: shorten it or lower max_new_tokens")
 
 
-def check_data(cfg: Config, rep: Report) -> tuple[Any, list]:
+def check_data(cfg: Config, rep: Report, config_file: Path | None = None) -> tuple[Any, list]:
     """The taskset opened, data read whole (a bad row named), and the train tasks the run would publish."""
     from rftbus.producers.tasks.sources import SourceError
     from rftbus.tasksets.data import DataTaskset, open_taskset
 
+    path = cfg.taskset.path
+    looked = (f"; looked for {where_looked(path, config_file)}" if path and cfg.taskset.format != "hub"
+              and not Path(path).expanduser().exists() else "")
     try:
         ts = open_taskset(cfg.taskset)
     except (RftbusError, OSError, ValueError) as e:
-        rep.errors.append(f"taskset {cfg.taskset.name}: {_first_line(e)}")
+        rep.errors.append(f"taskset {cfg.taskset.name}: {_first_line(e)}{looked}")
         return None, []
     if isinstance(ts, DataTaskset):
         try:
             counts = ts.check()
         except (SourceError, RftbusError) as e:  # every bad row its own line
             first, *rows = str(e).splitlines()
+            first += looked
             rep.errors.append(first if first.startswith("taskset") else f"taskset {cfg.taskset.name}: {first}")
             rep.errors.extend(r.strip() for r in rows if r.strip())
             return ts, []
@@ -252,8 +257,8 @@ def check_config(cfg: Config, config_file=None) -> Report:
     t0 = time.perf_counter()
     check_user_code(config_file, rep)
     check_devices(cfg, rep)
-    ts, tasks = check_data(cfg, rep)
-    check_model(cfg, tasks, rep)
+    ts, tasks = check_data(cfg, rep, Path(config_file) if config_file else None)
+    check_model(cfg, tasks, rep, Path(config_file) if config_file else None)
     check_rewards(cfg, ts, tasks, rep)
     rep.seconds = time.perf_counter() - t0
     return rep

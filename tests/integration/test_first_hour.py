@@ -114,3 +114,18 @@ def test_init_reads_every_format_the_taskset_reads(tmp_path, smollm2_two_layers,
     out = _cli("init", "--model", str(smollm2_two_layers), "--data", data.name, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert f"30 rows of {data.name} (question -> solution)" in out.stdout and "scores 1" in out.stdout
+
+
+def test_data_beside_the_config_is_found_from_anywhere_and_a_missing_file_says_where_it_was_looked_for(tmp_path):
+    cfg = _project(tmp_path, ["my_rewards:as_float"])
+    data = json.loads(cfg.read_text())
+    data["taskset"]["path"] = "train.jsonl"  # relative: beside the config, as the reward module is
+    cfg.write_text(json.dumps(data))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = _cli("check", str(cfg), cwd=elsewhere, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (cfg.parent / "train.jsonl").unlink()
+    out = _cli("check", str(cfg), cwd=elsewhere, timeout=60)
+    want = f"looked for {cfg.parent / 'train.jsonl'} and {elsewhere / 'train.jsonl'}"
+    assert out.returncode == 1 and any(want in e for e in _errors(out)), out.stderr
