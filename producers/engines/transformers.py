@@ -58,7 +58,7 @@ class TransformersEngine(RolloutEngine):
         self.tok = tokenizer
         self.prompt = prompt or prompt_format(tokenizer, cfg.model)  # its stop ids end a response
         self.device = resolve(cfg.explorer.engine.device)
-        self.model: Any = (model or load_policy(cfg.model, tokenizer)).to(self.device).eval()
+        self.model: Any = (model or load_policy(cfg.model, tokenizer, str(self.device))).to(self.device).eval()
         self.version = 0
         self.max_context = getattr(self.model.config, "max_position_embeddings", None) or None
         if cfg.explorer.sampling.seed is not None:

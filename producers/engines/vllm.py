@@ -35,6 +35,7 @@ import torch
 from rftbus.config import Config
 from rftbus.config.explorer import SamplingConfig
 from rftbus.errors import RftbusError
+from rftbus.models.loading import dtype_name
 from rftbus.models.lora import Adapter
 from rftbus.producers.engines.base import Completion, StepCallback, RolloutEngine
 
@@ -196,7 +197,7 @@ class VllmEngine(RolloutEngine):
         self._base_state: dict[str, torch.Tensor] | None = None
         extra = ({"enable_lora": True, "max_loras": self._lora_slots, "max_lora_rank": lora.r}
                  if lora and self.lora_mode == "adapter" else {})
-        self.llm = LLM(model=folder, dtype=cfg.model.dtype, revision=cfg.model.revision, **extra,
+        self.llm = LLM(model=folder, dtype=dtype_name(cfg.model, device), revision=cfg.model.revision, **extra,
                        trust_remote_code=cfg.model.trust_remote_code,
                        gpu_memory_utilization=ec.gpu_memory_utilization,
                        tensor_parallel_size=ec.tensor_parallel_size, max_model_len=ec.max_model_len,

@@ -51,5 +51,7 @@ class ModelConfig(BaseModel):
                                       "(chat template only); unset = the template's own default")
     tiny: TinyModelConfig = TinyModelConfig()
     seed: int = Field(0, description="seed of the tiny model's random weights")
-    dtype: Literal["float32", "bfloat16", "float16"] = Field("float32", description="the weights' dtype when loaded "
-                                                             "for generation and training")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="the weights' dtype where a model is loaded to generate (explorers, eval) or train; "
+        "auto: the checkpoint's own (config.json) for generation on a GPU, float32 on the CPU (bf16 kernels are "
+        "slower there) and in the trainer (DeepSpeed keeps float32 master weights; trainer.precision picks bf16)")

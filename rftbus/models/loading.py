@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from transformers import (AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM,
-                          PreTrainedModel, PreTrainedTokenizerBase)
+from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, LlamaConfig,
+                          LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase)
 
 from rftbus.models.config import ModelConfig
 from rftbus.models.source import ModelError, model_folder
@@ -55,9 +55,28 @@ def generation_config(folder: str, cfg: ModelConfig) -> GenerationConfig:
         return GenerationConfig()
 
 
-def load_policy(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase | None = None) -> PreTrainedModel:
-    """Version-0 weights: the tiny model from `cfg.seed`, or the pretrained weights the config names."""
-    dtype = getattr(torch, cfg.dtype)
+def dtype_name(cfg: ModelConfig, device: str | None = None) -> str:
+    """model.dtype for a model that will run on `device` (None: the CPU, or the trainer, which keeps float32): as
+    set, or for auto the checkpoint's own on a GPU and float32 elsewhere."""
+    if cfg.dtype != "auto":
+        return cfg.dtype
+    folder = model_folder(cfg)
+    if folder is None or device is None or not str(device).startswith(("cuda", "mps")):
+        return "float32"
+    try:
+        conf = AutoConfig.from_pretrained(folder, **_pretrained_kwargs(cfg))
+    except (OSError, ValueError):
+        return "float32"
+    own = getattr(conf, "dtype", None) or getattr(conf, "torch_dtype", None)
+    name = str(own).removeprefix("torch.") if own is not None else "float32"
+    return name if name in ("float32", "bfloat16", "float16") else "float32"
+
+
+def load_policy(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase | None = None,
+                device: str | None = None) -> PreTrainedModel:
+    """Version-0 weights: the tiny model from `cfg.seed`, or the pretrained weights the config names, in the dtype
+    `dtype_name` gives for `device` (where the caller will run it)."""
+    dtype = getattr(torch, dtype_name(cfg, device))
     folder = model_folder(cfg)
     if folder is not None:
         kw = _pretrained_kwargs(cfg)

@@ -73,7 +73,7 @@ class Evaluator:
             self.engine = make_engine(cfg.model_copy(update={"explorer": cfg.explorer.model_copy(
                 update={"engine": on})}), self.tokenizer)
         else:
-            self.model = load_policy(cfg.model, self.tokenizer).to(self.device)
+            self.model = load_policy(cfg.model, self.tokenizer, str(self.device)).to(self.device)
         self.taskset = open_taskset(cfg.taskset)
         self.scorer = make_rewards(cfg.explorer.rewards)  # the explorers' rewards score eval too
         self.points: list[dict] = []
@@ -116,7 +116,7 @@ class Evaluator:
             return False
         with self._lock, phase("eval"), torch.no_grad():
             if self._candidate_model is None:
-                self._candidate_model = load_policy(self.cfg.model, self.tokenizer).to(self.device)
+                self._candidate_model = load_policy(self.cfg.model, self.tokenizer, str(self.device)).to(self.device)
             self._candidate_model = load_version(self._candidate_model, payload)
             res = self._evaluate(self._candidate_model)
         point = {"version": version, "lineage": lineage, "seconds": round(time.time() - self.started, 2),

@@ -59,7 +59,7 @@ def export_weights(cfg: Config, out: Path, version: int | None = None, weights_f
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rftbus.models.loading import load_policy, load_tokenizer
+    from rftbus.models.loading import dtype_name, load_policy, load_tokenizer
     from rftbus.models.lora import is_peft, load_version
     from rftbus.weights import WeightsError, WeightStore, decode_payload, sha256_hex
 
@@ -127,7 +127,7 @@ def export_weights(cfg: Config, out: Path, version: int | None = None, weights_f
                                            indent=2) + "\n")
 
     # Read it back the way `model.path` will, and compare every tensor and the tokenizer.
-    back = AutoModelForCausalLM.from_pretrained(tmp, dtype=getattr(torch, cfg.model.dtype))
+    back = AutoModelForCausalLM.from_pretrained(tmp, dtype=getattr(torch, dtype_name(cfg.model)))
     want, got = model.state_dict(), back.state_dict()
     bad = [k for k in want if k not in got or not torch.equal(want[k], got[k])]
     if bad:
