@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from rftbus.figures import save_png
 
 
 def main(src: str, out: str, *metrics: str) -> None:
@@ -33,7 +34,7 @@ def main(src: str, out: str, *metrics: str) -> None:
         ax.set_ylim(bottom=0)
     fig.suptitle(Path(src).stem + ": runs alternated on one broker (bars: mean)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    save_png(fig, out, dpi=110)
     print(out)
 
 

@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from rftbus.figures import save_png
 
 KINDS = {"leader_kill": ("kill -9", "tab:red"), "coordinator_freeze": ("SIGSTOP coordinator", "tab:blue"),
          "leader_freeze": ("SIGSTOP weights leader", "tab:purple"), "rolling_restart": ("rolling restart", "tab:gray")}
@@ -35,7 +36,7 @@ def main(src: str, out: str) -> None:
     ax.set_title(d.get("closing_line", ""), fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(out)
+    save_png(fig, out)
 
 
 def _faults(d: dict) -> list[dict]:
@@ -60,7 +61,7 @@ def runs(out: str, srcs: list[str]) -> None:
     ax.set_yscale("log")  # kills took 1-51 s over the runs
     ax.legend(fontsize=8, loc="upper right")
     fig.tight_layout()
-    fig.savefig(out)
+    save_png(fig, out)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from rftbus.figures import save_png
 
 
 def read_points(where: Path) -> list[dict]:
@@ -59,7 +60,7 @@ def main() -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     a.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(a.out)
+    save_png(fig, a.out)
     print(a.out)
 
 

@@ -22,6 +22,7 @@ from . import report_sql as Q
 from .backends import Backend
 from .backends.base import _PLACEHOLDER
 from .tally import table_counts
+from rftbus.figures import save_png
 
 
 @dataclass
@@ -49,7 +50,7 @@ class Report:
 
         path = self.out / f"{name}.png"
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        save_png(fig, path, dpi=110)
         plt.close(fig)
         section.png = path.name
 

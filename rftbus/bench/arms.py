@@ -14,6 +14,7 @@ from pathlib import Path
 from rftbus.config import Config, write_config
 from rftbus.errors import RftbusError
 from rftbus.status import read_statuses, trainer_step
+from rftbus.figures import save_png
 
 
 def _child_env() -> dict[str, str]:
@@ -72,7 +73,7 @@ def plot_evals(arms: dict[str, dict], path: Path, title: str) -> None:
     ax.legend(fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -36,6 +36,7 @@ from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.read import read_to_end
 from rftbus.schemas import DecodeError, TrainerMetric, make_codec
 from rftbus.status import read_statuses, trainer_step
+from rftbus.figures import save_png
 
 TOPIC_KEYS = registry.keys()  # every topic, renamed per mode
 
@@ -158,7 +159,7 @@ def _plot(runs: dict[int, dict], warmup: int, path: Path) -> None:
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     plt.close(fig)
 
 

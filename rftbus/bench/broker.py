@@ -22,6 +22,7 @@ import typer
 
 from rftbus.bench.context import state
 from rftbus.config import Config
+from rftbus.figures import save_png
 
 # Kafka's own defaults for what rftbus changes (rftbus/broker/node_config.py and config BrokerConfig.jvm_opts)
 STOCK = {"jvm_opts": ["-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20"], "properties": {"metadata.max.idle.interval.ms": 500}}
@@ -102,7 +103,7 @@ def plot(res: dict[str, Any], path: Path) -> None:
                  f"({len(res['rounds']['stock'])} rounds, dots)", fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     plt.close(fig)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import typer
 
 from rftbus.bench.context import state
+from rftbus.figures import save_png
 
 
 def _worker(python: str, config: Path, kind: str, groups: int, n: int, tokens: int, threads: int,
@@ -112,4 +113,4 @@ def _plot(out: dict, path: Path) -> None:
                  + (", a LoRA version" if out["lora"] else ", base weights"))
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    save_png(fig, path, dpi=100)

@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
+from rftbus.figures import save_png
 
 COLORS = {"rftbus": "tab:blue", "trl": "tab:orange", "rftbus-fixed": "tab:blue", "trl-fixed": "tab:orange"}
 NAMES = {"rftbus": "rftbus run", "trl": "TRL GRPOTrainer, rftbus's batch", "rftbus-fixed": "rftbus run, B·n a step",
@@ -37,6 +38,6 @@ def plot_peer(result: dict[str, Any], path: Path) -> Path:
     ax.legend(loc="lower right")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    save_png(fig, path)
     plt.close(fig)
     return path

@@ -33,6 +33,7 @@ from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.inspect import group_lag
 from rftbus.kafka.topics import create_topics
 from rftbus.schemas import Feedback, FeedbackKind, Source, make_codec
+from rftbus.figures import save_png
 
 KEYS = registry.keys()
 
@@ -81,7 +82,7 @@ def _plot(rows: list[dict], groups: int, path: Path, modes: list[str]) -> Path:
     ax.set_ylabel("kill -9 -> probe curated (s)")
     ax.set_title(f"streams restart with {groups:,} live groups held")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
     plt.close(fig)
     return path
 

@@ -20,6 +20,7 @@ import typer
 
 from rftbus.bench.context import state
 from rftbus.errors import RftbusError
+from rftbus.figures import save_png
 
 PROMPTS = ["Name three colours.", "What is 12 plus 30?", "Write one sentence about the sea.",
            "Give a word that rhymes with cat.", "What is the capital of France?", "Count from one to five."]
@@ -107,7 +108,7 @@ def plot(res: dict[str, Any], path: Path) -> None:
     ax.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    save_png(fig, path)
     plt.close(fig)
 
 

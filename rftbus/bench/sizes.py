@@ -19,6 +19,7 @@ import typer
 
 from rftbus.bench.context import state
 from rftbus.errors import RftbusError
+from rftbus.figures import save_png
 
 MODEL = {"hidden_size": 512, "intermediate_size": 1376, "num_hidden_layers": 8, "num_attention_heads": 8}
 KAFKA_DEFAULT = 1024 * 1024
@@ -165,4 +166,4 @@ def _plot(rows: list[dict], path: Path) -> None:
     b.set(xscale="log", xlabel="response tokens", ylabel="group record (MiB)", title="record size")
     b.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)

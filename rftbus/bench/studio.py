@@ -18,6 +18,7 @@ from typing import Any
 import typer
 
 from rftbus.errors import RftbusError
+from rftbus.figures import shrink_png
 
 PAGES = {"queue": "/queue", "dashboard": "/dashboard", "experience": "/experience"}
 
@@ -70,7 +71,7 @@ def measure(url: str, runs: int, experience: str | None, shots: Path | None, pau
             if shots is not None:
                 shots.mkdir(parents=True, exist_ok=True)
                 time.sleep(1.5)  # the queue fills by script after the load
-                d.save_screenshot(str(shots / f"studio-{name}.png"))
+                (shots / f"studio-{name}.png").write_bytes(shrink_png(d.get_screenshot_as_png()))
     finally:
         d.quit()
     return out

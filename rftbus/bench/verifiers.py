@@ -10,6 +10,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import typer
+from rftbus.figures import save_png
 
 GSM8K_FIELD = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips "
                "altogether in April and May.\n#### 72")
@@ -128,7 +129,7 @@ def plot(sums: dict[str, dict[str, int]], path: Path) -> None:
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
     ax.set_title(f"{sums['all']['n']} answer pairs: verdicts against a person's")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_png(fig, path, dpi=110)
 
 
 def verifiers(

@@ -12,6 +12,7 @@ from rich.console import Console
 from rftbus.chaos.every_event import Case, Sweep, sweep
 from rftbus.chaos.plan import free_port_pair, with_overrides
 from rftbus.config import Config
+from rftbus.figures import save_png
 
 
 def sweep_config(base: Config) -> Config:
@@ -83,5 +84,5 @@ def plot(result: Sweep, path: Path) -> None:
     ax.set_title(f"streams worker killed at {len(xs)} event indices: {len(result.failed)} differed")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
+    save_png(fig, path, dpi=80)
     plt.close(fig)

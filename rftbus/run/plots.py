@@ -9,6 +9,7 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; never a display
 import matplotlib.pyplot as plt  # noqa: E402
+from rftbus.figures import save_png
 
 
 def plot_eval(points: list[dict], out_dir: Path, title: str = "held-out eval reward") -> list[Path]:
@@ -108,6 +109,6 @@ def _save(fig, ax, title: str, path: Path) -> Path:
     ax.grid(alpha=0.3)
     ax.set_title(title)
     fig.tight_layout()
-    fig.savefig(path)
+    save_png(fig, path)
     plt.close(fig)
     return path
