@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from rftbus.config import Config
 from rftbus.trainer.batch_source import BatchSource, Polled
+from rftbus.trainer.losses import Loss, mixes
 
 Take = list[tuple[Polled, list[int]]]  # records at the lane heads, in order, with the samples to train
 Trainable = Callable[[Polled], list[int]]  # the samples of a record that may train now
@@ -36,11 +37,11 @@ def waited_enough(cfg: Config, last_step_at: float) -> bool:
     return wait is not None and time.monotonic() - last_step_at >= wait
 
 
-def min_groups(bc: BatchSource, cfg: Config, loss_name: str) -> int:
+def min_groups(bc: BatchSource, cfg: Config, loss: Loss) -> int:
     """RL groups a step waits for: B, or for MIX `mix_min_groups` while demonstrations are waiting,
     so scarce RL data (early on most groups have zero variance) does not hold back the SFT part."""
     B, least = cfg.rl.batch_groups, cfg.trainer.mix_min_groups
-    if loss_name != "mix" or least is None or not bc.waiting("expert"):
+    if not mixes(loss) or least is None or not bc.waiting("expert"):
         return B
     return min(least, B)
 
@@ -58,14 +59,13 @@ def select(bc: BatchSource, cfg: Config, loss, trainable: Trainable, partial: bo
     # MIX: once step_wait_s has passed with no RL group at all, the demonstrations step alone (the
     # loss's RL side is then empty): a solved task makes only zero-variance groups, and the SFT
     # side should not stand still for them.
-    demos_alone = (not groups and loss.name == "mix" and "rl" in loss.lanes and bool(bc.waiting("expert"))
-                   and waited)
+    demos_alone = not groups and mixes(loss) and bool(bc.waiting("expert")) and waited
     if (not groups and not demos_alone) or (
-            groups and groups < min_groups(bc, cfg, loss.name) and not partial and not waited):
+            groups and groups < min_groups(bc, cfg, loss) and not partial and not waited):
         return None
     if any(r.lane == "curated" for r, _ in take) and not bc.lane_drained("priority"):
         return None  # the priority lane has records not read yet: they go first
-    if loss.name == "mix":
+    if mixes(loss):
         n_exp = cfg.trainer.mix_expert_per_batch if cfg.trainer.mix_expert_per_batch is not None else B
         if n_exp and not partial and not bc.waiting("expert") and not bc.lane_drained("expert"):
             return None  # demonstrations in the log, not fetched yet: mixed in, not skipped by a late fetch

@@ -11,7 +11,9 @@ from rftbus.models.devices import DESCRIBED, check_spec
 from rftbus.models.config import LoraSpec
 from rftbus.models.lineage import check_lineage
 
-LossName = Literal["sft", "grpo", "ppo", "mix", "dpo"]
+# The built-in losses' names (trainer/losses/__init__.py maps them to their classes); trainer.loss may also name an
+# entry point in `rftbus.losses` or a dotted path to a Loss subclass, checked when the trainer makes it.
+BUILTIN_LOSSES = ("sft", "grpo", "ppo", "mix", "dpo")
 
 
 class TrainerConfig(BaseModel):
@@ -27,8 +29,9 @@ class TrainerConfig(BaseModel):
     id: str | None = Field(None, description="status-file id; default the process rank")
 
     # What is learned.
-    loss: LossName = Field("grpo", description="the loss (trainer/losses/): grpo, ppo, mix (GRPO + SFT on "
-                           "demonstrations), sft, dpo")
+    loss: str = Field("grpo", min_length=1, description="the loss: a built-in (grpo, ppo, mix = GRPO + SFT on "
+                      "demonstrations, sft, dpo; trainer/losses/), an entry point in rftbus.losses, or "
+                      "module:Class, a subclass of rftbus.trainer.losses.Loss")
     zero_stage: int = Field(1, ge=0, le=3, description="DeepSpeed ZeRO stage")
     device: str = Field("auto", description=f"{DESCRIBED}: auto is every GPU there is (a rank each), else the CPU; "
                         "cuda:N,M gives rank i the i-th listed GPU (the others are not shown to the trainer)")
@@ -144,14 +147,14 @@ class TrainerConfig(BaseModel):
 
     @model_validator(mode="after")
     def _replay_needs_demonstrations(self) -> TrainerConfig:
-        if self.demo_replay and self.loss not in ("mix", "sft"):
+        if self.demo_replay and self.loss in ("grpo", "ppo", "dpo"):  # (a loss of one's own: checked in make_loss)
             raise ValueError(f"demo_replay replays demonstrations (the expert lane), which loss {self.loss!r} does "
                              "not read: use loss mix or sft, or demo_replay: 0")
         return self
 
     @model_validator(mode="after")
     def _norm_needs_advantages(self) -> TrainerConfig:
-        if self.advantage_norm != "none" and self.loss not in ("grpo", "mix"):
+        if self.advantage_norm != "none" and self.loss in ("ppo", "sft", "dpo"):
             raise ValueError(f"advantage_norm {self.advantage_norm!r} scales the streams' advantages, which loss "
                              f"{self.loss!r} does not use (ppo whitens its own): use loss grpo or mix, or "
                              "advantage_norm: none")

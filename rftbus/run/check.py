@@ -239,6 +239,16 @@ def check_devices(cfg: Config, rep: Report) -> None:
         rep.notes.append("devices: " + ", ".join(f"{r} {s}" for r, s in shown.items()) + f" ({gpus} CUDA device(s))")
 
 
+def check_loss(cfg: Config, rep: Report) -> None:
+    """trainer.loss names a Loss the trainer can make (a built-in, an entry point, or module:Class)."""
+    from rftbus.trainer.losses import make_loss
+
+    try:
+        make_loss(cfg.trainer, cfg.rl.max_staleness)
+    except (RftbusError, ImportError, TypeError, ValueError) as e:
+        rep.errors.append(f"trainer.loss: {_first_line(e)}")
+
+
 def check_user_code(config_file, rep: Report) -> None:
     """A module beside the config named like a standard-library module is never the one imported (the user's
     folders come after the library, #63), so a reward in it is not what runs: said in one line."""
@@ -260,5 +270,6 @@ def check_config(cfg: Config, config_file=None) -> Report:
     ts, tasks = check_data(cfg, rep, Path(config_file) if config_file else None)
     check_model(cfg, tasks, rep, Path(config_file) if config_file else None)
     check_rewards(cfg, ts, tasks, rep)
+    check_loss(cfg, rep)
     rep.seconds = time.perf_counter() - t0
     return rep

@@ -1,16 +1,33 @@
-"""Training objectives, one module each behind `base.Loss`; `make_loss` picks one from the config."""
+"""Training objectives, one module each behind `base.Loss`, registered like rewards: a built-in name, an entry point
+in the `rftbus.losses` group, or a dotted path (`my_pkg.losses:MyLoss`). A new loss is one file: a `Loss` subclass
+whose class attributes say what it reads (`lanes`) and needs (`needs_reference`, `needs_values`); nothing in the
+trainer names a loss."""
 
 from __future__ import annotations
 
 from rftbus.config.trainer import TrainerConfig
+from rftbus.errors import RftbusError
 from rftbus.trainer.losses.base import Loss, LossResult, OffPolicy, PolicyOut, TrainBatch
-from rftbus.trainer.losses.dpo import DPOLoss
-from rftbus.trainer.losses.grpo import GRPOLoss
-from rftbus.trainer.losses.mix import MIXLoss
-from rftbus.trainer.losses.ppo import PPOLoss
-from rftbus.trainer.losses.sft import SFTLoss
 
-LOSSES: dict[str, type[Loss]] = {c.name: c for c in (SFTLoss, GRPOLoss, PPOLoss, MIXLoss, DPOLoss)}
+# Built-in names -> "module:Class" (imported on use, as the rewards are).
+BUILTIN = {
+    "sft": "rftbus.trainer.losses.sft:SFTLoss",
+    "grpo": "rftbus.trainer.losses.grpo:GRPOLoss",
+    "ppo": "rftbus.trainer.losses.ppo:PPOLoss",
+    "mix": "rftbus.trainer.losses.mix:MIXLoss",
+    "dpo": "rftbus.trainer.losses.dpo:DPOLoss",
+}
+
+
+def loss_class(name: str) -> type[Loss]:
+    """The Loss subclass `trainer.loss` names; an error that says what it is instead."""
+    from rftbus.producers.plugins import load_object
+
+    obj = load_object(BUILTIN.get(name, name), group="rftbus.losses", what="loss")
+    if not (isinstance(obj, type) and issubclass(obj, Loss)):
+        raise RftbusError(f"trainer.loss {name!r} is {obj!r}, not a subclass of rftbus.trainer.losses.Loss "
+                          "(docs/USAGE.md, \"Your own loss\")")
+    return obj
 
 
 def resolve_off_policy(cfg: TrainerConfig, max_staleness: int) -> OffPolicy:
@@ -21,7 +38,17 @@ def resolve_off_policy(cfg: TrainerConfig, max_staleness: int) -> OffPolicy:
 
 
 def make_loss(cfg: TrainerConfig, max_staleness: int) -> Loss:
-    return LOSSES[cfg.loss](cfg, resolve_off_policy(cfg, max_staleness))
+    cls = loss_class(cfg.loss)
+    if cfg.demo_replay and "expert" not in cls.lanes:
+        raise RftbusError(f"trainer.demo_replay replays demonstrations (the expert lane), which loss {cfg.loss!r} "
+                          "does not read: use a loss whose lanes include expert (mix, sft), or demo_replay: 0")
+    return cls(cfg, resolve_off_policy(cfg, max_staleness))
 
 
-__all__ = ["LOSSES", "Loss", "LossResult", "PolicyOut", "TrainBatch", "make_loss", "resolve_off_policy"]
+def mixes(loss: Loss) -> bool:
+    """Whether a loss trains RL groups and demonstrations in one step (MIX): it reads both lanes."""
+    return "rl" in loss.lanes and "expert" in loss.lanes
+
+
+__all__ = ["BUILTIN", "Loss", "LossResult", "PolicyOut", "TrainBatch", "loss_class", "make_loss", "mixes",
+           "resolve_off_policy"]
