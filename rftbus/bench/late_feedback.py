@@ -63,6 +63,8 @@ def arm_figures(s: dict) -> dict:
         "gain": None if start is None or end is None else round(end - start, 4),
         # (the last eval alone is one noisy draw of eval_n prompts: the mean of the last two, less the start)
         "gain_last2": round(sum(tail) / len(tail) - start, 4) if tail and start is not None else None,
+        # (the eval saturates near its ceiling within the run: the mean over time says how soon an arm got there)
+        "eval_mean_over_time": eval_mean_over_time(points),
         "eval_start": start, "eval_end": end,
         "eval_points": [{"seconds": p["seconds"], "version": p["version"], "reward": p["reward"]} for p in points],
         "versions": s.get("versions_published"), "trainer_steps": s.get("trainer_steps"),
@@ -73,6 +75,16 @@ def arm_figures(s: dict) -> dict:
         "lost": s.get("experiences_lost"), "duplicated": s.get("duplicated"),
         "reconciles": s.get("counts_reconcile"), "wall_s": s.get("wall_seconds"),
     }
+
+
+def eval_mean_over_time(points: list[dict]) -> float | None:
+    """The held-out eval averaged over the run's time (trapezoids between eval points): the area under the curve
+    divided by its length, which separates arms that end at the same ceiling but reach it at different times."""
+    pts = sorted((p["seconds"], p["reward"]) for p in points)
+    if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+        return None
+    area = sum((t1 - t0) * (r0 + r1) / 2 for (t0, r0), (t1, r1) in zip(pts, pts[1:]))
+    return round(area / (pts[-1][0] - pts[0][0]), 4)
 
 
 def pooled(runs: list[dict]) -> dict:
@@ -86,6 +98,7 @@ def pooled(runs: list[dict]) -> dict:
     return {
         "gain": mean("gain"), "gain_last2": mean("gain_last2"), "eval_start": mean("eval_start"),
         "eval_end": mean("eval_end"), "gains": [r["gain"] for r in runs],
+        "eval_mean_over_time": mean("eval_mean_over_time"),
         "trained_past_eta_p50": statistics.median(p50s) if p50s else None,
         "reconciles": all(bool(r["reconciles"]) for r in runs),
         "lost": sum(r["lost"] or 0 for r in runs), "duplicated": sum(r["duplicated"] or 0 for r in runs),
@@ -153,7 +166,8 @@ def bench_late_feedback(
     c = st.console
     for arm, rs in runs.items():
         for a in rs:
-            c.print(f"{arm:8s} eval {a['eval_start']} -> {a['eval_end']} (gain {a['gain']}), {a['versions']} "
+            c.print(f"{arm:8s} eval {a['eval_start']} -> {a['eval_end']} (gain {a['gain']}, mean over time "
+                    f"{a['eval_mean_over_time']}), {a['versions']} "
                     f"versions, trained past η {a['trained_past_eta']}, rejected {a['rejected']}, lost {a['lost']}, "
                     f"duplicated {a['duplicated']}")
     c.print(f"on_time_gain {head['on_time_gain']}, late_gain {head['late_gain']}, dropped_gain "
