@@ -12,7 +12,6 @@ published under ``history/``); field order here is the order in the schema.
 from __future__ import annotations
 
 import enum
-import json
 import math
 import operator
 import time
@@ -118,6 +117,8 @@ class Task(AvroRecord):
     def columns(self) -> dict[str, Any]:
         """The data row's other columns with their types (a list stays a list): metadata, JSON-decoded where the
         taskset encoded a value that was not a string (JSON_COLUMNS)."""
+        import json
+
         coded = set(json.loads(self.metadata[JSON_COLUMNS])) if JSON_COLUMNS in self.metadata else set()
         return {k: json.loads(v) if k in coded else v for k, v in self.metadata.items() if k != JSON_COLUMNS}
 

@@ -7,7 +7,6 @@ librdkafka unchanged, so SASL_SSL, SCRAM and mTLS work without rftbus knowing ab
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from enum import Enum
@@ -198,6 +197,8 @@ def _env_overrides(environ: dict[str, str]) -> dict[str, Any]:
 def _env_value(name: str, parts: list[str], value: str) -> Any:
     """A variable's value: JSON for a key that holds a list or a map (compose and Kubernetes set config this way),
     the text as it is for any other (pydantic converts it)."""
+    import json  # (here, not at the top: a user's json.py beside the config must never be what a probe imports)
+
     from rftbus.config.keys import takes_json
 
     if not value.lstrip().startswith(("[", "{")) or not takes_json(Config, parts):

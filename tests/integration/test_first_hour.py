@@ -60,7 +60,8 @@ def test_answers_past_the_context_fail_check_and_check_prints_no_third_party_war
                    explorer={"sampling": sampling, "rewards": [{"name": "my_rewards:as_float", "weight": 1.0}]})
     out = _cli("check", str(cfg), cwd=cfg.parent, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert out.stderr.strip() == "", out.stderr  # (DeepSpeed's accelerator guess and the hub's retries were here)
+    others = [ln for ln in out.stderr.splitlines() if ln.strip() and not ln.startswith(("warning:", "error:"))]
+    assert others == [], out.stderr  # (DeepSpeed's accelerator guess and the hub's retries were here)
     for new, expect in [(9000, "max_new_tokens 9000 is past the model's context of 8192"),
                         (8180, "and with explorer.sampling.max_new_tokens 8180 that is past the model's context")]:
         data = json.loads(cfg.read_text())
