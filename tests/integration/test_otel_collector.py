@@ -14,7 +14,9 @@ import uuid
 
 import pytest
 
+from rftbus.kafka.clients import make_admin
 from rftbus.kafka.read import read_to_end
+from rftbus.kafka.topics import create_new
 from rftbus.otel.build import ensure_collector
 from rftbus.otel.collector import Collector, CollectorSpec
 from rftbus.streams.traces.genai import GenAICall, Refused, read_call
@@ -43,6 +45,9 @@ def test_spans_an_sdk_client_sends_the_collector_land_on_kafka_as_model_calls(br
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     topic = f"test.spans.{uuid.uuid4().hex[:8]}"
+    from confluent_kafka.admin import NewTopic
+
+    create_new(make_admin(broker), [NewTopic(topic, 2, 1)])  # (rftbus declares its topics; the broker creates none)
     spec = CollectorSpec(brokers=[broker.bootstrap_servers], topic=topic, http_port=_port(), grpc_port=_port())
     col = Collector(collector_binary, spec, tmp_path / "otelcol").start()
     try:
