@@ -15,12 +15,11 @@ def shrink_png(data: bytes, colors: int = COLORS) -> bytes:
     """A PNG's image as a palette PNG of `colors` colours (a screenshot or a plot; transparency flattened on white)."""
     from PIL import Image
 
-    im = Image.open(io.BytesIO(data))
+    im: Image.Image = Image.open(io.BytesIO(data))
     if im.mode in ("RGBA", "LA", "P"):
-        im = im.convert("RGBA")
-        flat = Image.new("RGB", im.size, "white")
-        flat.paste(im, mask=im.getchannel("A"))
-        im = flat
+        rgba = im.convert("RGBA")
+        im = Image.new("RGB", rgba.size, "white")
+        im.paste(rgba, mask=rgba.getchannel("A"))
     q = im.convert("RGB").quantize(colors=colors, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE)
     out = io.BytesIO()
     q.save(out, "PNG", optimize=True)
