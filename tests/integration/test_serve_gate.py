@@ -31,10 +31,13 @@ from tests.integration.test_serve import CODEC, FB, INF, recorded, serving
 LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"]}
 
 
-def publish_adapter(cfg, version: int, scale: float, lineage: str = "", lora: dict = LORA) -> None:
+def publish_adapter(cfg, version: int, scale: float, lineage: str = "", lora: dict = LORA,
+                    seed: int | None = None) -> None:
     """Adapter version `version` of the config's model in the store and on the weights topic (scale 0: the seed's),
-    of `lineage` (another trainer's, rftbus/models/lineage.py)."""
+    of `lineage` (another trainer's, rftbus/models/lineage.py); `seed` fixes the adapter's random A matrices."""
     tok = load_tokenizer(cfg.model)
+    if seed is not None:
+        torch.manual_seed(seed)
     model = wrap(load_policy(cfg.model, tok), LoraSpec(**lora))
     with torch.no_grad():
         for name, p in model.named_parameters():
