@@ -20,12 +20,14 @@ def test_backlog_is_the_end_past_the_readers_own_positions_of_the_partitions_tha
         producer.produce(topic, key=b"k", value=b"x", partition=i % 2)
     producer.flush(10)
     admin = make_admin(cfg)
-    assert backlog(admin, topic, {0: 2, 1: 0}) == 3 + 5
+    # (wait_s longer than a run's 2 s: under the whole suite's load a healthy broker took over 2 s to answer, and
+    # both partitions then counted as not answering: the rule this test is not about)
+    assert backlog(admin, topic, {0: 2, 1: 0}, wait_s=15.0) == 3 + 5
     # a partition whose end does not come back (here: no such partition; in a run: its leader frozen) counts as
     # nothing waiting, and the others are still read
     producer.produce(topic, key=b"k", value=b"x", partition=0)
     producer.flush(10)
-    assert backlog(admin, topic, {0: 2, 1: 5, 99: 4}, wait_s=3.0) == 4 + 0
+    assert backlog(admin, topic, {0: 2, 1: 5, 99: 4}, wait_s=8.0) == 4 + 0
 
 
 def test_the_trainers_positions_come_from_its_status():
