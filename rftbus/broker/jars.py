@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import shutil
 import subprocess
 from importlib import resources
@@ -11,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 
 from rftbus.errors import RftbusError
+from rftbus.once import once
 
 DONE_MARKER = ".complete"
 
@@ -24,14 +24,8 @@ def ensure_jars(target: Path, kafka_version: str, console: Console | None = None
     that start brokers at once (test workers, a cluster's nodes) fetch once: one holds a file lock, the others
     wait for it and find the jars there."""
     target = target.absolute()  # Maven resolves relative paths against the pom's folder
-    if (target / DONE_MARKER).exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.with_name(target.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / DONE_MARKER).exists():
-            return target
-        return _fetch(target, kafka_version, console)
+    once(target, DONE_MARKER, lambda: _fetch(target, kafka_version, console))
+    return target
 
 
 def _fetch(target: Path, kafka_version: str, console: Console | None) -> Path:

@@ -9,7 +9,6 @@ file lock; the others wait and reuse it. Nothing is downloaded: a preset's GGUF 
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import importlib.metadata
@@ -18,6 +17,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from rftbus.once import once
 from rftbus.errors import RftbusError
 from rftbus.models.config import ModelConfig
 
@@ -107,29 +107,27 @@ def convert_gguf(gguf: Path, cache_dir: Path) -> Path:
     chat template, and its generation config. Idempotent and safe to call from several processes at once."""
     digest = _digest(gguf)
     out = cache_dir / f"{gguf.stem}-{digest[:12]}"
-    if (out / MARK).is_file():
-        return out
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with open(cache_dir / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one process converts; the rest wait here, then find it done
-        if (out / MARK).is_file():
-            return out
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tmp = out.with_name(out.name + ".tmp")
-        shutil.rmtree(tmp, ignore_errors=True)
-        try:
-            tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-        except ValueError as e:  # transformers: "GGUF model with architecture X is not supported yet."
-            raise ModelError(f"model.gguf_file {gguf}: {str(e).splitlines()[0]}") from None
-        except Exception as e:  # a file that is not GGUF at all raises from the gguf reader
-            raise ModelError(f"model.gguf_file {gguf} does not load as a GGUF model: "
-                             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
-        model.save_pretrained(tmp, safe_serialization=True)
-        tok.save_pretrained(tmp)
-        (tmp / MARK).write_text(json.dumps({"gguf": str(gguf), "sha256": digest}, indent=1) + "\n")
-        shutil.rmtree(out, ignore_errors=True)
-        tmp.rename(out)
+    once(out, MARK, lambda: _convert(gguf, digest, out), lock=cache_dir / f".{out.name}.lock")
     return out
+
+
+def _convert(gguf: Path, digest: str, out: Path) -> None:
+    """The conversion itself, into `<out>.tmp` renamed into place with its marker (one process at a time: `once`)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    except ValueError as e:  # transformers: "GGUF model with architecture X is not supported yet."
+        raise ModelError(f"model.gguf_file {gguf}: {str(e).splitlines()[0]}") from None
+    except Exception as e:  # a file that is not GGUF at all raises from the gguf reader
+        raise ModelError(f"model.gguf_file {gguf} does not load as a GGUF model: "
+                         f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    (tmp / MARK).write_text(json.dumps({"gguf": str(gguf), "sha256": digest}, indent=1) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)

@@ -3,7 +3,6 @@ release: builder-config.yaml beside this file names the modules; the binary is c
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -14,6 +13,7 @@ import yaml
 from rich.console import Console
 
 from rftbus.errors import RftbusError
+from rftbus.once import once
 
 BUILDER = "go.opentelemetry.io/collector/cmd/builder"
 DONE_MARKER = ".complete"
@@ -40,14 +40,8 @@ def ensure_collector(cache_dir: Path, console: Console | None = None) -> Path:
     """The Collector binary under `cache_dir`, built first if it is not there yet (minutes, once). Processes that
     need it at once (test workers) build once: one holds a file lock, the others wait and find it built."""
     binary = binary_path(cache_dir)
-    if (binary.parent / DONE_MARKER).exists():
-        return binary
-    binary.parent.parent.mkdir(parents=True, exist_ok=True)
-    with open(binary.parent.with_name(binary.parent.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (binary.parent / DONE_MARKER).exists():
-            return binary
-        return _build(binary, console)
+    once(binary.parent, DONE_MARKER, lambda: _build(binary, console))
+    return binary
 
 
 def _build(binary: Path, console: Console | None) -> Path:

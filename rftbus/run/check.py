@@ -267,8 +267,9 @@ def check_config(cfg: Config, config_file=None) -> Report:
     t0 = time.perf_counter()
     check_user_code(config_file, rep)
     check_devices(cfg, rep)
-    ts, tasks = check_data(cfg, rep, Path(config_file) if config_file else None)
-    check_model(cfg, tasks, rep, Path(config_file) if config_file else None)
+    file = Path(config_file) if config_file else None
+    ts, tasks = check_data(cfg, rep, file)
+    check_model(cfg, tasks, rep, file)
     check_rewards(cfg, ts, tasks, rep)
     check_loss(cfg, rep)
     rep.seconds = time.perf_counter() - t0

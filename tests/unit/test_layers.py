@@ -21,7 +21,7 @@ ROOTS = {"rftbus": "rftbus", "rftbus.producers": "producers", "rftbus.consumers"
          "rftbus.streams": "streams", "rftbus.schemas": "schemas", "rftbus.trainer": "trainer"}
 GROUND = ("rftbus.config", "rftbus.kafka", "rftbus.schemas", "rftbus.weights", "rftbus.models", "rftbus.errors",
           "rftbus.sandbox", "rftbus.profile", "rftbus.web",
-          "rftbus.status", "rftbus.broker", "rftbus.tasksets", "rftbus.figures", "rftbus.otel")
+          "rftbus.status", "rftbus.broker", "rftbus.tasksets", "rftbus.figures", "rftbus.otel", "rftbus.once")
 COMPONENTS = ("rftbus.producers", "rftbus.consumers", "rftbus.streams", "rftbus.trainer")
 APP = ("rftbus.cli", "rftbus.run", "rftbus.chaos", "rftbus.bench", "rftbus.bus_check", "rftbus.simulate")
 HARNESSES = ("rftbus.chaos", "rftbus.bench")
