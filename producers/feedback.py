@@ -25,7 +25,7 @@ from rftbus.errors import RftbusError
 from rftbus.kafka.clients import make_producer
 from rftbus.web.errors import field_path
 from rftbus.producers.serve.feedback import FeedbackRequest, correction_group
-from rftbus.producers.serve.protocol import default_task_id
+from rftbus.models.prompt import default_task_id
 from rftbus.schemas import ExperienceGroup, Feedback, make_codec, topic_context
 
 

@@ -41,6 +41,7 @@ class Source(str, enum.Enum):
     live = "live"
     human = "human"
     expert = "expert"
+    trace = "trace"  # a model call read from an agent's OpenTelemetry trace (streams/traces/): graded like live
 
 
 class FeedbackKind(str, enum.Enum):
@@ -142,6 +143,7 @@ class Experience(AvroRecord):
     generation_ms: float = 0.0
     reward_ms: float = 0.0
     metadata: dict[str, str] = field(default_factory=dict)
+    behaviour_logprobs: bool = True  # False: no behaviour logprobs came with it (a traced answer; zeros in logprobs)
 
 
 @_record

@@ -88,15 +88,21 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw, live, n)
     # Every topic the worker reads commits by the checkpoint's rule, and every fetched offset must reach its agent;
     # under exactly_once transaction markers are real gaps in the internal topics.
-    inputs = {topo.raw, topo.joined, topo.join, topo.feedback}
-    watched = inputs if sc.processing_guarantee == "at_least_once" else {topo.raw, topo.feedback}
-    checkpoint = Checkpoint(cfg, inputs, watched, output_partitions(emit, topo.join),
+    inputs = {topo.raw, topo.joined, topo.join, topo.feedback} | ({topo.spans} if topo.spans else set())
+    watched = inputs if sc.processing_guarantee == "at_least_once" else inputs - {topo.joined, topo.join}
+    checkpoint = Checkpoint(cfg, inputs, watched, output_partitions(emit, topo.join, topo.spans),
                             Deliveries(emit.write, cfg.state_dir, counters, sc.write_retries, sc.write_retry_backoff_s),
                             counters, scopes={topo.raw: "ingest", topo.joined: "ingest"},
                             redo_topics=frozenset({topo.raw}))  # (the live table and the pass rates)
     join = Join(cfg, pending, emit, counters, topo.partitions["joined"])
     fanout = FeedbackFanout(cfg, emit, codec, counters)
     emit.checkpoint = ingest.checkpoint = join.checkpoint = fanout.checkpoint = checkpoint
+    traces = None
+    if topo.spans:  # (otel.enabled; opentelemetry-proto and the tokenizer only then)
+        from rftbus.streams.traces.stage import Traces, episodes_for
+
+        traces = Traces(cfg, emit, counters, episodes_for(cfg))
+        traces.checkpoint = checkpoint
     # Ticks, status and metrics go through a plain confluent producer: they are not part of any input
     # record's processing (and so not of any transaction).
     side = make_producer(cfg)
@@ -122,6 +128,9 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     app.agent(app.topic(topo.raw, topo.joined), name="ingest")(ingest_agent)
     app.agent(app.topic(topo.join), name="join")(join_agent)
     app.agent(app.topic(topo.feedback), name="feedback")(feedback_agent)
+    if traces is not None:  # (otel.enabled: agents' GenAI spans become experience groups, streams/traces/)
+        traces_agent = reporting_agent("traces", traces.handle, traces.on_error, counters, prepare=watched_stream)
+        app.agent(app.topic(topo.spans), name="traces")(traces_agent)
 
     async def on_revoked(sender: Any, revoked: Any, **kw: Any) -> None:
         checkpoint.revoke(set(revoked))

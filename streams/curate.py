@@ -18,7 +18,7 @@ from rftbus.streams.verify import Drop
 from rftbus.streams.view import GroupView
 from rftbus.weights.staleness import is_stale, stale_detail
 
-GRADED = (Source.live, Source.human)  # rewards from feedback: a lone answer still has a baseline
+GRADED = (Source.live, Source.human, Source.trace)  # rewards from feedback: a lone answer still has a baseline
 
 
 def class_key(g: GroupView) -> str:

@@ -25,13 +25,17 @@ from rftbus.weights.staleness import bound, is_stale
 
 
 
-def output_partitions(emit, join_topic: str) -> Any:
+def output_partitions(emit, join_topic: str, spans_topic: str | None = None) -> Any:
     """(scope, p) -> the (topic, partition) input partition p writes to: what its recovery scan reads. The join's
-    grades go to the joined partition of their group's raw partition, so its scan reads every joined partition."""
+    grades go to the joined partition of their group's raw partition, so its scan reads every joined partition; the
+    traces stage writes each group and grade to the partition its key hashes to, so its scan reads all of raw and
+    feedback."""
     def outputs(scope: str, p: int) -> list[tuple[str, int]]:
         out = [(emit.names[role], emit.part(role, p)) for role in OUTPUT_ROLES]
         if scope == join_topic:
             out += [(emit.names["joined"], q) for q in range(emit.partitions["joined"])]
+        if spans_topic is not None and scope == spans_topic:
+            out += [(emit.names[role], q) for role in ("raw", "feedback") for q in range(emit.partitions[role])]
         return out
 
     return outputs

@@ -54,9 +54,10 @@ def rejection_id(stage: str, src: str, reason: str) -> str:
 
 @dataclass(slots=True)
 class Output:
-    role: str  # curated | curated_priority | expert | rejected
+    role: str  # curated | curated_priority | expert | rejected | raw | feedback
     key: bytes | None
     value: bytes
+    partition: int | None = None  # where it goes when not the input's own (p mod N): a keyed record's home
 
 
 RECORD_OVERHEAD = 16 * 1024  # key, rftbus headers and record-batch framing around a value
@@ -170,7 +171,8 @@ class Emitter:
             if k in landed:
                 continue
             key = bound_key(o.key) if o.role == "rejected" else o.key  # an input's huge key must not sink it
-            await self.send(o.role, key, o.value, p, [*base, (H_K, str(k).encode())], src)
+            await self.send(o.role, key, o.value, p if o.partition is None else o.partition,
+                            [*base, (H_K, str(k).encode())], src)
             sent += 1
         return sent
 

@@ -35,6 +35,7 @@ class Topology:
     raw_partitions: int
     names: dict[str, str]  # role -> topic name for everything the Emitter writes
     partitions: dict[str, int]
+    spans: str | None = None  # topics.spans, where otel.enabled (the traces stage's input)
 
 
 def prepare(cfg: Config) -> Topology:
@@ -77,11 +78,16 @@ def prepare(cfg: Config) -> Topology:
         retry_kafka(lambda: _create(admin, missing), "creating the streams' internal topics")
     md = wait_visible(admin, [t.raw.name, *names.values(), *internal], 30.0)
     names.update(join=registry.JOIN.name(cfg), joined=registry.JOINED.name(cfg))
+    spans = None
+    if cfg.otel.reads_traces:  # the traces stage writes groups to raw and grades to feedback
+        names.update(raw=t.raw.name, feedback=t.feedback.name)
+        spans = t.spans.name
+        wait_visible(admin, [spans], 30.0)
     partitions = {role: parts(name) for role, name in names.items()}
     return Topology(raw=t.raw.name, feedback=t.feedback.name, join=names["join"], joined=names["joined"],
                     changelog=registry.PENDING_CHANGELOG.name(cfg), live_changelog=registry.LIVE_CHANGELOG.name(cfg),
                     rates_changelog=registry.RATES_CHANGELOG.name(cfg), raw_partitions=r,
-                    names=names, partitions=partitions)
+                    names=names, partitions=partitions, spans=spans)
 
 
 def _create(admin, topics: list[NewTopic]) -> None:

@@ -174,6 +174,9 @@ def sample_drops(g: GroupView, latest: int, sc: StreamsConfig) -> dict[int, Drop
     return out
 
 
+HELD_SOURCES = ("live", "trace")  # answers whose grades come later (serve's, and traced calls: streams/traces/)
+
+
 def needs_feedback(g: GroupView) -> bool:
     """A live group with a sample still waiting for its reward is held for the feedback join."""
-    return g.source.value == "live" and any(s.reward is None for s in g.samples)
+    return g.source.value in HELD_SOURCES and any(s.reward is None for s in g.samples)

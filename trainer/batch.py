@@ -86,6 +86,8 @@ def collate(rows: Sequence[Row], pad_id: int, max_len: int) -> TrainBatch:
         temperature=torch.tensor([temperature_of(e) for e in experiences]),
         pair_index=pair_index, preferred=preferred,
         versions=torch.tensor([e.model_version for e in experiences], dtype=torch.long),
+        behav_known=(None if all(e.behaviour_logprobs for e in experiences) else
+                     torch.tensor([e.behaviour_logprobs for e in experiences], dtype=torch.bool)),
     )
 
 

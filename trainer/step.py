@@ -13,6 +13,7 @@ zero-weight pass over the first closes the accumulation, so the gradients are ex
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 
@@ -50,6 +51,16 @@ def forward(engine, c: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     return logp, entropy, values
 
 
+def with_behaviour(c: TrainBatch, current: torch.Tensor) -> TrainBatch:
+    """`c` with the current policy's logprobs as the behaviour of the rows that came without any (a traced
+    answer: traces carry text, not logprobs). Recomputed at the step, as verl recomputes old_log_prob: the ratio
+    starts at 1 for them, so they train on-policy, uncorrected for the versions between the call and now."""
+    known = c.behav_known
+    assert known is not None
+    behav = torch.where(known.to(current.device).unsqueeze(1), c.behav_logp, current.to(c.behav_logp.dtype))
+    return replace(c, behav_logp=behav, behav_known=None)
+
+
 def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epochs: int = 1,
                agree: Callable[[bool], bool] = _all_true, micro_tokens: int | None = None,
                agree_count: Callable[[int], int] = _same) -> dict[str, float]:
@@ -70,6 +81,9 @@ def train_step(engine, loss: Loss, batch: TrainBatch, ref_model=None, update_epo
             logp, entropy, values = forward(engine, c)
             if epoch == 0:
                 prox[k] = (logp.detach(), values.detach() if values is not None else None)
+                if c.behav_known is not None:  # answers without behaviour logprobs: the policy before this step's
+                    c = with_behaviour(c, logp.detach())  # update stands in (no off-policy correction for them)
+                    chunks[k] = (c, w)
                 rl_mask = c.mask & ~c.is_expert.unsqueeze(1)
                 if bool(rl_mask.any()):
                     # how far the behaviour policy is from the current one (k1 estimate of KL(behav‖π))
@@ -127,6 +141,8 @@ def loss_is_finite(engine, loss: Loss, batch: TrainBatch, ref_model=None, micro_
     for c, _ in split(batch, micro_tokens, _same):
         c = c.to(device) if device is not None else c
         logp, entropy, values = forward(engine, c)
+        if c.behav_known is not None:
+            c = with_behaviour(c, logp)
         ref = reference_logp(ref_model, c) if ref_model is not None else None
         res = loss(PolicyOut(logp=logp, entropy=entropy, prox_logp=logp, values=values, prox_values=values,
                              ref_logp=ref), c)

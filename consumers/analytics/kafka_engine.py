@@ -23,7 +23,7 @@ RECORD_TABLES = {"Task": "kafka_tasks", "ExperienceGroup": "kafka_experiences", 
                  "GateDecision": "kafka_decisions"}
 # Kafka table -> (record schema, topic keys it reads): one table per record type, over every topic that holds it.
 SOURCES: dict[str, tuple[str, list[str]]] = {
-    table: (record, [t.key for t in registry.TOPICS if t.value.__name__ == record])
+    table: (record, [t.key for t in registry.avro_topics() if t.value is not None and t.value.__name__ == record])
     for record, table in RECORD_TABLES.items()}
 TARGET = {"kafka_tasks": "tasks", "kafka_experiences": "experiences", "kafka_rejections": "rejections",
           "kafka_feedback": "feedback", "kafka_weights": "weights", "kafka_metrics": "metrics",

@@ -118,7 +118,7 @@ SELECT count() AS experiences, countIf(lo = hi) AS unanimous FROM (
 _FEEDBACK_DELAY_ROWS = """
 WITH
   e AS (SELECT experience_id, any({MS}(created_at)) AS answered_ms, any(model_version) AS v
-        FROM {db}.experiences FINAL WHERE topic = 'raw' AND source IN ('live', 'human') GROUP BY experience_id),
+        FROM {db}.experiences FINAL WHERE topic = 'raw' AND source IN ('live', 'human', 'trace') GROUP BY experience_id),
   f AS (SELECT experience_id, min({MS}(created_at)) AS graded_ms FROM {db}.feedback FINAL
         WHERE experience_id != '' GROUP BY experience_id),
   w AS (SELECT 1 AS k, {MS}(created_at) AS ms, version FROM {db}.weights FINAL)

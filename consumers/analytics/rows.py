@@ -21,7 +21,7 @@ from rftbus.schemas import (
 TRAINED_KIND = "trained"  # TrainerMetric.kind of the trainer's lineage records (trainer/metrics.py)
 
 # TopicsConfig key -> the record class its messages hold (the registry's).
-TOPIC_RECORDS: dict[str, type[AvroRecord]] = {t.key: t.value for t in registry.TOPICS}
+TOPIC_RECORDS: dict[str, type[AvroRecord]] = {t.key: t.value for t in registry.TOPICS if t.value is not None}
 
 Row = dict[str, Any]
 

@@ -31,7 +31,7 @@ from .backends import Backend, FolderLocked, open_backend, where
 from .backends.base import WriteError
 from .batch import Batch
 
-from .rows import Position, to_rows, ts
+from .rows import TOPIC_RECORDS, Position, to_rows, ts
 
 ROLE = "analytics"  # its status files: <state_dir>/status/analytics-<id>.json
 MAX_QUARANTINED = 64  # more rows of one batch refused than this is not a bad row but a bad sink: it stops
@@ -64,7 +64,8 @@ class Sink:
                  until_end: bool = False, log=print):
         self.cfg, self.backend, self.status, self.until_end, self.log = cfg, backend, status, until_end, log
         a = cfg.analytics
-        self.topics = {spec.name: key for key, spec in cfg.topics.all().items()}
+        # (the Avro topics: an OTLP span export is the streams' input, read into experiences there)
+        self.topics = {spec.name: key for key, spec in cfg.topics.all().items() if key in TOPIC_RECORDS}
         self.decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(None)
         # Static membership: a sink restarted after a crash takes its partitions back at once instead
         # of waiting out the dead member's session timeout.

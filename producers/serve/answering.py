@@ -22,7 +22,8 @@ from rftbus.producers.serve import responses
 from rftbus.web.errors import NotFound
 from rftbus.producers.serve.limits import RateLimiter
 from rftbus.producers.serve.metrics import ServeMetrics
-from rftbus.producers.serve.protocol import ChatRequest, CompletionRequest, default_task_id
+from rftbus.models.prompt import default_task_id
+from rftbus.producers.serve.protocol import ChatRequest, CompletionRequest
 from rftbus.producers.serve.records import LivePrompt, RecordIds
 from rftbus.producers.serve.service import Answer, LiveService
 

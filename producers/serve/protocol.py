@@ -10,7 +10,6 @@ baseline; by default it is a hash of the prompt's token ids.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -202,11 +201,6 @@ def completion_prompt(fmt: PromptFormat, req: CompletionRequest) -> tuple[list[i
     if bad is not None:
         raise BadRequest(f"prompt: token id {bad} is outside the vocabulary (size {vocab})", param="prompt")
     return ids, tokenizer.decode(ids, skip_special_tokens=False)
-
-
-def default_task_id(prompt_ids: list[int]) -> str:
-    """Live prompts that repeat share a task id, so the streams' per-task baseline sees them as one task."""
-    return "live:" + hashlib.sha256(b"".join(t.to_bytes(4, "little", signed=False) for t in prompt_ids)).hexdigest()[:24]
 
 
 def cut_at_stop(tokenizer, ids: list[int], stops: list[str]) -> tuple[int, str] | None:

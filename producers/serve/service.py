@@ -33,7 +33,8 @@ from rftbus.errors import RftbusError
 from rftbus.web.errors import BadRequest, EngineFailed, Unavailable
 from rftbus.producers.serve.feedback import FeedbackRequest, correction_group
 from rftbus.producers.serve.generator import Generated, Generator, GenRequest, TokenListener
-from rftbus.producers.serve.protocol import cut_at_stop, default_task_id
+from rftbus.models.prompt import default_task_id
+from rftbus.producers.serve.protocol import cut_at_stop
 from rftbus.producers.serve.recorder import BufferFull, DeliveryFailed, Recorder
 from rftbus.producers.serve.records import LivePrompt, RecentPrompts, RecordIds, live_group
 from rftbus.producers.serve.gated import GatedVersions, NotServing, SessionRetired

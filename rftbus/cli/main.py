@@ -21,7 +21,7 @@ from rftbus.cli import analytics_cmd
 from rftbus.cli import chaos_cmd
 from rftbus.cli import export_cmd
 from rftbus.cli import init_cmd
-from rftbus.cli import gate_cmd, track_cmd
+from rftbus.cli import gate_cmd, otel_cmd, track_cmd
 from rftbus.cli.context import CliState
 from rftbus.errors import RftbusError
 
@@ -67,6 +67,7 @@ app.add_typer(topics_cmd.app, name="topics")
 tail_cmd.register(app)
 track_cmd.register(app)
 gate_cmd.register(app)
+otel_cmd.register(app)
 app.add_typer(bench_cmd.app, name="bench")
 chaos_cmd.register(app)
 app.add_typer(analytics_cmd.app, name="analytics")

@@ -30,7 +30,7 @@ def list_topics(ctx: typer.Context) -> None:
         spec = t.spec(cfg)
         retention = ("forever" if spec.retention_ms == -1 else "broker default" if spec.retention_ms is None
                      else f"{spec.retention_ms / 86_400_000:g} d")
-        table.add_row(t.key, escape(spec.name), t.holds, t.record_key, t.value.__name__, str(spec.partitions),
+        table.add_row(t.key, escape(spec.name), t.holds, t.record_key, t.value.__name__ if t.value is not None else t.encoding, str(spec.partitions),
                       retention, spec.cleanup_policy, ", ".join(t.writers))
     for it in registry.INTERNAL:
         table.add_row("(streams)", escape(it.name(cfg)), it.holds, "", "streams' own bytes", "as raw", "",

@@ -26,6 +26,7 @@ from rftbus.errors import RftbusError
 from rftbus.models.config import ModelConfig
 from rftbus.config.explorer import ExplorerConfig, TasksetConfig
 from rftbus.config.gate import GateConfig
+from rftbus.config.otel import OtelConfig
 from rftbus.config.serve import ServeConfig
 from rftbus.config.simulate import SimulateConfig
 from rftbus.config.studio import StudioConfig
@@ -84,6 +85,7 @@ class Config(_Strict):
     studio: StudioConfig = StudioConfig()
     analytics: AnalyticsConfig = AnalyticsConfig()
     gate: GateConfig = GateConfig()
+    otel: OtelConfig = OtelConfig()
 
     @field_validator("state_dir")
     @classmethod

@@ -84,6 +84,10 @@ class TopicsConfig(_Strict):
     decisions: TopicSpec = Field(TopicSpec(name="rft.decisions", partitions=1, retention_ms=-1),
                           description="the promotion gate's decisions, in order, kept for good")
 
+    spans: TopicSpec = Field(TopicSpec(name="rft.spans", partitions=4, retention_ms=WEEK_MS),
+                          description="agents' OpenTelemetry spans as OTLP protobuf (the Collector's Kafka exporter "
+                          "writes them, keyed by trace id; otel.enabled)")
+
     def all(self) -> dict[str, TopicSpec]:
         return {key: getattr(self, key) for key in type(self).model_fields}
 

@@ -18,7 +18,7 @@ from rftbus.config import Config
 from rftbus.errors import RftbusError
 from rftbus.kafka.registry import TOPICS
 
-ROLES = ("tasks", "explorer", "serve", "studio", "streams", "trainer", "evaluator", "analytics", "gate")
+ROLES = ("tasks", "explorer", "serve", "studio", "streams", "trainer", "evaluator", "analytics", "gate", "otel")
 
 # topic key -> the roles that write it (everything else is refused a write by the broker): the registry's.
 WRITERS: dict[str, tuple[str, ...]] = {t.key: t.writers for t in TOPICS}

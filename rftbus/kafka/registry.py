@@ -21,11 +21,12 @@ class Topic:
     key: str  # the TopicsConfig field (and the `topic` column of the analytics tables)
     holds: str  # what one record is
     record_key: str  # what its Kafka key is (and so what orders it)
-    value: type[AvroRecord]  # the Avro record every message holds; anything else is undecodable or rejected
+    value: type[AvroRecord] | None  # the Avro record every message holds (None: not Avro, `encoding` says what)
     writers: tuple[str, ...]  # the roles the broker lets write it (rftbus/kafka/acls.py); every role may read
     lane: bool = False  # an experience lane the trainer reads
     curated: bool = False  # a lane of decided groups: only `survivors` may be learnt from
     streams_output: bool = False  # the streams' ingest writes it for the input it decides (its recovery scans it)
+    encoding: str = "avro"  # what a value is: an Avro record (`value`), or otlp_proto (OTLP's protobuf export)
 
     def spec(self, cfg: Config) -> TopicSpec:
         """Its name, partitions, retention and cleanup as this deployment declares them."""
@@ -52,6 +53,8 @@ TOPICS: tuple[Topic, ...] = (
     Topic("metrics", "a figure of a stage (a step, an eval, a lineage of trained ids)", "model", TrainerMetric,
           ("streams", "trainer", "evaluator")),
     Topic("decisions", "the gate's promotion or rollback, with its evidence", "model", GateDecision, ("gate",)),
+    Topic("spans", "an agent's OpenTelemetry spans (an OTLP trace export)", "trace id", None, ("otel",),
+          encoding="otlp_proto"),
 )
 BY_KEY: dict[str, Topic] = {t.key: t for t in TOPICS}
 
@@ -62,7 +65,15 @@ def keys(**flags: bool) -> tuple[str, ...]:
 
 
 def record_of(key: str) -> type[AvroRecord]:
-    return BY_KEY[key].value
+    value = BY_KEY[key].value
+    if value is None:
+        raise KeyError(f"topic {key!r} holds {BY_KEY[key].encoding}, not an Avro record")
+    return value
+
+
+def avro_topics() -> tuple[Topic, ...]:
+    """The topics whose values are Avro records (the analytics sink's, `rftbus tail`'s)."""
+    return tuple(t for t in TOPICS if t.value is not None)
 
 
 # The streams app's own topics, named from its app id and created by it (streams/topology.py), with as many

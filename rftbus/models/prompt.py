@@ -11,6 +11,7 @@ template's end-of-turn token (SmolLM2's GGUF names `<|im_start|>` as eos; its tu
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,10 +116,11 @@ class PromptFormat:
         return _ids(self.tokenizer(text)["input_ids"])
 
     # -- responses --------------------------------------------------------------------------------
-    def response(self, text: str) -> list[int]:
-        """A written answer (a demonstration, a correction) as response ids: its tokens and the end of turn."""
+    def response(self, text: str, ended: bool = True) -> list[int]:
+        """A written answer (a demonstration, a correction, a traced call's) as response ids: its tokens and, when
+        the turn `ended` (not cut at a length limit), the end of turn."""
         ids = _ids(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return ids + ([self.end_of_turn] if self.end_of_turn is not None else [])
+        return ids + ([self.end_of_turn] if ended and self.end_of_turn is not None else [])
 
     def cut(self, ids: list[int]) -> tuple[list[int], str]:
         """Generated ids up to and including the first stop id (kept for the loss mask) and finish reason."""
@@ -130,6 +132,12 @@ class PromptFormat:
     def decode(self, ids: list[int]) -> str:
         """A response's text: stop and other special tokens dropped."""
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def default_task_id(prompt_ids: list[int]) -> str:
+    """Live prompts that repeat share a task id, so the streams' per-task baseline sees them as one task (serve's
+    answers and traced ones alike: the same prompt ids, the same id)."""
+    return "live:" + hashlib.sha256(b"".join(t.to_bytes(4, "little", signed=False) for t in prompt_ids)).hexdigest()[:24]
 
 
 def prompt_format(tokenizer: Any, cfg: ModelConfig) -> PromptFormat:

@@ -71,4 +71,7 @@ def child_specs(c: Config, config_path: Path) -> list[ChildSpec]:
     for spec in specs:
         spec.restart_window_s = c.run.restart_window_minutes * 60
         spec.term_held = True  # each is `python -m rftbus`, which unblocks SIGTERM once its handler is in
+    if c.otel.collector:  # agents' traces: `rftbus otel collector` becomes the Collector (exec), its own SIGTERM
+        specs.append(ChildSpec("otelcol", base + ["otel", "collector"], env, c.run.max_restarts,
+                               logs / "otelcol.log", restart_window_s=c.run.restart_window_minutes * 60))
     return specs

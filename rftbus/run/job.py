@@ -43,7 +43,7 @@ from rftbus.run.supervisor import ChildSpec, Supervisor
 from rftbus.run.tracking import start_tracking
 from rftbus.status import mark_run, read_statuses, trainer_step
 
-STOP_ORDER = ["simulate", "serve", "studio", "explorer", "streams", "trainer", "gate", "analytics"]  # producers first: the rest drain
+STOP_ORDER = ["simulate", "serve", "studio", "otelcol", "explorer", "streams", "trainer", "gate", "analytics"]  # producers first: the rest drain
 
 
 def child_state(c) -> str:

@@ -15,7 +15,7 @@ def staleness(latest: int, version: int) -> int:
     return latest - version
 
 
-GRADED_SOURCES = frozenset({"live", "human"})  # rewards from feedback (schemas.Source values)
+GRADED_SOURCES = frozenset({"live", "human", "trace"})  # rewards from feedback (schemas.Source values)
 
 
 def bound(rl, source: object) -> int:

@@ -143,7 +143,7 @@ def _from_events(span: Span) -> tuple[list | None, list | None]:
     return inp or None, outp or None
 
 
-def _number(v: Any) -> float | None:
+def number(v: Any) -> float | None:
     if isinstance(v, bool):
         return 1.0 if v else 0.0
     if isinstance(v, (int, float)):
@@ -183,10 +183,10 @@ def read_call(span: Span, grade_attr: str = "user.feedback", session_attr: str |
     answer = outp[0]
     reasons = a.get("gen_ai.response.finish_reasons")
     finish = answer.get("finish_reason") or (reasons[0] if isinstance(reasons, list) and reasons else None)
-    grade = _number(a.get(grade_attr))
+    grade = number(a.get(grade_attr))
     for e in span.events:  # a grade recorded as an event on the span
         if grade is None and e.name == grade_attr:
-            grade = _number(e.attributes.get("value", e.attributes.get(grade_attr)))
+            grade = number(e.attributes.get("value", e.attributes.get(grade_attr)))
     session = a.get(session_attr) if session_attr else None
     return GenAICall(
         trace_id=span.trace_id, span_id=span.span_id, operation=str(op),

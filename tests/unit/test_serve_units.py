@@ -14,8 +14,9 @@ from rftbus.producers.engines.base import Completion
 from rftbus.web.auth import Scope, TokenAuth
 from rftbus.web.errors import BadRequest, Forbidden, Unauthorized
 from rftbus.producers.serve.feedback import FeedbackRequest
+from rftbus.models.prompt import default_task_id
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, chat_prompt, completion_prompt,
-                                             cut_at_stop, default_task_id)
+                                             cut_at_stop)
 from rftbus.producers.serve.records import LivePrompt, RecentPrompts, live_group
 from rftbus.producers.serve.responses import TextStream
 from rftbus.schemas import FeedbackKind, Source

@@ -36,6 +36,9 @@ class TrainBatch:
     preferred: torch.Tensor  # [N] bool: DPO chosen side
     versions: torch.Tensor  # [N] long: model_version of each experience
     late: torch.Tensor | None = None  # [N] bool: staler than rl.max_staleness (a late grade: corrected, m2.py)
+    # [N] bool: false where the answer came without behaviour logprobs (read from a trace): the step takes the
+    # current policy's in their place before the first update (train_step), so the ratio starts at 1
+    behav_known: torch.Tensor | None = None
 
     @property
     def n_rows(self) -> int:
