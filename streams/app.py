@@ -81,8 +81,13 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
                       changelog_topic=app.topic(topo.rates_changelog, partitions=n, compacting=True))
     pass_rates = PassRates(sc.pass_rate_alpha, store=rates)  # per raw partition, recovered with its inputs
     read_from = ReadFromCache(ReadAgain(cfg, sc.app_id))
-    for table in (pending, held, rates):
-        cast(CheckpointedTable, table).read_from = read_from
+    traces_table = None
+    if topo.spans:  # (otel.enabled) trace id -> its calls waiting for a grade, and its grade (streams/traces/)
+        traces_table = app.Table("traces", partitions=n, key_type=bytes, value_type=bytes, changelog_topic=app.topic(
+            topo.traces_changelog, partitions=n, compacting=True))
+    for table in (pending, held, rates, traces_table):
+        if table is not None:
+            cast(CheckpointedTable, table).read_from = read_from
     live = LiveGroups(cfg, held, emit, codec, counters)
     cast(CheckpointedTable, held).publish = published  # which groups are held, for the run's books
     ingest = Ingest(cfg, emit, codec, follower, pass_rates, counters, topo.raw, live, n)
@@ -93,7 +98,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     checkpoint = Checkpoint(cfg, inputs, watched, output_partitions(emit, topo.join, topo.spans),
                             Deliveries(emit.write, cfg.state_dir, counters, sc.write_retries, sc.write_retry_backoff_s),
                             counters, scopes={topo.raw: "ingest", topo.joined: "ingest"},
-                            redo_topics=frozenset({topo.raw}))  # (the live table and the pass rates)
+                            redo_topics=frozenset({topo.raw} | ({topo.spans} if topo.spans else set())))  # (their tables)
     join = Join(cfg, pending, emit, counters, topo.partitions["joined"])
     fanout = FeedbackFanout(cfg, emit, codec, counters)
     emit.checkpoint = ingest.checkpoint = join.checkpoint = fanout.checkpoint = checkpoint
@@ -101,7 +106,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     if topo.spans:  # (otel.enabled; opentelemetry-proto and the tokenizer only then)
         from rftbus.streams.traces.stage import Traces, episodes_for
 
-        traces = Traces(cfg, emit, counters, episodes_for(cfg))
+        traces = Traces(cfg, emit, counters, episodes_for(cfg), traces_table)
         traces.checkpoint = checkpoint
     # Ticks, status and metrics go through a plain confluent producer: they are not part of any input
     # record's processing (and so not of any transaction).

@@ -36,6 +36,7 @@ class Topology:
     names: dict[str, str]  # role -> topic name for everything the Emitter writes
     partitions: dict[str, int]
     spans: str | None = None  # topics.spans, where otel.enabled (the traces stage's input)
+    traces_changelog: str = ""
 
 
 def prepare(cfg: Config) -> Topology:
@@ -83,11 +84,15 @@ def prepare(cfg: Config) -> Topology:
         names.update(raw=t.raw.name, feedback=t.feedback.name)
         spans = t.spans.name
         wait_visible(admin, [spans], 30.0)
+        if parts(spans) != n:  # (the traces table's changelog has raw's count: co-partitioned with spans)
+            raise RftbusError(f"topics.spans has {parts(spans)} partitions, raw has {n}: give them the same count "
+                              "(the traces stage keeps each trace's state in its spans partition)")
     partitions = {role: parts(name) for role, name in names.items()}
     return Topology(raw=t.raw.name, feedback=t.feedback.name, join=names["join"], joined=names["joined"],
                     changelog=registry.PENDING_CHANGELOG.name(cfg), live_changelog=registry.LIVE_CHANGELOG.name(cfg),
                     rates_changelog=registry.RATES_CHANGELOG.name(cfg), raw_partitions=r,
-                    names=names, partitions=partitions, spans=spans)
+                    names=names, partitions=partitions, spans=spans,
+                    traces_changelog=registry.TRACES_CHANGELOG.name(cfg))
 
 
 def _create(admin, topics: list[NewTopic]) -> None:

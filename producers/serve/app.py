@@ -146,6 +146,12 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
     async def feedback(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.feedback)
         req = await parse(request, FeedbackRequest)
+        if req.trace_id is not None:  # a whole agent trace (otel): a grade span on it, joined by the traces stage
+            grade_id = await svc.publish_trace_grade(req)
+            if metrics is not None:
+                metrics.feedback.labels(req.kind.value).inc()
+            return JSONResponse({"status": "accepted", "feedback_id": grade_id, "trace_id": req.trace_id,
+                                 "kind": req.kind.value, "topic": cfg.topics.spans.name}, status_code=202)
         fbs, expert = await svc.publish_feedback(req)
         fb = fbs[0]
         if metrics is not None:

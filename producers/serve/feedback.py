@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from rftbus.otel.ids import TRACE_ID, episode_id
+from rftbus.otel.ids import TRACE_ID
 from rftbus.schemas import ExperienceGroup, Feedback, FeedbackKind
 from rftbus.producers.serve.sessions import credit
 from rftbus.schemas.records import new_id, rating_problem, rating_reward
@@ -36,8 +36,8 @@ class FeedbackRequest(BaseModel):
                                       "(for a preference: defaults to preferred_id)")
     session_id: str | None = Field(None, pattern=ID_PATTERN, description="grade a whole episode instead: every "
                                    "call of the session is credited (serve.episode_credit)")
-    trace_id: str | None = Field(None, pattern=TRACE_ID.pattern, description="grade the model call an agent's "
-                                 "OpenTelemetry trace recorded (its root call: otel.enabled), by the trace's 32-hex id")
+    trace_id: str | None = Field(None, pattern=TRACE_ID.pattern, description="grade every model call an agent's "
+                                 "OpenTelemetry trace recorded (otel.enabled), by the trace's 32-hex id")
     reward: float | None = Field(None, description="scalar reward, used as given")
     rating: float | None = Field(None, description="a rating on streams.rating_scale, mapped to 0..1")
     thumbs: Literal["up", "down"] | None = None
@@ -104,8 +104,6 @@ class FeedbackRequest(BaseModel):
 
     @property
     def target(self) -> str:
-        if self.trace_id is not None:
-            return episode_id(self.trace_id)
         return self.experience_id or self.preferred_id  # type: ignore[return-value]
 
     def check_rating(self, scale: tuple[float, float]) -> str | None:

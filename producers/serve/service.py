@@ -40,6 +40,7 @@ from rftbus.producers.serve.records import LivePrompt, RecentPrompts, RecordIds,
 from rftbus.producers.serve.gated import GatedVersions, NotServing, SessionRetired
 from rftbus.producers.serve.sessions import Sessions
 from rftbus.schemas import ExperienceGroup, Feedback, make_codec, topic_context
+from rftbus.schemas.records import new_id
 from rftbus.status import StatusFile
 from rftbus.weights.follower import WeightFollower
 
@@ -210,13 +211,14 @@ class LiveService:
         if sampling.temperature != self.cfg.explorer.sampling.temperature:
             meta["temperature"] = repr(sampling.temperature)
         group = live_group(prompt, comps, gen.version, self.id, gen.generation_ms, meta, ids)
-        await self._record(group)
+        if self.cfg.serve.record:  # (off: a plain model server; its calls train through the agents' traces)
+            await self._record(group)
+            self.counts["experiences_recorded"] += len(group.samples)
         for s in group.samples:
             self.recent.add(s.experience_id, prompt)
         if session_id is not None:
             self.sessions.recorded(session_id, int(meta["session_turn"]), group.experience_ids())
         self.counts["completions"] += 1
-        self.counts["experiences_recorded"] += len(group.samples)
         self.snapshot()
         return Answer(group, texts, comps, gen.version, calls)
 
@@ -317,6 +319,27 @@ class LiveService:
             self.counts["corrections_published"] += 1
         self.snapshot()
         return fbs, expert
+
+    async def publish_trace_grade(self, req: FeedbackRequest) -> str:
+        """A grade of a whole agent trace (`trace_id`): the span an agent would write on it, to topics.spans, where
+        the traces stage joins it to every call of the trace (rftbus/otel/grade.py). Returns the grade's id."""
+        from rftbus.otel.grade import grade_export
+
+        problem = req.check_rating(self.cfg.streams.rating_scale)
+        if problem:
+            raise BadRequest(problem, param="rating", code="out_of_range")
+        assert req.trace_id is not None
+        grade_id = req.feedback_id or new_id()
+        value = grade_export(req.trace_id, req.value(tuple(self.cfg.streams.rating_scale)), grade_id,
+                             self.cfg.otel.grade_attribute, req.annotator, service=self.id)
+        try:
+            futs = self.feedback.send_many([(self.cfg.topics.spans.name, req.trace_id, value)])
+        except BufferFull as e:
+            raise Unavailable(f"cannot publish the feedback: {e}", code="feedback_buffer_full") from None
+        await self._acknowledged(futs, "the trace's grade")
+        self.counts["trace_grades_published"] += 1
+        self.snapshot()
+        return grade_id
 
     def _correction(self, fb: Feedback, req: FeedbackRequest) -> ExperienceGroup:
         known = self.recent.get(fb.experience_id)

@@ -44,6 +44,8 @@ class ServeConfig(BaseModel):
     max_batch: int = Field(32, ge=1, description="prompts per engine call: concurrent requests are batched")
     batch_wait_ms: float = Field(5.0, ge=0, description="how long the engine thread gathers requests into a batch")
     max_body_bytes: int = Field(1 << 20, ge=1024, description="larger request bodies are answered 413")
+    record: bool = Field(True, description="record every answer on topics.raw, to be graded and trained (false: a "
+                         "plain model server, e.g. when its calls reach training through the agents' traces: otel)")
     record_ack: Literal["kafka", "buffered"] = Field(
         "kafka", description="kafka: a completion is answered only after Kafka acknowledged its Experience; "
         "buffered: answered once the record is in the bounded buffer (lower latency; lost if the process "

@@ -53,7 +53,7 @@ TOPICS: tuple[Topic, ...] = (
     Topic("metrics", "a figure of a stage (a step, an eval, a lineage of trained ids)", "model", TrainerMetric,
           ("streams", "trainer", "evaluator")),
     Topic("decisions", "the gate's promotion or rollback, with its evidence", "model", GateDecision, ("gate",)),
-    Topic("spans", "an agent's OpenTelemetry spans (an OTLP trace export)", "trace id", None, ("otel",),
+    Topic("spans", "an agent's OpenTelemetry spans (an OTLP trace export)", "trace id (hex)", None, ("otel", "serve"),
           encoding="otlp_proto"),
 )
 BY_KEY: dict[str, Topic] = {t.key: t for t in TOPICS}
@@ -96,8 +96,11 @@ LIVE_CHANGELOG = InternalTopic("live-changelog", "the live table: group id -> a 
                                "compact")
 RATES_CHANGELOG = InternalTopic("rates-changelog", "the pass-rate table: (raw partition, task or prompt class) -> "
                                 "the EMA of its groups' mean reward", "compact")
+TRACES_CHANGELOG = InternalTopic("traces-changelog", "the traces table: trace id -> its calls waiting for a grade and "
+                                 "its grade (otel.enabled)", "compact")
 # A table change is compacted under a later one only after this long: a record whose input was not yet committed at a
 # kill must still be there, to be skipped, when the worker recovers (streams/state.py). An hour is far above a commit
 # interval and a restart.
 CHANGELOG_MIN_COMPACTION_LAG_MS = 3600 * 1000
-INTERNAL: tuple[InternalTopic, ...] = (JOIN, JOINED, PENDING_CHANGELOG, LIVE_CHANGELOG, RATES_CHANGELOG)
+INTERNAL: tuple[InternalTopic, ...] = (JOIN, JOINED, PENDING_CHANGELOG, LIVE_CHANGELOG, RATES_CHANGELOG,
+                                       TRACES_CHANGELOG)

@@ -37,6 +37,9 @@ def collector_config(spec: CollectorSpec) -> dict:
             "brokers": spec.brokers,
             "traces": {"topic": spec.topic, "encoding": "otlp_proto"},
             "partition_traces_by_id": True,
+            # Kafka's own murmur2 (the Java client's and every rftbus producer's), not Sarama's FNV-1a: a grade
+            # another producer writes for a trace lands in its spans' partition (rftbus/otel/grade.py)
+            "record_partitioner": {"sticky_key": {"hasher": "murmur2"}},
             "producer": {"compression": "lz4"}}},
         "service": {
             "pipelines": {"traces": {"receivers": ["otlp"], "processors": ["batch"], "exporters": ["kafka"]}},

@@ -7,15 +7,14 @@ model call of the policy, a grade per graded trace, and a refusal per kind of sp
   turn after an answer that stopped), `loss_mask` all true. Traces carry text, not logprobs: `logprobs` holds one 0.0
   per token and `behaviour_logprobs` is false, so the trainer takes the current policy's in their place at the step
   (trainer/step.py `with_behaviour`): the answer trains as if sampled now, uncorrected for the versions between.
-- **Ids are the trace's**, so a span exported twice (a retry, a replay) is the same group, a `duplicate` downstream:
-  the call that is its trace's root is `otel-<trace id>` (what a grade of the whole trace names: /v1/feedback with
-  `trace_id`, or a grade on another span of the trace); a call nested under another span is
-  `otel-<trace id>-<span id>`.
+- **Ids are the trace's**, `otel-<trace id>-<span id>` (rftbus/otel/ids.py), so a span exported twice (a retry, a
+  replay) is the same group, a `duplicate` downstream.
 - **The version** is the one the span names (genai.model_version): `<model>-v<N>` as the response's model, or rftbus
   serve's fingerprint `rftbus-v<N>`; a span naming another model is refused `unknown_model`.
-- **Grades**: on the call's own span the group carries its reward and waits for nothing; on another span of the
-  trace it becomes a Feedback for the trace's root call (`TraceGrade`); otherwise the group waits for feedback
-  like any served answer (streams.feedback_ttl_s).
+- **Grades**: one on the call's own span (the configured attribute, or an event of that name) is the group's reward.
+  One on any other span of the trace (an agent's span around its calls, a later "feedback" span, or the span serve
+  writes for /v1/feedback `trace_id`) grades the trace: a `TraceGrade`, which the stage (stage.py) joins to every
+  call of the trace, whichever export each comes in.
 """
 
 from __future__ import annotations
@@ -32,9 +31,20 @@ from rftbus.streams.traces.otlp import OtlpError, Span, parse, spans
 
 @dataclass(slots=True)
 class TraceGrade:
-    """A grade a trace carries outside its model call's span: a Feedback for the trace's root call."""
+    """A grade a span other than a model call's carries: for every call of its trace."""
 
-    feedback: Feedback
+    trace_id: str
+    value: float
+    span_id: str  # the grading span: with the trace, what makes the grade one (a re-export is the same grade)
+    annotator: str
+    at_ms: int
+
+    def feedback(self, experience_id: str) -> Feedback:
+        """The Feedback that grades one call of the trace (its id derived: written again, it is the same one)."""
+        return Feedback(feedback_id=f"{PREFIX}grade-{self.trace_id}-{self.span_id}:{experience_id}",
+                        experience_id=experience_id, kind=FeedbackKind.reward, reward=self.value,
+                        annotator=self.annotator, created_at=self.at_ms,
+                        metadata={"trace_id": self.trace_id, "span_id": self.span_id, "origin": "otel"})
 
 
 @dataclass(slots=True)
@@ -42,7 +52,7 @@ class Read:
     """What one export holds: groups to publish, grades to forward, refusals by reason (span ids and details)."""
 
     groups: list[ExperienceGroup] = field(default_factory=list)
-    grades: list[TraceGrade] = field(default_factory=list)
+    grades: dict[str, TraceGrade] = field(default_factory=dict)  # trace id -> its grade (the export's last)
     refused: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # reason -> [(span id, detail)]
     spans: int = 0
 
@@ -67,9 +77,9 @@ class Episodes:
         for span in found:
             call = read_call(span, self.grade_attribute, self.session_attribute)
             if isinstance(call, Refused):
-                grade = self._grade_elsewhere(span)
+                grade = self.trace_grade(span)
                 if grade is not None:
-                    out.grades.append(grade)
+                    out.grades[span.trace_id] = grade
                 else:
                     out.refuse(call.reason, span.span_id, call.detail)
                 continue
@@ -92,7 +102,7 @@ class Episodes:
         if not answer:
             raise ValueError("an empty answer")
         ids = self.fmt.response(answer, ended=call.finish_reason in (None, "stop", "tool_calls"))
-        eid = episode_id(call.trace_id, None if not span.parent_span_id else call.span_id)
+        eid = episode_id(call.trace_id, call.span_id)
         meta = {"trace_id": call.trace_id, "span_id": call.span_id, "origin": "otel"}
         service = span.resource.get("service.name")
         if isinstance(service, str):
@@ -110,20 +120,16 @@ class Episodes:
                                explorer_id=self.producer_id, prompt_ids=prompt_ids, prompt_text=prompt_text,
                                samples=[sample], created_at=max(1, call.end_ns // 1_000_000), metadata=meta)
 
-    def _grade_elsewhere(self, span: Span) -> TraceGrade | None:
-        """A grade on a span that is no model call: a Feedback for the trace's root call."""
+    def trace_grade(self, span: Span) -> TraceGrade | None:
+        """The grade a span that is no model call carries (attribute, or an event of that name), if any."""
         value = number(span.attributes.get(self.grade_attribute))
         for e in span.events:
             if value is None and e.name == self.grade_attribute:
                 value = number(e.attributes.get("value", e.attributes.get(self.grade_attribute)))
         if value is None or len(span.trace_id) != 32:
             return None
-        fb = Feedback(feedback_id=f"{PREFIX}{span.trace_id}-{span.span_id}-grade",
-                      experience_id=episode_id(span.trace_id), kind=FeedbackKind.reward, reward=value,
-                      annotator=str(span.resource.get("service.name") or "otel"),
-                      created_at=max(1, span.end_ns // 1_000_000),
-                      metadata={"trace_id": span.trace_id, "span_id": span.span_id, "origin": "otel"})
-        return TraceGrade(fb)
+        return TraceGrade(span.trace_id, value, span.span_id, str(span.resource.get("service.name") or "otel"),
+                          max(1, span.end_ns // 1_000_000))
 
 
 class Unknown(ValueError):

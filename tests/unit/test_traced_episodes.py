@@ -61,7 +61,8 @@ def test_a_root_call_is_a_group_of_one_rendered_by_the_one_renderer(fmt):
     [g] = read.groups
     trace = f"{ids[0]:032x}"
     prompt_ids, _ = fmt.messages(ASK)
-    assert g.group_id == episode_id(trace) == f"otel-{trace}" and g.source is Source.trace
+    assert g.group_id == episode_id(trace, g.metadata["span_id"]) == f"otel-{trace}-{g.metadata['span_id']}"
+    assert g.source is Source.trace
     assert g.prompt_ids == prompt_ids and g.task_id == default_task_id(prompt_ids)
     [s] = g.samples
     assert s.experience_id == g.group_id and s.model_version == 3 and s.reward is None
@@ -76,23 +77,30 @@ def test_a_root_call_is_a_group_of_one_rendered_by_the_one_renderer(fmt):
 
 def test_versions_grades_and_refusals(fmt):
     def make(tracer):
-        with tracer.start_as_current_span("agent run") as root:  # an agent's own span, graded
+        with tracer.start_as_current_span("agent run") as root:  # an agent's own span, graded: the trace's grade
             root.set_attribute("user.feedback", "up")
-            _chat(tracer, answer="54", finish="length", **{"user.feedback": 0.0})  # nested, graded on itself
+            _chat(tracer, answer="54", finish="length", **{"user.feedback": 0.0})  # graded on its own span
+            _chat(tracer, answer="56")  # waits for the trace's grade (the stage joins it)
             _chat(tracer, model="gpt-4o")  # another model answered
             with tracer.start_as_current_span("tool lookup"):
                 pass
+        with tracer.start_as_current_span("review") as later:  # another trace's grade, alone in the export
+            later.add_event("user.feedback", {"value": 0.5})
 
     read = Episodes(fmt, MODEL).read(_export(make))
-    [g] = read.groups
-    [s] = g.samples
-    assert g.group_id.startswith("otel-") and g.group_id.count("-") == 2  # otel-<trace>-<span>: a nested call
+    own, waiting = read.groups
+    assert own.group_id == f"otel-{own.metadata['trace_id']}-{own.metadata['span_id']}"
+    [s] = own.samples
     assert s.reward == 0.0 and s.reward_components == {"feedback": 0.0}  # graded on its own span
+    assert s.metadata["feedback_kind"] == "span_attribute"
     assert s.response_ids == fmt.response("54", ended=False) and s.finish_reason == "length"
-    [grade] = read.grades  # the agent span's grade: for the trace's root call
-    fb = grade.feedback
-    assert fb.kind is FeedbackKind.reward and fb.reward == 1.0
-    assert fb.experience_id == f"otel-{g.metadata['trace_id']}"
+    assert waiting.samples[0].reward is None and waiting.metadata["trace_id"] == own.metadata["trace_id"]
+    trace = own.metadata["trace_id"]
+    assert read.grades[trace].value == 1.0
+    [other] = [t for t in read.grades if t != trace]
+    fb = read.grades[other].feedback("otel-x-y")  # what the stage writes for each call of that trace
+    assert fb.kind is FeedbackKind.reward and fb.reward == 0.5 and fb.experience_id == "otel-x-y"
+    assert fb.feedback_id == read.grades[other].feedback("otel-x-y").feedback_id  # written again: the same one
     assert sorted(read.refused) == ["not_genai", "unknown_model"]
     assert "gpt-4o" in read.refused["unknown_model"][0][1]
     with pytest.raises(OtlpError):
@@ -121,3 +129,54 @@ def test_the_step_takes_the_current_policy_for_answers_without_behaviour_logprob
     assert torch.all(out.behav_logp[1][batch.response[1]] == -0.5)  # the served row: its own, untouched
     both = collate([Row(served, served.samples[0])], pad_id=0, max_len=512)
     assert both.behav_known is None  # nothing to stand in for: the batch is as before
+
+
+def test_the_stage_joins_a_trace_grade_to_its_calls_in_either_order(fmt):
+    """The traces stage's table (a dict here) across two exports of one trace: calls first, then the grade (a
+    Feedback per waiting call); and a call that comes after the grade carries it in its record."""
+    from types import SimpleNamespace
+
+    from opentelemetry import trace as otel_trace
+
+    from rftbus.config import load_config
+    from rftbus.schemas import Feedback
+    from rftbus.streams.outputs import Emitter
+    from rftbus.streams.telemetry import Counters
+    from rftbus.streams.traces.stage import Traces
+
+    cfg = load_config(overrides={}, environ={})
+    codec = make_codec(None)
+    names = {"raw": "raw", "feedback": "feedback", "rejected": "rejected"}
+    emit = Emitter(None, codec.encode, names, dict.fromkeys(names, 4), 1 << 20)
+    table: dict[bytes, bytes] = {}
+    stage = Traces(cfg, emit, Counters(), Episodes(fmt, MODEL), table)
+    ctx: dict = {}
+
+    def first(tracer):
+        with tracer.start_as_current_span("agent run") as root:
+            ctx["root"] = root
+            _chat(tracer)
+            _chat(tracer, answer="57")
+
+    def grade(tracer):
+        parent = otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(ctx["root"].get_span_context()))
+        with tracer.start_as_current_span("user thumbs", context=parent) as span:
+            span.set_attribute("user.feedback", True)
+        with tracer.start_as_current_span("late call", context=parent):
+            _chat(tracer, answer="56")
+
+    def outs(body: bytes, offset: int):
+        return stage.outputs(SimpleNamespace(value=body, key=b"k", partition=1), f"spans/1/{offset}")
+
+    o1 = outs(_export(first), 0)
+    assert [o.role for o in o1] == ["raw", "raw", "rejected"]  # (the agent's own span: not_genai)
+    calls = [codec.decode(o.value) for o in o1 if o.role == "raw"]
+    assert all(isinstance(g, ExperienceGroup) and g.samples[0].reward is None for g in calls)
+    o2 = outs(_export(grade), 1)
+    fbs = [codec.decode(o.value) for o in o2 if o.role == "feedback"]
+    assert all(isinstance(f, Feedback) and f.reward == 1.0 for f in fbs)
+    assert sorted(f.experience_id for f in fbs) == sorted(g.group_id for g in calls)
+    [late] = [codec.decode(o.value) for o in o2 if o.role == "raw"]
+    assert late.samples[0].reward == 1.0 and late.samples[0].metadata["feedback_kind"] == "trace_grade"
+    assert [o.partition for o in o2 if o.role == "raw"] == [emit.key_partition("raw", late.group_id.encode())]
+    assert json.loads(next(iter(table.values())))["calls"] == []  # graded: nothing waits any more
