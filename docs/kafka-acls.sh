@@ -16,6 +16,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Read --operation Describe --operation DescribeConfigs --topic rft.spans
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-tasks --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -28,6 +29,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --operation DescribeConfigs --topic rft.spans
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-explorer --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -40,6 +42,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.spans
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-serve --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -52,6 +55,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --operation DescribeConfigs --topic rft.spans
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -64,6 +68,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.metrics
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.spans
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -76,6 +81,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.metrics
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --operation DescribeConfigs --topic rft.spans
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-trainer --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -88,6 +94,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.metrics
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --operation DescribeConfigs --topic rft.spans
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-evaluator --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -100,6 +107,7 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --operation DescribeConfigs --topic rft.spans
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-analytics --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
@@ -112,8 +120,22 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --operation DescribeConfigs --topic rft.spans
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-gate --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.raw
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.curated
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.curated.priority
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.expert
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.rejected
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --topic rft.feedback
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.spans
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation All --topic rftbus-streams --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation All --group rftbus-streams --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation All --transactional-id rftbus-streams --resource-pattern-type prefixed

@@ -262,6 +262,29 @@ def check_user_code(config_file, rep: Report) -> None:
                                   "here (the library is); rename it")
 
 
+def check_otel(cfg: Config, rep: Report) -> None:
+    """Agents' traces: what reading them needs (opentelemetry-proto), and a Collector `rftbus run` can start."""
+    import importlib.util
+    import shutil
+
+    o = cfg.otel
+    if o.reads_traces and importlib.util.find_spec("opentelemetry.proto") is None:
+        rep.errors.append("otel: reading traces needs opentelemetry-proto (pip install 'rftbus[otel]')")
+    if not o.collector:
+        return
+    if o.collector_binary is not None:
+        if not Path(o.collector_binary).is_file():
+            rep.errors.append(f"otel.collector_binary {str(o.collector_binary)!r}: no such file")
+        return
+    from rftbus.otel.build import DONE_MARKER, binary_path
+
+    cache = Path(o.cache_dir or Path(cfg.state_dir) / "otelcol")
+    if not (binary_path(cache).parent / DONE_MARKER).exists() and shutil.which("go") is None:
+        rep.errors.append(f"otel.collector: no Collector built under {cache} and no Go toolchain to build one "
+                          "(https://go.dev/dl/, 1.24 or newer); or set otel.collector_binary to a Collector with the "
+                          "OTLP receiver and the Kafka exporter (otelcol-contrib)")
+
+
 def check_config(cfg: Config, config_file=None) -> Report:
     rep = Report()
     t0 = time.perf_counter()
@@ -272,5 +295,6 @@ def check_config(cfg: Config, config_file=None) -> Report:
     check_model(cfg, tasks, rep, file)
     check_rewards(cfg, ts, tasks, rep)
     check_loss(cfg, rep)
+    check_otel(cfg, rep)
     rep.seconds = time.perf_counter() - t0
     return rep

@@ -26,3 +26,42 @@ def test_the_builder_pins_every_module_at_one_release(tmp_path):
     contrib = [m for m in mods if "opentelemetry-collector-contrib" in m]
     assert contrib and all(m.rsplit(" v", 1)[1].startswith(release().rsplit(".", 1)[0]) for m in contrib), contrib
     assert binary_path(tmp_path).name == "otelcol-rftbus" and release() in binary_path(tmp_path).parent.name
+
+
+def test_spans_are_partitioned_as_every_rftbus_producer_partitions():
+    """murmur2 (Kafka's), not the exporter's default Sarama FNV-1a: a grade serve writes for a trace (keyed by its hex
+    id, rftbus/otel/grade.py) must land in the partition of the trace's spans, where the traces stage joins them."""
+    kafka = collector_config(CollectorSpec(brokers=["b:9092"], topic="t"))["exporters"]["kafka"]
+    assert kafka["record_partitioner"] == {"sticky_key": {"hasher": "murmur2"}}
+
+
+def test_the_compose_collector_config_is_what_rftbus_generates():
+    """deploy/otelcol.yaml (docker-compose's `otelcol` service) is `collector_config` for the compose broker."""
+    import yaml
+
+    from tests.conftest import REPO
+
+    shipped = yaml.safe_load((REPO / "deploy" / "otelcol.yaml").read_text())
+    assert shipped == collector_config(CollectorSpec(brokers=["kafka:9092"], topic="rft.spans", host="0.0.0.0")), \
+        "regenerate deploy/otelcol.yaml (see its header)"
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    assert compose["services"]["otelcol"]["image"].endswith(":" + release())
+
+
+def test_check_says_in_one_line_when_run_could_not_start_the_collector(tmp_path, monkeypatch):
+    """otel.collector on a machine with no Collector built and no Go: `rftbus check` refuses it, naming both ways
+    out; a collector_binary that is not there is named."""
+    from rftbus.config import load_config
+    from rftbus.run.check import Report, check_otel
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # (no `go` on it)
+    cfg = load_config(overrides={"state_dir": str(tmp_path), "otel": {"collector": True}}, environ={})
+    rep = Report()
+    check_otel(cfg, rep)
+    assert len(rep.errors) == 1 and "no Go toolchain" in rep.errors[0] and "collector_binary" in rep.errors[0]
+    cfg = load_config(overrides={"state_dir": str(tmp_path), "otel": {"collector": True,
+                                                                      "collector_binary": str(tmp_path / "nope")}},
+                      environ={})
+    rep = Report()
+    check_otel(cfg, rep)
+    assert rep.errors == [f"otel.collector_binary {str(tmp_path / 'nope')!r}: no such file"]

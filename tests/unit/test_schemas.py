@@ -98,7 +98,7 @@ def test_a_v1_experience_reads_as_a_sample_of_today():
 
 def test_enums_and_nullable_unions():
     src = next(f for f in STORE.current("ExperienceGroup").raw["fields"] if f["name"] == "source")["type"]
-    assert src["symbols"] == [s.value for s in Source] == ["explorer", "live", "human", "expert"]
+    assert src["symbols"] == [s.value for s in Source] == ["explorer", "live", "human", "expert", "trace"]
     kind = next(f for f in STORE.current("Feedback").raw["fields"] if f["name"] == "kind")["type"]
     assert kind["symbols"] == [k.value for k in FeedbackKind]
     for name in NAMES:
@@ -237,5 +237,5 @@ def test_old_version_decodes_to_current_record(tmp_path: Path):
         rec = de(fo.getvalue())
         assert isinstance(rec, ExperienceGroup) and all(isinstance(s, Experience) for s in rec.samples)
         assert rec.metadata == {} and rec.prompt_text is None and rec.priority == 0.0
-        assert rec.prompt_ids == datum["prompt_ids"] and rec.source is Source.expert
+        assert rec.prompt_ids == datum["prompt_ids"] and rec.source is Source(datum["source"])
         assert rec.created_at == datum["created_at"] and isinstance(rec.created_at, int)
