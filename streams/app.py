@@ -133,7 +133,7 @@ def build(cfg: Config, topo: Topology, wid: str) -> StreamsApp:
     app.agent(app.topic(topo.raw, topo.joined), name="ingest")(ingest_agent)
     app.agent(app.topic(topo.join), name="join")(join_agent)
     app.agent(app.topic(topo.feedback), name="feedback")(feedback_agent)
-    if traces is not None:  # (otel.enabled: agents' GenAI spans become experience groups, streams/traces/)
+    if traces is not None and topo.spans:  # (otel.enabled: agents' GenAI spans become groups, streams/traces/)
         traces_agent = reporting_agent("traces", traces.handle, traces.on_error, counters, prepare=watched_stream)
         app.agent(app.topic(topo.spans), name="traces")(traces_agent)
 

@@ -330,7 +330,7 @@ class LiveService:
             raise BadRequest(problem, param="rating", code="out_of_range")
         assert req.trace_id is not None
         grade_id = req.feedback_id or new_id()
-        value = grade_export(req.trace_id, req.value(tuple(self.cfg.streams.rating_scale)), grade_id,
+        value = grade_export(req.trace_id, req.value(self.cfg.streams.rating_scale), grade_id,
                              self.cfg.otel.grade_attribute, req.annotator, service=self.id)
         try:
             futs = self.feedback.send_many([(self.cfg.topics.spans.name, req.trace_id, value)])

@@ -65,6 +65,27 @@ def render(msg, deserializer, as_json: bool) -> str:
     return f"{msg.topic()}[{msg.partition()}]@{msg.offset()} key={key} [cyan]{record.SCHEMA_NAME}[/] {escape(shown)}"
 
 
+def render_spans(msg, as_json: bool) -> str:
+    """One line for an OTLP trace export (topics.spans): its spans, with the GenAI operation where there is one."""
+    from rftbus.streams.traces.otlp import OtlpError, parse, spans
+
+    key = msg.key().decode(errors="replace") if msg.key() is not None else None
+    where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
+    raw = msg.value() or b""
+    try:
+        found = [{"trace_id": x.trace_id, "span_id": x.span_id, "name": x.name,
+                  "gen_ai.operation.name": x.attributes.get("gen_ai.operation.name")} for x in spans(parse(raw))]
+    except OtlpError as e:
+        if as_json:
+            return json.dumps({"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(),
+                               "key": key, "undecodable": True, "detail": str(e), "bytes": len(raw)})
+        return f"{where} [red]UNDECODABLE[/] ({escape(str(e))}) {len(raw)} bytes"
+    if as_json:
+        return json.dumps({"topic": msg.topic(), "partition": msg.partition(), "offset": msg.offset(), "key": key,
+                           "type": "otlp.ExportTraceServiceRequest", "spans": found})
+    return f"{where} key={key} [cyan]OTLP[/] {escape(json.dumps(found, ensure_ascii=False))}"
+
+
 def tail(
     ctx: typer.Context,
     topic: str = typer.Argument(..., help="Topic name, or a config key such as `raw` or `weights`."),
@@ -89,6 +110,9 @@ def tail(
     consumer = make_consumer(cfg, "rftbus-tail", **{"enable.partition.eof": True})
     consumer.assign([TopicPartition(name, p, start) for p in tmeta.partitions])
     deserializer = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer()
+    from rftbus.kafka.registry import BY_KEY
+
+    otlp = any(BY_KEY[k].encoding == "otlp_proto" for k, spec in cfg.topics.all().items() if spec.name == name)
     at_end: set[int] = set()
     printed = 0
     last_seen = time.monotonic()
@@ -109,7 +133,7 @@ def tail(
                 raise RftbusError(f"reading {name}: {err.str()}")
             at_end.discard(msg.partition())
             last_seen = time.monotonic()
-            line = render(msg, deserializer, as_json)
+            line = render_spans(msg, as_json) if otlp else render(msg, deserializer, as_json)
             if as_json:
                 st.console.out(line, highlight=False)
             else:

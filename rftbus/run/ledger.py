@@ -135,7 +135,7 @@ IDS_OF_RECORD: dict[type, Callable[[Any], list[str]]] = {
 
 def ids_of(key: str) -> Callable[[Any], list[str]]:
     topic = registry.BY_KEY[key]
-    return _kept_ids if topic.curated else IDS_OF_RECORD[topic.value]
+    return _kept_ids if topic.curated else IDS_OF_RECORD[registry.record_of(key)]
 
 
 def held_live_groups(cfg: Config, timeout_s: float = 60.0) -> set[str]:
