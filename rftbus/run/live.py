@@ -49,6 +49,12 @@ def live_summary(cfg: Config, started: float, rejected_by_reason: dict[str, int]
         "retries": total("feedback_retries"), "received": total("feedback_in"),
         "waiting_experiences": total("waiting_for_feedback"),
     }
+    if cfg.otel.reads_traces:  # what agents' traces gave: summed over the streams workers
+        traced: dict[str, int] = {}
+        for s in streams:
+            for k, v in (s.get("traces") or {}).items():
+                traced[k] = traced.get(k, 0) + int(v)
+        out["otel"] = traced
     if sims:
         keys = ("requests", "answers", "multi_turn", "ungraded", "feedback_posted", "feedback.reward",
                 "feedback.rating", "feedback.thumbs", "feedback.correction", "feedback.preference",

@@ -7,6 +7,8 @@ and with `multi_turn_share` follows a wrong answer with a second turn carrying t
 agent asks is one session (`X-Rftbus-Session-Id`, its turns included), as a user's conversation is: behind the
 promotion gate a session keeps the version it started with.
 Feedback posts are retried with the same feedback_id while the proxy answers 503 or is down (a restart).
+With `simulate.traced` the agents are instrumented with opentelemetry-instrumentation-openai-v2 and their traces go
+to the run's Collector; the graders grade each call by its trace id (the traces are what trains: serve.record off).
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ class Simulator:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.answers = open(path, "a", buffering=1)
         self.tasks_posted: set[asyncio.Task] = set()
+        self.tracer: Any = None  # simulate.traced: the agents' tracer (trace_calls)
         self.follower: Any = None  # the published weights (graders.late_share: grades held back by versions)
         if self.sc.graders.late_share:
             from rftbus.weights.follower import WeightFollower
@@ -118,10 +121,14 @@ class Simulator:
     async def ask(self, client: Any, task: Task, messages: list[dict], n: int, rng: random.Random,
                   prompt: str | None, session: str | None = None) -> list[Answer]:
         t = time.monotonic()
-        resp = await client.chat.completions.create(
-            model=self.cfg.serve.served_model or self.cfg.model.name, messages=messages, n=n,
-            max_tokens=self.sc.max_tokens, temperature=self.sc.temperature, metadata={"task_class": self.taskset.name},
-            extra_body={"task_id": task.task_id}, extra_headers={SESSION_HEADER: session} if session else None)
+        trace_id = None
+        if self.tracer is not None:  # one trace per call: an agent's turn around the instrumented call
+            n, prompt = 1, None  # (a trace grade is a score: no second choice to prefer, no correction)
+            with self.tracer.start_as_current_span("agent turn") as turn:
+                resp = await self._create(client, task, messages, n, session)
+                trace_id = f"{turn.get_span_context().trace_id:032x}"
+        else:
+            resp = await self._create(client, task, messages, n, session)
         self.latency_ms.append((time.monotonic() - t) * 1000)
         version = int((resp.model_extra or {}).get("rftbus", {}).get("model_version", -1))
         answers = []
@@ -138,12 +145,43 @@ class Simulator:
         self.counts["answers"] += len(answers)
         posts, ungraded = plan(self.sc.graders, answers, self.taskset.expert(task), prompt, rng)
         self.counts["ungraded"] += ungraded
+        if trace_id is not None:  # graded by the trace's id: the traces stage joins it to the call
+            for p in posts:
+                p.body = {"trace_id": trace_id, **{k: v for k, v in p.body.items() if k != "experience_id"}}
         loop = asyncio.get_running_loop()
         answered = version if version >= 0 else self._published()
         for p in posts:
             self.pending_posts += 1
             loop.call_later(p.delay_s, self._spawn_post, p, answered + p.versions_late if p.versions_late else None)
         return answers
+
+    async def _create(self, client: Any, task: Task, messages: list[dict], n: int, session: str | None) -> Any:
+        return await client.chat.completions.create(
+            model=self.cfg.serve.served_model or self.cfg.model.name, messages=messages, n=n,
+            max_tokens=self.sc.max_tokens, temperature=self.sc.temperature, metadata={"task_class": self.taskset.name},
+            extra_body={"task_id": task.task_id}, extra_headers={SESSION_HEADER: session} if session else None)
+
+    def trace_calls(self) -> Any:
+        """simulate.traced: the OpenAI SDK instrumented by opentelemetry-instrumentation-openai-v2 (message content
+        on the span, the current GenAI conventions), spans batched to the run's Collector; the provider."""
+        import os
+
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
+        os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
+        o = self.cfg.otel
+        host = "127.0.0.1" if o.host in ("0.0.0.0", "::", "") else o.host
+        provider = TracerProvider(resource=Resource.create({"service.name": f"rftbus-simulate-{self.ident}"}))
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(
+            endpoint=f"http://{host}:{o.http_port}/v1/traces"), schedule_delay_millis=500))
+        OpenAIInstrumentor().instrument(tracer_provider=provider)
+        self.tracer = provider.get_tracer("rftbus.simulate")
+        return provider
 
     def _published(self) -> int:
         return self.follower.version if self.follower is not None else 0
@@ -209,6 +247,7 @@ class Simulator:
         loop = asyncio.get_running_loop()
         for s in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(s, self.stop.set)
+        provider = self.trace_calls() if self.sc.traced else None  # (before the client: its calls are traced)
         client = AsyncOpenAI(base_url=self.url, api_key=_token(self.cfg.serve.inference_tokens), max_retries=5,
                              timeout=60.0)
         self.http = self.feedback_client()
@@ -236,6 +275,8 @@ class Simulator:
             await self.http.aclose()
             if self.follower is not None:
                 self.follower.stop()
+            if provider is not None:  # the last batch of spans out before the run stops the Collector
+                provider.shutdown()
             self.answers.close()
             snap = {**self.snapshot(), "state": "stopped"}
             self.status.update(**snap)

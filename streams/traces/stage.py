@@ -94,7 +94,7 @@ class Traces:
         if src in landed.done:
             self.counters.inc("replays_skipped")
             return
-        self.counters.inc("span_records_in")
+        self.counters.inc("traces.records")
         outs = self.outputs(msg, src)
         await self.emit.outputs(outs, src=src, p=msg.partition, latest=-1, landed=landed.indices(src))
         landed.finished(src)
@@ -114,7 +114,7 @@ class Traces:
             read = self.episodes.read(value)
         except OtlpError as e:
             return self._whole("malformed", str(e), src, msg, value)
-        self.counters.inc("spans_in", read.spans)
+        self.counters.inc("traces.spans", read.spans)
         now = int(time.time() * 1000)
         states: dict[str, TraceState] = {}
 
@@ -134,7 +134,7 @@ class Traces:
                 key = eid.encode()
                 outs.append(Output("feedback", key, self.emit.encode(fb, topic_context(names["feedback"])),
                                    self.emit.key_partition("feedback", key)))
-            self.counters.inc("trace_grades")
+            self.counters.inc("traces.grades")
             st.calls, st.grade = [], tg
         for g in read.groups:
             st = state(g.metadata["trace_id"])
@@ -151,9 +151,10 @@ class Traces:
         for trace_id, st in states.items():
             st.changed_ms = now
             self.table[trace_id.encode()] = st.pack()
-        self.counters.inc("traced_calls", len(read.groups))
+        self.counters.inc("traces.calls", len(read.groups))
         for reason, refused in sorted(read.refused.items()):
             self.counters.reject(reason, STAGE, len(refused))
+            self.counters.inc(f"traces.rejected_spans.{reason}", len(refused))
             shown = "; ".join(d for _, d in refused[:SHOWN])
             more = f" (and {len(refused) - SHOWN} more)" if len(refused) > SHOWN else ""
             outs.append(self._rejection(reason, f"{len(refused)} span(s): {shown}{more}", src, msg, None))
@@ -172,6 +173,7 @@ class Traces:
     def _whole(self, reason: str, detail: str, src: str, msg: Any, original: bytes | None) -> list[Output]:
         """The record refused whole: its one output."""
         self.counters.reject(reason, STAGE)
+        self.counters.inc(f"traces.rejected_records.{reason}")
         return [self._rejection(reason, detail, src, msg, original)]
 
     def _rejection(self, reason: str, detail: str, src: str, msg: Any, original: bytes | None) -> Output:
