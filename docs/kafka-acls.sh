@@ -59,12 +59,12 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-studio --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.tasks
-kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.raw
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.experiences.raw
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.experiences.curated
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.experiences.curated.priority
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.experiences.expert
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.experiences.rejected
-kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.feedback
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.feedback
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.metrics
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions

@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 
 import anyio
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from rftbus.config import Config
 from rftbus.metrics import add_metrics_route
@@ -141,6 +141,20 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
             if req.lora_name == svc.model_name or not svc.generator.remove_adapter(req.lora_name):
                 raise NotFound(f"no adapter {req.lora_name!r} is loaded", param="lora_name")
             return PlainTextResponse(f"Success: LoRA adapter '{req.lora_name}' removed successfully.")
+
+    @app.post("/v1/traces")
+    async def traces(request: Request):
+        """OTLP/HTTP (protobuf or JSON bodies): agents' traces straight to topics.spans where no Collector is wanted,
+        split by trace as the Collector's exporter splits them (otel.enabled)."""
+        svc.auth.check(request.headers.get("authorization"), Scope.inference)
+        if not cfg.otel.reads_traces:
+            raise NotFound("nothing reads traces here: set otel.enabled (the streams' traces stage)", param="otel")
+        content_type = request.headers.get("content-type", "application/x-protobuf")
+        await svc.publish_traces(await request.body(), content_type)
+        from rftbus.otel.otlp import export_response
+
+        body, media = export_response(content_type)
+        return Response(body, media_type=media)
 
     @app.post("/v1/feedback", status_code=202)
     async def feedback(request: Request):

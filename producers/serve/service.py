@@ -320,6 +320,26 @@ class LiveService:
         self.snapshot()
         return fbs, expert
 
+    async def publish_traces(self, body: bytes, content_type: str) -> int:
+        """An OTLP/HTTP export (POST /v1/traces) to topics.spans, one record per trace keyed by its hex id (as the
+        Collector writes them), acknowledged before the answer. Returns the traces written; a body that is not an
+        OTLP trace export is a 400 naming what was wrong."""
+        from rftbus.otel.otlp import OtlpError, by_trace, parse
+
+        try:
+            records = by_trace(parse(body, content_type))
+        except OtlpError as e:
+            raise BadRequest(str(e), param="body", code="not_otlp") from None
+        if not records:
+            return 0
+        try:
+            futs = self.feedback.send_many([(self.cfg.topics.spans.name, t, v) for t, v in records])
+        except BufferFull as e:
+            raise Unavailable(f"cannot publish the traces: {e}", code="feedback_buffer_full") from None
+        await self._acknowledged(futs, "the traces")
+        self.counts["traces_published"] += len(records)
+        return len(records)
+
     async def publish_trace_grade(self, req: FeedbackRequest) -> str:
         """A grade of a whole agent trace (`trace_id`): the span an agent would write on it, to topics.spans, where
         the traces stage joins it to every call of the trace (rftbus/otel/grade.py). Returns the grade's id."""

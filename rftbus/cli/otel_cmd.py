@@ -22,13 +22,14 @@ def collector(ctx: typer.Context,
     from rftbus.kafka.clients import check_reachable
     from rftbus.kafka.topics import create_topics
     from rftbus.otel.build import ensure_collector
-    from rftbus.otel.collector import CollectorSpec, collector_config
+    from rftbus.otel.collector import PASSWORD_ENV, CollectorSpec, collector_config
 
     st = state(ctx)
     cfg = st.config()
     o = cfg.otel
-    spec = CollectorSpec(brokers=cfg.bootstrap_servers.split(","), topic=cfg.topics.spans.name, host=o.host,
-                         http_port=o.http_port, grpc_port=o.grpc_port)
+    client = dict(cfg.kafka.client)
+    spec = CollectorSpec.for_client(client, brokers=cfg.bootstrap_servers.split(","), topic=cfg.topics.spans.name,
+                                    host=o.host, http_port=o.http_port, grpc_port=o.grpc_port)
     text = yaml.safe_dump(collector_config(spec), sort_keys=False)
     if print_config:
         print(text, end="")
@@ -42,6 +43,8 @@ def collector(ctx: typer.Context,
     path.write_text(text)
     st.err.print(f"OpenTelemetry Collector: OTLP on {o.host}:{o.http_port} (HTTP) and {o.grpc_port} (gRPC) -> "
                  f"{cfg.topics.spans.name} at {cfg.bootstrap_servers}", markup=False, highlight=False)
+    if spec.sasl_username:  # (the password by the environment, never in the file)
+        os.environ[PASSWORD_ENV] = str(client.get("sasl.password", ""))
     os.execv(str(binary), [str(binary), "--config", f"file:{path}"])  # SIGTERM: it flushes its batch and exits
 
 

@@ -67,7 +67,7 @@ def render(msg, deserializer, as_json: bool) -> str:
 
 def render_spans(msg, as_json: bool) -> str:
     """One line for an OTLP trace export (topics.spans): its spans, with the GenAI operation where there is one."""
-    from rftbus.streams.traces.otlp import OtlpError, parse, spans
+    from rftbus.otel.otlp import OtlpError, parse, spans
 
     key = msg.key().decode(errors="replace") if msg.key() is not None else None
     where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"

@@ -35,8 +35,8 @@ class Topic:
 
 TOPICS: tuple[Topic, ...] = (
     Topic("tasks", "a task to roll out", "task id", Task, ("tasks",)),
-    Topic("raw", "a whole experience group, as generated or served", "group id", ExperienceGroup,
-          ("explorer", "serve")),
+    Topic("raw", "a whole experience group, as generated or served (or read from an agent's trace)", "group id",
+          ExperienceGroup, ("explorer", "serve", "streams")),
     Topic("curated", "a decided group with advantages: the normal lane", "group id", ExperienceGroup,
           ("streams",), lane=True, curated=True, streams_output=True),
     Topic("curated_priority", "a decided group worth learning from first: the trainer drains it before curated",
@@ -47,7 +47,7 @@ TOPICS: tuple[Topic, ...] = (
           "the refused record's own key (bounded)", Rejection,
           ("explorer", "streams", "trainer"), streams_output=True),
     Topic("feedback", "a grade of a served answer (reward, thumbs, preference, correction)", "experience id",
-          Feedback, ("serve", "studio")),
+          Feedback, ("serve", "studio", "streams")),
     Topic("weights", "a published weight version: where its files are and their digest", "model", WeightVersion,
           ("trainer",)),
     Topic("metrics", "a figure of a stage (a step, an eval, a lineage of trained ids)", "model", TrainerMetric,

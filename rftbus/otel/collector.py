@@ -24,10 +24,35 @@ class CollectorSpec:
     http_port: int = 4318
     grpc_port: int = 4317
     health_port: int | None = None  # (the Collector's own metrics endpoint: up when it answers)
+    sasl_username: str | None = None  # SASL to the brokers (rftbus run's secured broker: the `otel` role's user)
+    sasl_mechanism: str = "PLAIN"
+    tls: bool = False  # SASL_SSL / SSL
+
+    @classmethod
+    def for_client(cls, client: dict, **kw) -> CollectorSpec:
+        """A spec whose Kafka login is what librdkafka's `client` settings say (kafka.client)."""
+        protocol = str(client.get("security.protocol", "PLAINTEXT")).upper()
+        user = client.get("sasl.username")
+        return cls(**kw, sasl_username=str(user) if user else None, tls=protocol.endswith("SSL"),
+                   sasl_mechanism=str(client.get("sasl.mechanism", client.get("sasl.mechanisms", "PLAIN"))))
+
+
+PASSWORD_ENV = "RFTBUS_OTELCOL_KAFKA_PASSWORD"  # the SASL password reaches the Collector by its environment only
 
 
 def collector_config(spec: CollectorSpec) -> dict:
     """The Collector's YAML as a dict: one traces pipeline, OTLP -> batch -> Kafka."""
+    out = _config(spec)
+    kafka = out["exporters"]["kafka"]
+    if spec.sasl_username:
+        kafka["auth"] = {"sasl": {"username": spec.sasl_username, "password": "${env:%s}" % PASSWORD_ENV,
+                                  "mechanism": spec.sasl_mechanism}}
+    if spec.tls:
+        kafka["tls"] = {"insecure": False}
+    return out
+
+
+def _config(spec: CollectorSpec) -> dict:
     return {
         "receivers": {"otlp": {"protocols": {
             "http": {"endpoint": f"{spec.host}:{spec.http_port}"},

@@ -135,6 +135,10 @@ def check_data(cfg: Config, rep: Report, config_file: Path | None = None) -> tup
             rep.errors.append(f"run.tasks {cfg.run.tasks}: {_first_line(e)} (taskset {cfg.taskset.name})")
             return ts, []
         rep.notes.append(f"taskset {cfg.taskset.name}: {len(tasks)} train tasks drawn")
+        held_out = _drawable(ts, cfg.run.eval_n, cfg.taskset.seed, "eval")
+        if held_out < cfg.run.eval_n:  # (the run's eval would fail at every point and the run go on without one)
+            rep.errors.append(f"run.eval_n {cfg.run.eval_n} is more than the {held_out} distinct held-out problems "
+                              f"taskset {cfg.taskset.name} has: set run.eval_n: {held_out} or fewer")
     if cfg.run.simulate:
         have = len(tasks) if isinstance(ts, DataTaskset) else _drawable(ts, cfg.simulate.tasks, cfg.taskset.seed)
         if have < cfg.simulate.tasks:
@@ -143,13 +147,13 @@ def check_data(cfg: Config, rep: Report, config_file: Path | None = None) -> tup
     return ts, tasks
 
 
-def _drawable(ts: Any, n: int, seed: int) -> int:
-    """How many distinct train tasks a built-in taskset can draw, up to n (it raises past its size)."""
+def _drawable(ts: Any, n: int, seed: int, split: str = "train") -> int:
+    """How many distinct tasks of `split` a built-in taskset can draw, up to n (it raises past its size)."""
     lo, hi = 0, n
     while lo < hi:
         mid = (lo + hi + 1) // 2
         try:
-            list(ts.tasks("train", mid, seed))
+            list(ts.tasks(split, mid, seed))
             lo = mid
         except ValueError:
             hi = mid - 1

@@ -27,7 +27,7 @@ from rftbus.otel.ids import PREFIX, episode_id
 from rftbus.models.tool_calls import ToolCallError, arguments, call_text
 from rftbus.schemas import Experience, ExperienceGroup, Feedback, FeedbackKind, Source
 from rftbus.streams.traces.genai import GenAICall, Refused, model_version, number, read_call
-from rftbus.streams.traces.otlp import OtlpError, Span, parse, spans
+from rftbus.otel.otlp import OtlpError, Span, parse, spans
 
 @dataclass(slots=True)
 class TraceGrade:

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rftbus.streams.traces.otlp import Span
+from rftbus.otel.otlp import Span
 
 OPERATIONS = ("chat", "text_completion", "generate_content")
 ROLES = ("system", "user", "assistant", "tool")

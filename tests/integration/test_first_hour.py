@@ -130,3 +130,13 @@ def test_data_beside_the_config_is_found_from_anywhere_and_a_missing_file_says_w
     out = _cli("check", str(cfg), cwd=elsewhere, timeout=60)
     want = f"looked for {cfg.parent / 'train.jsonl'} and {elsewhere / 'train.jsonl'}"
     assert out.returncode == 1 and any(want in e for e in _errors(out)), out.stderr
+
+
+def test_an_eval_larger_than_the_held_out_split_fails_check(tmp_path):
+    """run.eval_n past the distinct held-out problems of a built-in taskset: every eval point of the run would fail
+    (and did, on the times tables at 80 of 54), so `check` refuses it, naming the most it can be."""
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("taskset: {name: times, params: {low: 2, high: 9, high_b: 12}}\nrun: {eval_n: 80, tasks: 100}\n")
+    out = _cli("check", str(cfg), cwd=tmp_path, timeout=60)
+    want = "run.eval_n 80 is more than the 54 distinct held-out problems taskset times has: set run.eval_n: 54 or fewer"
+    assert out.returncode == 1 and any(want in e for e in _errors(out)), out.stdout + out.stderr

@@ -20,7 +20,7 @@ from rftbus.kafka.topics import create_new
 from rftbus.otel.build import ensure_collector
 from rftbus.otel.collector import Collector, CollectorSpec
 from rftbus.streams.traces.genai import GenAICall, Refused, read_call
-from rftbus.streams.traces.otlp import parse, spans
+from rftbus.otel.otlp import parse, spans
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="no Go toolchain here to build the Collector "

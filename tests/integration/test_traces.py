@@ -140,3 +140,36 @@ def test_instrumented_openai_calls_become_experiences_and_their_grades_join(loop
     assert {got[i] for i in ids} == {1.0}
     traces = [r for r in rejections() if r.stage == "traces"]
     assert [r.reason for r in traces] == ["not_genai"] and "GET /health" in traces[0].detail
+
+
+def test_serve_takes_otlp_http_itself_where_no_collector_is_wanted(loop):
+    """POST /v1/traces on serve: an OTLP/JSON body (hex ids, as the spec writes them) of two traces is split by
+    trace onto the spans topic and each GenAI call becomes an experience; a body that is not OTLP is a 400."""
+    import os
+
+    cfg, url, _ = loop
+    traces = [os.urandom(16).hex() for _ in range(2)]
+
+    def span(trace: str, answer: str) -> dict:
+        attrs = {"gen_ai.operation.name": "chat", "gen_ai.request.model": SERVED, "gen_ai.response.model": SERVED,
+                 "gen_ai.input.messages": '[{"role": "user", "parts": [{"type": "text", "content": "2 x 3?"}]}]',
+                 "gen_ai.output.messages": '[{"role": "assistant", "parts": [{"type": "text", "content": "%s"}], '
+                                           '"finish_reason": "stop"}]' % answer}
+        return {"traceId": trace, "spanId": os.urandom(8).hex(), "name": "chat", "startTimeUnixNano": "1",
+                "endTimeUnixNano": "2", "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attrs.items()]}
+
+    body = {"resourceSpans": [{"resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "json"}}]},
+                               "scopeSpans": [{"spans": [span(traces[0], "6"), span(traces[1], "7")]}]}]}
+    with httpx.Client(base_url=url, timeout=30) as c:
+        r = c.post("/v1/traces", json=body)
+        assert r.status_code == 200 and r.json() == {}, r.text
+        bad = c.post("/v1/traces", content=b"{not json", headers={"content-type": "application/json"})
+        assert bad.status_code == 400 and "not JSON" in bad.json()["error"]["message"]
+
+    def traced() -> dict[str, ExperienceGroup]:
+        return {g.metadata.get("trace_id", ""): g for g in read_all(cfg, cfg.topics.raw.name, decode=DECODE,
+                                                                    idle_s=0.3) if g.source is Source.trace}
+
+    got = _wait_for(traced, lambda d: set(traces) <= set(d), "both traces' calls on raw")
+    assert {got[t].samples[0].response_text for t in traces} == {"6", "7"}
+    assert {got[t].metadata["service"] for t in traces} == {"json"}

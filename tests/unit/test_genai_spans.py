@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rftbus.streams.traces.genai import GenAICall, Refused, model_version, read_call
-from rftbus.streams.traces.otlp import JSON, OtlpError, parse, spans
+from rftbus.otel.otlp import JSON, OtlpError, parse, spans
 
 INPUT = [{"role": "system", "parts": [{"type": "text", "content": "Answer with the number."}]},
          {"role": "user", "parts": [{"type": "text", "content": "What is 7 times 8?"}]}]

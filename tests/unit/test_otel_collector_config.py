@@ -65,3 +65,18 @@ def test_check_says_in_one_line_when_run_could_not_start_the_collector(tmp_path,
     rep = Report()
     check_otel(cfg, rep)
     assert rep.errors == [f"otel.collector_binary {str(tmp_path / 'nope')!r}: no such file"]
+
+
+def test_a_secured_broker_gives_the_collector_its_role_login_by_the_environment():
+    """rftbus run's embedded broker takes SASL users per role: the Collector logs in as the `otel` role, its
+    password by an environment variable, never written in the YAML."""
+    from rftbus.otel.collector import PASSWORD_ENV
+
+    spec = CollectorSpec.for_client({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
+                                     "sasl.username": "rftbus-otel", "sasl.password": "s3cret"},
+                                    brokers=["b:9092"], topic="t")
+    c = collector_config(spec)
+    assert c["exporters"]["kafka"]["auth"] == {"sasl": {"username": "rftbus-otel", "mechanism": "PLAIN",
+                                                        "password": "${env:%s}" % PASSWORD_ENV}}
+    assert "s3cret" not in str(c) and "tls" not in c["exporters"]["kafka"]
+    assert "auth" not in collector_config(CollectorSpec.for_client({}, brokers=["b:9092"], topic="t"))["exporters"]["kafka"]

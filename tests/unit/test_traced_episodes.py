@@ -19,7 +19,7 @@ from rftbus.models.prompt import PromptFormat, default_task_id
 from rftbus.otel.ids import episode_id
 from rftbus.schemas import ExperienceGroup, FeedbackKind, Source, make_codec
 from rftbus.streams.traces.episodes import Episodes
-from rftbus.streams.traces.otlp import OtlpError
+from rftbus.otel.otlp import OtlpError
 from rftbus.trainer.batch import Row, collate
 from rftbus.trainer.step import with_behaviour
 

@@ -115,3 +115,31 @@ def _hex_ids_to_base64(data: Any) -> Any:
     if isinstance(data, list):
         return [_hex_ids_to_base64(x) for x in data]
     return data
+
+
+def by_trace(req: ExportTraceServiceRequest) -> list[tuple[str, bytes]]:
+    """An export split into one per trace, as the Collector's Kafka exporter writes them (`partition_traces_by_id`):
+    (trace id in hex, the OTLP protobuf bytes of that trace's spans, each under its own resource and scope)."""
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
+
+    out: dict[str, ExportTraceServiceRequest] = {}
+    for rs in req.resource_spans:
+        for ss in rs.scope_spans:
+            for span in ss.spans:
+                one = out.setdefault(span.trace_id.hex(), ExportTraceServiceRequest())
+                if not one.resource_spans or one.resource_spans[-1].resource != rs.resource:
+                    one.resource_spans.append(ResourceSpans(resource=rs.resource, schema_url=rs.schema_url))
+                last = one.resource_spans[-1]
+                if not last.scope_spans or last.scope_spans[-1].scope != ss.scope:
+                    last.scope_spans.append(ScopeSpans(scope=ss.scope, schema_url=ss.schema_url))
+                last.scope_spans[-1].spans.append(span)
+    return [(t, r.SerializeToString()) for t, r in out.items()]
+
+
+def export_response(content_type: str) -> tuple[bytes, str]:
+    """The OTLP/HTTP success answer in the request's encoding (an empty ExportTraceServiceResponse)."""
+    if content_type.split(";")[0].strip().lower() == JSON:
+        return b"{}", JSON
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    return ExportTraceServiceResponse().SerializeToString(), PROTOBUF
