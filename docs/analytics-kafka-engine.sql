@@ -273,7 +273,7 @@ CREATE TABLE IF NOT EXISTS rftbus.kafka_experiences (
   `explorer_id` String,
   `prompt_ids` Array(Int32),
   `prompt_text` Nullable(String),
-  `samples` Array(Tuple(experience_id String, response_ids Array(Int32), logprobs Array(Float32), loss_mask Array(Bool), reward Nullable(Float64), reward_components Map(String, Float64), advantage Nullable(Float64), model_version Int64, response_text Nullable(String), finish_reason Nullable(String), generation_ms Float64, reward_ms Float64, metadata Map(String, String))),
+  `samples` Array(Tuple(experience_id String, response_ids Array(Int32), logprobs Array(Float32), loss_mask Array(Bool), reward Nullable(Float64), reward_components Map(String, Float64), advantage Nullable(Float64), model_version Int64, response_text Nullable(String), finish_reason Nullable(String), generation_ms Float64, reward_ms Float64, metadata Map(String, String), behaviour_logprobs Bool)),
   `survivors` Array(Int32),
   `priority` Float64,
   `created_at` DateTime64(3, 'UTC'),

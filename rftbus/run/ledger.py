@@ -153,8 +153,9 @@ def read_ledger(cfg: Config, progress=lambda s: None, timeout_s: float = 300.0,
     decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer()
     t = cfg.topics
     led = Ledger(raw_topic=t.raw.name)
+    avro = {tp.key for tp in registry.avro_topics()}  # (the spans topic holds OTLP: the streams' input, not tallied)
     for key, spec in t.all().items():
-        if keys is not None and key not in keys:
+        if (keys is not None and key not in keys) or key not in avro:
             continue
         progress(f"reading {spec.name}")
         cls, ident = registry.record_of(key), ids_of(key)

@@ -31,7 +31,7 @@ from rftbus.consumers.analytics.rows import Position, to_rows
 from rftbus.consumers.analytics.schema import TABLES, ddl_statements
 from rftbus.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.kafka.topics import create_topics
-from rftbus.config import TopicsConfig
+from rftbus.kafka import registry
 from rftbus.schemas import (
     SCHEMA_DIR, DecodeError, Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Rejection, Source, Task,
     TrainerMetric,
@@ -41,7 +41,7 @@ from tests.conftest import make_config, rftbus_cli
 
 CODEC = make_codec(None)
 DECODE = CODEC.deserializer(None)
-TOPIC_KEYS = list(TopicsConfig.model_fields)
+TOPIC_KEYS = [t.key for t in registry.avro_topics()]  # what the sink stores (the spans topic is OTLP, not Avro)
 RECORD = {"tasks": Task, "raw": ExperienceGroup, "curated": ExperienceGroup, "curated_priority": ExperienceGroup,
           "expert": ExperienceGroup, "rejected": Rejection, "feedback": Feedback, "weights": WeightVersion,
           "metrics": TrainerMetric, "decisions": GateDecision}
