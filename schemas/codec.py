@@ -126,7 +126,7 @@ class AvroSerializer:
     def framing(self) -> str:
         return "single-object" if self._confluent is None else "confluent"
 
-    def __call__(self, obj: Any, ctx: Any = None) -> bytes | None:
+    def __call__(self, obj: Any, ctx: Any) -> bytes | None:
         if obj is None:
             return None  # tombstone
         header = self._header
@@ -359,7 +359,9 @@ class Codec:
                 self._de[record_cls] = de
         return de
 
-    def encode(self, record: AvroRecord, ctx: Any = None) -> bytes:
+    def encode(self, record: AvroRecord, ctx: Any) -> bytes:
+        """`record`'s bytes; `ctx` always given (confluent-kafka's rule): `topic_context(topic)` where the record is
+        bound for a topic (with a registry its subject is `<topic>-value`), None only for bytes no topic receives."""
         out = self.serializer(type(record))(record, ctx)
         assert out is not None  # (only None is encoded as None: a tombstone)
         return out

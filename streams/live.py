@@ -20,7 +20,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from rftbus.schemas import DecodeError, ExperienceGroup, Feedback
+from rftbus.schemas import DecodeError, ExperienceGroup, Feedback, topic_context
 from rftbus.streams.feedback import apply_grade, grades
 from rftbus.streams.headers import H_HELD
 from rftbus.streams.join import index_value, now_ms
@@ -202,7 +202,7 @@ class LiveGroups:
             g.metadata = {**g.metadata, "preference_pair": both[0]}
         self.table[g.group_id.encode()] = pack(Held(DONE, now_ms(), h.partition))
         self.counters.inc("joined_groups")
-        return self.codec.encode(g)
+        return self.codec.encode(g, topic_context(self.cfg.topics.raw.name))  # (decided as its raw record)
 
     def expired(self, partition: int) -> tuple[list[Held], list[tuple[bytes, int, EarlyGrade]]]:
         """Past the feedback TTL in this partition: the waiting groups (to be released with what they have), and

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rftbus.schemas import bound_key, fitted_rejection
+from rftbus.schemas import bound_key, fitted_rejection, topic_context
 from rftbus.streams.headers import (H_EXP, H_FBID, H_IN, H_K, H_KIND, H_LATEST, H_N, H_RESEND, H_SAMPLE, H_SRC,
                                    H_T0, header)
 from rftbus.streams.checkpoint.deliveries import Write, split_src
@@ -154,7 +154,7 @@ class Emitter:
                                experience_id=ids[0] if len(ids) == 1 else None, group_id=group_id,
                                experience_ids=ids, reason=reason, detail=detail, stage=stage, source_topic=topic,
                                partition=part, offset=off)
-        return self.encode(rec)
+        return self.encode(rec, topic_context(self.names["rejected"]))
 
     async def outputs(self, outs: list[Output], *, src: str, p: int, latest: int, t0: bytes | None = None,
                       landed: frozenset[int] = frozenset(), exp: str | None = None) -> int:

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from rftbus.config import Config
+from rftbus.schemas import topic_context
 from rftbus.streams.join import ScanClock
 from rftbus.streams.outputs import H_KIND
 from rftbus.streams.telemetry import flat_counts, metric
@@ -71,9 +72,9 @@ def add_timers(sa: StreamsApp, cfg: Config, wid: str) -> None:
             last_metrics[0] = time.time()
             metrics_topic = cfg.topics.metrics.name
             m = metric(cfg, "streams", follower.version, flat_counts(snap))
-            side.produce(metrics_topic, key=m.model.encode(), value=codec.encode(m))
+            side.produce(metrics_topic, key=m.model.encode(), value=codec.encode(m, topic_context(metrics_topic)))
             rates = pass_rates.take_changed()
             if rates:
                 m = metric(cfg, "task_pass_rate", follower.version, rates)
-                side.produce(metrics_topic, key=m.model.encode(), value=codec.encode(m))
+                side.produce(metrics_topic, key=m.model.encode(), value=codec.encode(m, topic_context(metrics_topic)))
             side.poll(0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from rftbus.schemas import TrainerMetric, now_ms
+from rftbus.schemas import TrainerMetric, now_ms, topic_context
 
 
 class MetricsSink:
@@ -21,7 +21,7 @@ class MetricsSink:
         clean = {k: float(v) for k, v in values.items() if v is not None and math.isfinite(float(v))}
         rec = TrainerMetric(model=self.model, kind=kind, step=step, version=version, values=clean)
         if self.producer is not None:
-            self.producer.produce(self.topic, key=self.model.encode(), value=self.serialize(rec, None))
+            self.producer.produce(self.topic, key=self.model.encode(), value=self.serialize(rec, topic_context(self.topic)))
             self.producer.poll(0)
         if self.tb is not None:
             for k, v in clean.items():
@@ -40,7 +40,7 @@ class MetricsSink:
                                 values={e: float(s) for e, s in zip(line["experience_ids"], stale)},
                                 created_at=line.get("time_ms") or now_ms())
             if self.producer is not None:
-                self.producer.produce(self.topic, key=self.model.encode(), value=self.serialize(rec, None))
+                self.producer.produce(self.topic, key=self.model.encode(), value=self.serialize(rec, topic_context(self.topic)))
                 self.producer.poll(0)
             out.append(rec)
         return out

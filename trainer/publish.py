@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 
 from rftbus.kafka.in_flight import InFlight
-from rftbus.schemas import WeightVersion
+from rftbus.schemas import WeightVersion, topic_context
 from rftbus.weights import WeightStore
 
 
@@ -52,7 +52,7 @@ class WeightPublisher:
         fmt = (meta or {}).get("rftbus.format", "safetensors")
         rec = WeightVersion(model=self.model, version=version, step=step, uri=saved.uri, sha256=saved.sha256,
                             bytes=saved.bytes, format=fmt, metadata={"trainer_step": str(step)})
-        self.producer.produce(self.topic, key=self.model.encode(), value=self.serialize(rec, None),
+        self.producer.produce(self.topic, key=self.model.encode(), value=self.serialize(rec, topic_context(self.topic)),
                               on_delivery=self.in_flight.expect(f"v{version}"))
         self.producer.poll(0)
         now = time.time()

@@ -31,7 +31,7 @@ from rftbus.kafka.read import consume_ready
 from rftbus.kafka.retry import retry_kafka
 from rftbus.models.lineage import label, lineage_of
 from rftbus.schemas import DecodeError, Feedback, GateDecision, TrainerMetric, WeightVersion
-from rftbus.schemas import make_codec
+from rftbus.schemas import make_codec, topic_context
 from rftbus.status import write_status
 from rftbus.streams.feedback import BadFeedback, grades
 from rftbus.streams.verify import live_answers, reward_refusal
@@ -143,7 +143,7 @@ class Gate:
         """One decision, acknowledged by every in-sync replica before the next is made (or the gate stops loudly:
         its state already holds it, so going on would serve by a decision the log does not have)."""
         errors: list[str] = []
-        producer.produce(self.cfg.topics.decisions.name, key=d.model.encode(), value=self.encode(d, None),
+        producer.produce(self.cfg.topics.decisions.name, key=d.model.encode(), value=self.encode(d, topic_context(self.cfg.topics.decisions.name)),
                          on_delivery=lambda err, _m: errors.append(err.str()) if err else None)
         if producer.flush(self.cfg.request_timeout_s * 3) or errors:
             raise RftbusError(f"decision {d.decision_id} not written to {self.cfg.topics.decisions.name}: "

@@ -36,13 +36,13 @@ def explore(
     admin = check_reachable(cfg)
     create_topics(cfg, admin)
     from rftbus.producers.explorer import Explorer
-    from rftbus.schemas import make_codec
+    from rftbus.schemas import make_codec, topic_context
     from rftbus.tasksets import get_taskset
 
     try:
         codec, producer = make_codec(None), make_producer(cfg)
         for task in get_taskset(cfg.taskset.name, **cfg.taskset.params).tasks("train", tasks, seed=int(time.time())):
-            producer.produce(cfg.topics.tasks.name, key=task.task_id, value=codec.encode(task))
+            producer.produce(cfg.topics.tasks.name, key=task.task_id, value=codec.encode(task, topic_context(cfg.topics.tasks.name)))
         producer.flush(30)
         explorer = Explorer(cfg, report=lambda s: None)
         with st.err.status(f"rolling out {tasks} groups of {n} ..."):

@@ -32,7 +32,7 @@ from rftbus.kafka.clients import check_reachable
 from rftbus.kafka.committed import CommittedOffsets
 from rftbus.kafka.inspect import group_lag
 from rftbus.kafka.topics import create_topics
-from rftbus.schemas import Feedback, FeedbackKind, Source, make_codec
+from rftbus.schemas import Feedback, FeedbackKind, Source, make_codec, topic_context
 from rftbus.figures import save_png
 
 KEYS = registry.keys()
@@ -105,14 +105,14 @@ def _held_groups(n: int, samples: int, tokens: int, keep: int, codec: Any, kept:
                        group_id=uuid.uuid4().hex)
         if i < keep:
             kept.append(g)
-        yield g.group_id.encode(), codec.encode(g)
+        yield g.group_id.encode(), codec.encode(g, None)  # (make_codec(None): the same bytes for any topic)
 
 
 def _grades(groups: list, codec: Any):
     for g in groups:
         for k, e in enumerate(g.samples):
             fb = Feedback(experience_id=e.experience_id, kind=FeedbackKind.reward, reward=float(k % 2))
-            yield e.experience_id.encode(), codec.encode(fb)
+            yield e.experience_id.encode(), codec.encode(fb, None)
 
 
 def restart(
@@ -172,7 +172,7 @@ def restart(
                 for d in _tables(cfg, wid):
                     shutil.rmtree(d)
             probe = make_group(rewards=[1.0, 0.0], response_tokens=tokens, seed=k, group_id=uuid.uuid4().hex)
-            _produce(cfg, cfg.topics.raw.name, [(probe.group_id.encode(), codec.encode(probe))])
+            _produce(cfg, cfg.topics.raw.name, [(probe.group_id.encode(), codec.encode(probe, topic_context(cfg.topics.raw.name)))])
             t0 = time.monotonic()
             worker = WorkerProcess(cfg, wid, work / "worker.log")
             _wait(worker, lambda s, raw=cfg.topics.raw.name + "/": any(a.startswith(raw) for a in s.get("assigned") or ()),

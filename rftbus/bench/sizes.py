@@ -53,7 +53,7 @@ def _bus_us(cfg, tokens: int, n: int, records: int = 8) -> float:
     from rftbus.bench.synthetic import make_group
     from rftbus.kafka.clients import make_admin, make_producer
     from rftbus.kafka.topics import create_new
-    from rftbus.schemas import make_codec
+    from rftbus.schemas import make_codec, topic_context
 
     topic = f"bench-sizes-{tokens}-{time.monotonic_ns() % 10**6}"
     admin = make_admin(cfg)
@@ -63,7 +63,7 @@ def _bus_us(cfg, tokens: int, n: int, records: int = 8) -> float:
     try:
         t = time.perf_counter()
         for g in groups:
-            producer.produce(topic, value=codec.encode(g))
+            producer.produce(topic, value=codec.encode(g, topic_context(topic)))
             producer.poll(0)
         assert producer.flush(60) == 0
         return round(1e6 * (time.perf_counter() - t) / (records * n), 1)
@@ -75,7 +75,8 @@ def _record_bytes(tokens: int, n: int) -> int:
     from rftbus.bench.synthetic import make_group
     from rftbus.schemas import make_codec
 
-    return len(make_codec(None).encode(make_group(rewards=[1.0, 0.0] * (n // 2), response_tokens=tokens, seed=0)))
+    return len(make_codec(None).encode(make_group(rewards=[1.0, 0.0] * (n // 2), response_tokens=tokens, seed=0),
+                                      None))  # (a size: bytes no topic receives)
 
 
 def sizes(

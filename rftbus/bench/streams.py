@@ -39,7 +39,7 @@ def _records(n_exp: int, group: int, tokens: int) -> list[tuple[bytes, bytes]]:
     rewards = [[1.0, 0.0, 0.5, 0.25, 0.0, 1.0, 0.75, 0.0][i % 8] for i in range(group)]
     for g in range((n_exp + group - 1) // group):
         rec = make_group(rewards=rewards, response_tokens=tokens, seed=g % 50, group_id=uuid.uuid4().hex)
-        out.append((rec.group_id.encode(), codec.encode(rec)))
+        out.append((rec.group_id.encode(), codec.encode(rec, None)))  # (no registry: the same bytes for any topic)
     return out
 
 

@@ -67,9 +67,9 @@ def script() -> list[Record]:
                        thumbs_up=True),
               Feedback(feedback_id="f6", experience_id=b.samples[2].experience_id, kind=FeedbackKind.reward, reward=0.0),
               Feedback(feedback_id="f7", experience_id=a.samples[0].experience_id, kind=FeedbackKind.reward, reward=0.0)]
-    out: list[Record] = [("raw", g.group_id.encode(), codec.encode(g)) for g in raw]
+    out: list[Record] = [("raw", g.group_id.encode(), codec.encode(g, None)) for g in raw]  # (no registry)
     out.insert(3, ("raw", b"ee-poison", b"not a group at all"))
-    out += [("feedback", f.experience_id.encode(), codec.encode(f)) for f in grades]
+    out += [("feedback", f.experience_id.encode(), codec.encode(f, None)) for f in grades]
     out.append(("feedback", b"ee-poison", b"not a feedback"))
     return out
 
@@ -135,7 +135,7 @@ def _read_outputs(cfg: Config) -> Counter:
                 rec = codec.decode(value)
                 assert isinstance(rec, Rejection), rec
                 rec.created_at, rec.rejection_id = 0, ""
-                value = codec.encode(rec)
+                value = codec.encode(rec, None)
             out[(role, m.key(), value.replace(mine, common), headers)] += 1
     return out
 

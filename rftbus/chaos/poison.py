@@ -66,7 +66,7 @@ def _group(rng: random.Random, version: int, rewards=(1.0,), curated: bool = Fal
 def _bad_utf8(codec, g: ExperienceGroup) -> bytes:
     """A well-framed group whose prompt_text bytes are not UTF-8 (same length, so framing holds)."""
     marker = "MARKER\u00e9\u00e9"  # 10 bytes in UTF-8
-    data = codec.encode(replace(g, prompt_text=marker))
+    data = codec.encode(replace(g, prompt_text=marker), None)
     i = data.index(marker.encode())
     return data[:i] + b"\xff\xfe\xc3\x28\xa0\xa1\xed\xa0\x80\xc0" + data[i + len(marker.encode()):]
 
@@ -74,7 +74,7 @@ def _bad_utf8(codec, g: ExperienceGroup) -> bytes:
 def catalogue(cfg: Config, latest_version: int, seed: int = 0) -> list[Poison]:
     """Every poison record, per input topic (the order is the injection order)."""
     codec = make_codec(cfg.schema_registry.url, cfg.schema_registry.client)
-    enc = codec.encode
+    enc = lambda rec: codec.encode(rec, None)  # noqa: E731  # crafted inputs, whatever topic they are thrown at
     rng = random.Random(seed)
     k = lambda: f"poison-{uuid.uuid4().hex[:8]}".encode()  # noqa: E731
     own = lambda g: (enc(g), g.group_id.encode())  # noqa: E731  # a raw group keyed as producers key it

@@ -39,7 +39,7 @@ from rftbus.producers.rewards import make_rewards
 from rftbus.profile import phase
 from rftbus.tasksets.data import open_taskset
 from rftbus.run.pace import BEST_META, BEST_WEIGHTS
-from rftbus.schemas import TrainerMetric, make_codec
+from rftbus.schemas import TrainerMetric, make_codec, topic_context
 from rftbus.trainer.evaluate import engine_greedy, evaluate
 from rftbus.weights import sha256_hex
 from rftbus.weights.store import state_bytes
@@ -177,7 +177,7 @@ class Evaluator:
                             values=values)
         topic = self.cfg.topics.metrics.name
         try:
-            self.producer.produce(topic, key=rec.model.encode(), value=self.encode(rec, None))
+            self.producer.produce(topic, key=rec.model.encode(), value=self.encode(rec, topic_context(topic)))
             self.producer.poll(0)
         except (BufferError, KafkaException) as e:
             self.report(f"eval point v{point['version']} not published on {topic}: {e}")

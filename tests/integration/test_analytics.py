@@ -139,21 +139,21 @@ def all_records() -> list[tuple[str, object]]:
 def test_rows_for_every_record_type_and_for_bad_messages():
     for i, (key, rec) in enumerate(all_records()):
         pos = Position(key, f"t.{key}", 1, 10 + i, 1_700_000_000_005, b"k")
-        rows = to_rows(DECODE, pos, CODEC.encode(rec))
+        rows = to_rows(DECODE, pos, CODEC.encode(rec, None))
         table, row = rows[0]
         assert table != "undecodable", row
         assert row["topic"] == key and row["offset"] == 10 + i and row["kafka_ts"] == "1700000000.005"
-    exp_row = to_rows(DECODE, Position("raw", "r", 0, 0, 0), CODEC.encode(experience()))[0][1]
+    exp_row = to_rows(DECODE, Position("raw", "r", 0, 0, 0), CODEC.encode(experience(), None))[0][1]
     assert (exp_row["prompt_tokens"], exp_row["response_tokens"], exp_row["trainable_tokens"]) == (3, 2, 1)
     assert exp_row["mean_logprob"] == -1.0 and exp_row["created_at"] == "1700000000.123"
-    trained = to_rows(DECODE, Position("metrics", "m", 0, 7, 0), CODEC.encode(all_records()[-1][1]))
+    trained = to_rows(DECODE, Position("metrics", "m", 0, 7, 0), CODEC.encode(all_records()[-1][1], None))
     assert sorted((t, r.get("experience_id"), r.get("staleness")) for t, r in trained[1:]) == [
         ("trained", "a", 0), ("trained", "b", 1)]
     pos = Position("feedback", "f", 0, 1, 0, None)
     assert to_rows(DECODE, pos, b"\x00\x01")[0][1]["reason"] == "truncated"
     assert to_rows(DECODE, pos, b"garbage!")[0][1]["reason"] == "unknown_magic"
     assert to_rows(DECODE, pos, None)[0][1]["reason"] == "tombstone"
-    wrong = to_rows(DECODE, pos, CODEC.encode(experience()))
+    wrong = to_rows(DECODE, pos, CODEC.encode(experience(), None))
     assert wrong[0][0] == "undecodable" and wrong[0][1]["reason"] == "wrong_record_type"
 
 
@@ -185,7 +185,7 @@ def _open(kind: str, folder: Path, writable: bool = True):
 def test_backend_dedups_redelivery_and_refuses_writes_on_the_query_path(kind, tmp_path):
     msgs = []
     for i, (key, rec) in enumerate(all_records() * 3):  # the same records again at other offsets = real duplicates
-        msgs.append((key, i, CODEC.encode(rec)))
+        msgs.append((key, i, CODEC.encode(rec, None)))
     msgs.append(("raw", 99, b"not avro"))
     b = _open(kind, tmp_path / "db")
     try:
@@ -245,7 +245,7 @@ def test_server_side_kafka_engine_views_write_what_the_sink_writes(tmp_path):
             b.execute(stmt)
         for i, (key, rec) in enumerate(recs):
             name, ts = getattr(cfg.topics, key).name, 1_700_000_000_000 + i
-            for table, row in to_rows(DECODE, Position(key, name, 0, i, ts, b"k"), CODEC.encode(rec)):
+            for table, row in to_rows(DECODE, Position(key, name, 0, i, ts, b"k"), CODEC.encode(rec, None)):
                 b.insert(table, [row])
             src = next(s for s, (_, keys) in SOURCES.items() if key in keys)
             avsc = json.loads((SCHEMA_DIR / f"{type(rec).__name__}.avsc").read_text())
@@ -299,26 +299,26 @@ def _produce(cfg, producer, n: int, wave: int) -> None:
     p = cfg.topics
     for i in range(n):
         t = Task(taskset="addition", prompt=f"{wave}+{i}=", answer=str(wave + i))
-        producer.produce(p.tasks.name, key=t.task_id.encode(), value=CODEC.encode(t))
+        producer.produce(p.tasks.name, key=t.task_id.encode(), value=CODEC.encode(t, None))
         for lane in ("raw", "raw", "curated", "expert"):
             e = experience(2, task_id=t.task_id, group_id=f"g{wave}-{i}", reward=float(i % 2), model_version=wave,
                            survivors=[1] if lane == "curated" else [])
-            producer.produce(getattr(p, lane).name, key=e.group_id.encode(), value=CODEC.encode(e))
+            producer.produce(getattr(p, lane).name, key=e.group_id.encode(), value=CODEC.encode(e, None))
         if i % 5 == 0:
             r = Rejection(experience_id="x", reason="stale", stage="trainer")
-            producer.produce(p.rejected.name, key=b"g", value=CODEC.encode(r))
+            producer.produce(p.rejected.name, key=b"g", value=CODEC.encode(r, None))
             f = Feedback(experience_id="x", kind=FeedbackKind.reward, reward=1.0)
-            producer.produce(p.feedback.name, key=b"x", value=CODEC.encode(f))
+            producer.produce(p.feedback.name, key=b"x", value=CODEC.encode(f, None))
     dup = experience(experience_id=f"dup{wave}")  # written twice upstream: two messages, one record
     for _ in range(2):
-        producer.produce(p.raw.name, key=b"g", value=CODEC.encode(dup))
+        producer.produce(p.raw.name, key=b"g", value=CODEC.encode(dup, None))
     producer.produce(p.raw.name, key=b"g", value=b"garbage")
-    producer.produce(p.feedback.name, key=b"x", value=CODEC.encode(Task(taskset="x", prompt="wrong topic")))
+    producer.produce(p.feedback.name, key=b"x", value=CODEC.encode(Task(taskset="x", prompt="wrong topic"), None))
     w = WeightVersion(model="tiny", version=wave, step=wave, uri="file:///w", sha256="0" * 64, bytes=1)
-    producer.produce(p.weights.name, key=b"tiny", value=CODEC.encode(w))
+    producer.produce(p.weights.name, key=b"tiny", value=CODEC.encode(w, None))
     producer.produce(p.weights.name, key=b"gone", value=None)  # a tombstone
     m = TrainerMetric(model="tiny", kind="trained", step=wave, version=wave, values={f"e{wave}": 1.0})
-    producer.produce(p.metrics.name, key=b"tiny", value=CODEC.encode(m))
+    producer.produce(p.metrics.name, key=b"tiny", value=CODEC.encode(m, None))
     producer.flush(30)
 
 
@@ -436,7 +436,7 @@ def test_a_store_an_older_rftbus_made_gains_the_new_columns_and_keeps_its_rows(t
         d = GateDecision(decision_id="m:hot:v2:canary", model="m", decision="canary", version=2, serving=1, gate="g",
                          reason="r", lineage="hot")
         for table, row in to_rows(DECODE, Position("decisions", "rft.decisions", 0, 1, 1_700_000_000_000, b"m"),
-                                  CODEC.encode(d)):
+                                  CODEC.encode(d, None)):
             b.insert(table, [row])
         rows = b.query("SELECT decision_id, lineage, serving_lineage FROM old.decisions ORDER BY offset").rows
         assert [list(r) for r in rows] == [["m:v1:canary", "", ""], ["m:hot:v2:canary", "hot", ""]]
@@ -465,7 +465,7 @@ def test_feedback_delay_per_graded_answer_in_seconds_and_versions(tmp_path):
     try:
         tables: dict[str, list] = {}
         for off, (key, rec) in enumerate(recs):
-            for table, row in to_rows(DECODE, Position(key, f"t.{key}", 0, off, t0), CODEC.encode(rec)):
+            for table, row in to_rows(DECODE, Position(key, f"t.{key}", 0, off, t0), CODEC.encode(rec, None)):
                 tables.setdefault(table, []).append(row)
         for table, rows in tables.items():
             b.insert(table, rows)

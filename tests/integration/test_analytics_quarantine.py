@@ -22,7 +22,7 @@ def test_one_row_clickhouse_refuses_is_quarantined_and_the_batch_goes_in(broker,
     tasks = [Task(taskset="addition", prompt=f"{i}+1=", answer=str(i + 1)) for i in range(30)]
     tasks[17].created_at = -5  # ms before the epoch: ClickHouse cannot read the DateTime64 it becomes
     for t in tasks:
-        p.produce(cfg.topics.tasks.name, key=t.task_id.encode(), value=CODEC.encode(t), partition=0)
+        p.produce(cfg.topics.tasks.name, key=t.task_id.encode(), value=CODEC.encode(t, None), partition=0)
     assert p.flush(30) == 0
     sink = _sink(path, "--until-end", env={"RFTBUS_ANALYTICS__INSERT_RETRIES": "1"})
     assert sink.wait(180) == 0, [log.read_text()[-2000:] for log in path.parent.glob("sink-*.log")]

@@ -49,13 +49,13 @@ def _exp(prompt_text: str | None = None, group_id: str | None = None, **over) ->
 
 def _bad_utf8_prompt() -> bytes:
     marker = "MARKER\u00e9\u00e9"  # 10 bytes of UTF-8, replaced by 10 bytes that are not UTF-8
-    data = CODEC.encode(_exp(prompt_text=marker))
+    data = CODEC.encode(_exp(prompt_text=marker), None)
     i = data.index(marker.encode())
     return data[:i] + b"\xff\xfe\xc3\x28\xa0\xa1\xed\xa0\x80\xc0" + data[i + len(marker.encode()):]
 
 
 def _malformed_avro() -> bytes:
-    good = CODEC.encode(_exp())
+    good = CODEC.encode(_exp(), None)
     return good[:10] + bytes(400)  # a valid ExperienceGroup header (magic + fingerprint), a body that is not one
 
 
@@ -71,11 +71,11 @@ def _partition_mate(key: str, partitions: int) -> str:
 BAD = {
     "malformed_avro": (lambda gid: _malformed_avro(), "malformed", ["malformed_body"]),
     "wrong_schema_id": (lambda gid: b"\x00" + (424242).to_bytes(4, "big") + b"\x02body", "schema", ["424242"]),
-    "truncated_frame": (lambda gid: CODEC.encode(_exp())[:-9], "malformed", ["truncated"]),
+    "truncated_frame": (lambda gid: CODEC.encode(_exp(), None)[:-9], "malformed", ["truncated"]),
     "huge_record": (lambda gid: CODEC.encode(_exp(response_ids=[5] * 70_000, logprobs=[-1.0] * 70_000,
-                                              loss_mask=[True] * 70_000)), "too_large", [str(MAX_BYTES)]),
-    "nan_reward": (lambda gid: CODEC.encode(_exp(reward=math.nan, group_id=gid)), "non_finite_reward", ["nan"]),
-    "unknown_version": (lambda gid: CODEC.encode(_exp(model_version=LATEST + 50, group_id=gid)), "unknown_version",
+                                              loss_mask=[True] * 70_000), None), "too_large", [str(MAX_BYTES)]),
+    "nan_reward": (lambda gid: CODEC.encode(_exp(reward=math.nan, group_id=gid), None), "non_finite_reward", ["nan"]),
+    "unknown_version": (lambda gid: CODEC.encode(_exp(model_version=LATEST + 50, group_id=gid), None), "unknown_version",
                         [str(LATEST + 50), f"latest published {LATEST}"]),
     "unicode_garbage_prompt": (lambda gid: _bad_utf8_prompt(), "malformed", ["utf-8"]),
 }
@@ -93,7 +93,7 @@ def env(broker, tmp_path_factory):
     create_topics(cfg, make_admin(cfg))
     producer = make_producer(cfg)
     wv = placeholder_version(cfg, LATEST)
-    producer.produce(cfg.topics.weights.name, key=wv.model.encode(), value=CODEC.encode(wv))
+    producer.produce(cfg.topics.weights.name, key=wv.model.encode(), value=CODEC.encode(wv, None))
     producer.flush(10)
     worker = WorkerProcess(cfg, f"bad{tag}", cfg.state_dir / "worker.log")
     try:
@@ -138,7 +138,7 @@ def test_bad_record_is_rejected_with_a_clear_reason_and_the_worker_lives(env, ca
     mate = _partition_mate(key, cfg.topics.raw.partitions)  # the partition that held the poison must move on
     good = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=10, seed=hash(case) % 1000,
                       group_id=mate)
-    _send(cfg, producer, mate.encode(), CODEC.encode(good))
+    _send(cfg, producer, mate.encode(), CODEC.encode(good, None))
 
     def mine(out):
         return [r for r in out["rejected"] if isinstance(r, Rejection) and r.source_topic == cfg.topics.raw.name
@@ -179,12 +179,12 @@ def test_records_at_the_size_limits_are_rejected_with_their_ids(env, case):
     key = f"size-{case}-{uuid.uuid4().hex[:6]}"
     size = 16 * 1024 * 1024 - 256 * 1024 if case == "raw_at_the_broker_limit" else 180_000
     big = _group_of_bytes(size, key)
-    data = CODEC.encode(big)
+    data = CODEC.encode(big, None)
     pid = worker.proc.pid
     part, off = _send(cfg, producer, key.encode(), data)
     mate = _partition_mate(key, cfg.topics.raw.partitions)
     good = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=10, seed=5, group_id=mate)
-    _send(cfg, producer, mate.encode(), CODEC.encode(good))
+    _send(cfg, producer, mate.encode(), CODEC.encode(good, None))
 
     def mine(out):
         return [r for r in out["rejected"] if isinstance(r, Rejection) and (r.partition, r.offset) == (part, off)
@@ -215,7 +215,7 @@ def test_hostile_unicode_text_is_not_poison(env):
     group.prompt_text = text
     for e in group.samples:
         e.response_text = text[::-1]
-    _send(cfg, producer, gid.encode(), CODEC.encode(group))
+    _send(cfg, producer, gid.encode(), CODEC.encode(group, None))
     out = _wait(cfg, lambda o: len(_curated(o, gid)) == 2)
     [got] = [g for role in ("curated", "curated_priority") for g in out[role] if g.group_id == gid]
     assert got.prompt_text == text and all(e.response_text == text[::-1] for e in got.samples)
@@ -249,7 +249,7 @@ def test_hostile_reward_code_scores_zero_and_the_explorer_lives(broker, tmp_path
     failing = Task(taskset="code", prompt="reward_raises", metadata={"program": "pass", "tests": ""})
     producer = make_producer(cfg)
     for t in tasks + [failing]:
-        producer.produce(cfg.topics.tasks.name, key=t.task_id, value=CODEC.encode(t))
+        producer.produce(cfg.topics.tasks.name, key=t.task_id, value=CODEC.encode(t, None))
     assert producer.flush(10) == 0
     (tmp_path / "explorer.yaml").write_text(__import__("json").dumps(cfg.model_dump(mode="json")))
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("RFTBUS_")},

@@ -38,7 +38,7 @@ def test_every_record_type_round_trips_through_kafka(broker, registry):
     records = sample_records()
     sent = {}
     for key, record in records.items():
-        value = codec.encode(record)
+        value = codec.encode(record, None)
         assert value[:2] == b"\xc3\x01" if registry is None else value[0] == 0
         producer.produce(topics[key].name, key=record.kafka_key() and record.kafka_key().encode(), value=value,
                          on_delivery=lambda err, msg, k=key: sent.__setitem__(k, (err, msg.partition(), msg.offset())))
@@ -68,11 +68,11 @@ def test_tail_prints_garbage_as_undecodable_and_carries_on(broker):
     codec = make_codec(None)
     recs = sample_records()
     producer = make_producer(broker)
-    producer.produce(topic, value=codec.encode(recs["tasks"]))
+    producer.produce(topic, value=codec.encode(recs["tasks"], None))
     producer.produce(topic, value=b"\x00\x00\x00\x00\x07garbage")  # Confluent-looking, no registry
     producer.produce(topic, value=b"\xc3\x01" + b"\x11" * 8 + b"body")  # unknown fingerprint
     producer.produce(topic, value=b"hello, not avro")
-    producer.produce(topic, value=codec.encode(recs["raw"]))
+    producer.produce(topic, value=codec.encode(recs["raw"], None))
     assert producer.flush(30) == 0
 
     out = rftbus_cli(broker, "tail", topic, "--from-beginning")

@@ -28,12 +28,12 @@ def test_each_canary_candidate_of_any_lineage_is_scored_once_under_its_key(broke
     p = make_producer(cfg)
     seed = GateDecision(decision_id=f"{cfg.model.name}:v0:promote", model=cfg.model.name, decision="promote",
                         version=0, serving=0, gate=cfg.gate.id, reason="test")
-    p.produce(cfg.topics.decisions.name, key=seed.model.encode(), value=CODEC.encode(seed))
+    p.produce(cfg.topics.decisions.name, key=seed.model.encode(), value=CODEC.encode(seed, None))
     for _ in range(2):  # a decision read twice (a restarted gate wrote it again) is scored once
         d = GateDecision(decision_id=f"{cfg.model.name}:hot:v2:canary", model=cfg.model.name, decision="canary",
                          version=2, serving=0, candidate=2, gate=cfg.gate.id, reason="test", lineage="hot",
                          canary_share=0.3)
-        p.produce(cfg.topics.decisions.name, key=d.model.encode(), value=CODEC.encode(d))
+        p.produce(cfg.topics.decisions.name, key=d.model.encode(), value=CODEC.encode(d, None))
     assert p.flush(30) == 0
     ev = Evaluator(cfg, started=time.time(), report=print).start()
     try:

@@ -95,7 +95,7 @@ def test_explorer_probes_flat_prompts_with_smaller_groups(broker, tmp_path):
     p = make_producer(cfg)
     for i in range(5):
         t = Task(taskset="addition", prompt="3+4=", answer="7", task_id=f"t{i}")
-        p.produce(cfg.topics.tasks.name, key=b"same", value=ENC.encode(t))  # one partition: in order
+        p.produce(cfg.topics.tasks.name, key=b"same", value=ENC.encode(t, None))  # one partition: in order
     assert p.flush(10) == 0
     result = Explorer(cfg, report=lambda s: None).run()
     assert result["groups_produced"] == 5 and result["experiences_produced"] == 8 + 4 + 2 + 2 + 2, result
@@ -112,7 +112,7 @@ def test_explorer_skips_prompts_with_no_variance_and_commits_them(broker, tmp_pa
     tasks = [Task(taskset="addition", prompt="3+4=", answer="7", task_id=f"t{i}") for i in range(48)]
     p = make_producer(cfg)
     for t in tasks:
-        p.produce(cfg.topics.tasks.name, key=b"same", value=ENC.encode(t))  # one partition: in order
+        p.produce(cfg.topics.tasks.name, key=b"same", value=ENC.encode(t, None))  # one partition: in order
     assert p.flush(10) == 0
     result = Explorer(cfg, report=lambda s: None).run()
     produced, skipped = result["groups_produced"], result["tasks_skipped_no_signal"]

@@ -25,7 +25,7 @@ ENC = make_codec(None)
 def publish(cfg, tasks):
     p = make_producer(cfg)
     for t in tasks:
-        p.produce(cfg.topics.tasks.name, key=t.task_id, value=ENC.encode(t))
+        p.produce(cfg.topics.tasks.name, key=t.task_id, value=ENC.encode(t, None))
     assert p.flush(10) == 0
 
 
@@ -101,7 +101,7 @@ def test_weight_hot_reload_refuses_corrupt_version(broker, tmp_path):
     def announce(version, saved, sha=None):
         rec = WeightVersion(model=cfg.model.name, version=version, step=version, uri=saved.uri,
                             sha256=sha or saved.sha256, bytes=saved.bytes)
-        p.produce(cfg.topics.weights.name, key=rec.model, value=ENC.encode(rec))
+        p.produce(cfg.topics.weights.name, key=rec.model, value=ENC.encode(rec, None))
         p.flush(10)
 
     base = load_policy(cfg.model, tok).state_dict()
@@ -244,7 +244,7 @@ def test_eta_zero_loads_newest_version_before_admitting(broker, tmp_path, eta):
     saved = WeightStore(store_url(cfg)).save(cfg.model.name, 3, load_policy(cfg.model, tok).state_dict())
     p = make_producer(cfg)
     rec = WeightVersion(model=cfg.model.name, version=3, step=3, uri=saved.uri, sha256=saved.sha256, bytes=saved.bytes)
-    p.produce(cfg.topics.weights.name, key=rec.model, value=ENC.encode(rec))
+    p.produce(cfg.topics.weights.name, key=rec.model, value=ENC.encode(rec, None))
     p.flush(10)
     publish(cfg, list(get_taskset("addition").tasks("train", 2)))
     Explorer(cfg, report=lambda s: None).run()

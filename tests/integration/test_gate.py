@@ -60,7 +60,7 @@ def publish(cfg, *records) -> None:
              Feedback: cfg.topics.feedback.name}
     for rec in records:
         key = getattr(rec, type(rec).KEY_FIELD or "", None)
-        p.produce(topic[type(rec)], key=key.encode() if isinstance(key, str) else None, value=CODEC.encode(rec))
+        p.produce(topic[type(rec)], key=key.encode() if isinstance(key, str) else None, value=CODEC.encode(rec, None))
     assert p.flush(30) == 0
 
 
@@ -125,7 +125,7 @@ def test_the_gate_rolls_back_a_worse_version_survives_a_kill_and_promotes_a_good
         forged = GateDecision(decision_id="x", model=cfg.model.name, decision="canary", version=50, serving=0,
                               candidate=50, canary_share=0.9, gate="intruder", reason="forged")
         p = make_producer(cfg)
-        p.produce(cfg.topics.decisions.name, key=forged.model.encode(), value=CODEC.encode(forged))
+        p.produce(cfg.topics.decisions.name, key=forged.model.encode(), value=CODEC.encode(forged, None))
         assert p.flush(30) == 0
 
         os.killpg(gate.pid, signal.SIGKILL)  # kill -9: its decisions are on the log, its state is not

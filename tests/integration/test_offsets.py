@@ -103,7 +103,7 @@ def test_a_new_apps_first_record_faust_skipped_is_fetched_again(broker, tmp_path
     cfg, worker = _skip_worker(broker, tmp_path, "0:0", "on")
     p = make_producer(cfg)
     g = make_group(rewards=[1.0, 0.0], response_tokens=20, seed=1)
-    p.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=CODEC.encode(g))
+    p.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=CODEC.encode(g, None))
     p.flush(10)
     try:
         worker.wait_ready(90)
@@ -127,7 +127,7 @@ def test_a_record_faust_skipped_is_fetched_again_and_curated(broker, tmp_path):
 
     def send_and_wait(groups) -> set[str]:
         for g in groups:
-            p.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=CODEC.encode(g))
+            p.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=CODEC.encode(g, None))
         p.flush(10)
         want = {g.group_id for g in groups}
         deadline = time.monotonic() + 60

@@ -39,13 +39,13 @@ def test_a_tasks_pass_rate_outlives_a_kill9_of_the_worker(broker, tmp_path):
                        task_id=first.task_id, group_id="ee-explorer-5")
     committed = CommittedOffsets(cfg)
     try:
-        _produce(cfg, [("raw", first.group_id.encode(), codec.encode(first))])
+        _produce(cfg, [("raw", first.group_id.encode(), codec.encode(first, None))])
         worker = WorkerProcess(cfg, "w", tmp_path / "w1.log")
         worker.wait_ready(120)
         _settle(cfg, committed, worker)
         time.sleep(1.0)  # (the commit that wrote the rate to rocksdb is the one `_settled` saw)
         worker.kill()
-        _produce(cfg, [("raw", again.group_id.encode(), codec.encode(again))])
+        _produce(cfg, [("raw", again.group_id.encode(), codec.encode(again, None))])
         worker = WorkerProcess(cfg, "w", tmp_path / "w2.log")
         try:
             worker.wait_ready(120)

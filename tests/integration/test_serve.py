@@ -275,7 +275,7 @@ def test_new_weight_version_is_picked_up(env, tmp_path):
     saved = WeightStore(store_url(cfg)).save(cfg.model.name, 1, state)
     rec = WeightVersion(model=cfg.model.name, version=1, step=1, uri=saved.uri, sha256=saved.sha256, bytes=saved.bytes)
     p = make_producer(cfg)
-    p.produce(cfg.topics.weights.name, key=rec.model, value=CODEC.encode(rec))
+    p.produce(cfg.topics.weights.name, key=rec.model, value=CODEC.encode(rec, None))
     p.flush(10)
     c = client(server)
     deadline = time.monotonic() + 60

@@ -49,7 +49,7 @@ def publish_adapter(cfg, version: int, scale: float, lineage: str = "", lora: di
     rec = WeightVersion(model=key, version=version, step=version, uri=saved.uri, sha256=saved.sha256,
                         bytes=saved.bytes)
     p = make_producer(cfg)
-    p.produce(cfg.topics.weights.name, key=rec.model.encode(), value=CODEC.encode(rec))
+    p.produce(cfg.topics.weights.name, key=rec.model.encode(), value=CODEC.encode(rec, None))
     assert p.flush(30) == 0
 
 

@@ -68,7 +68,7 @@ def forged_decisions(cfg, n: int) -> list[GateDecision]:
 def write(cfg, decisions: list[GateDecision]) -> None:
     p = make_producer(cfg)
     for d in decisions:
-        p.produce(cfg.topics.decisions.name, key=d.model.encode(), value=CODEC.encode(d))
+        p.produce(cfg.topics.decisions.name, key=d.model.encode(), value=CODEC.encode(d, None))
     assert p.flush(30) == 0
 
 

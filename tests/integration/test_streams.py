@@ -46,7 +46,7 @@ def streams_worker(port: int, folder, **overrides):
     create_topics(cfg, make_admin(cfg))
     producer = make_producer(cfg)
     wv = placeholder_version(cfg, LATEST)
-    producer.produce(cfg.topics.weights.name, key=wv.model.encode(), value=CODEC.encode(wv))
+    producer.produce(cfg.topics.weights.name, key=wv.model.encode(), value=CODEC.encode(wv, None))
     producer.flush(10)
     worker = WorkerProcess(cfg, f"t{tag}", cfg.state_dir / "worker.log")
     try:
@@ -64,7 +64,7 @@ def env(broker, tmp_path_factory):
 
 def send(cfg, producer, records, key=None):
     for r in records:
-        value = r if isinstance(r, bytes) else CODEC.encode(r)
+        value = r if isinstance(r, bytes) else CODEC.encode(r, None)
         k = key if key is not None else (r.group_id.encode() if isinstance(r, ExperienceGroup) else b"k")
         producer.produce(cfg.topics.raw.name, key=k, value=value)
     producer.flush(10)
@@ -72,7 +72,7 @@ def send(cfg, producer, records, key=None):
 
 def feedback(cfg, producer, items):
     for f in items:
-        value = f if isinstance(f, bytes) else CODEC.encode(f)
+        value = f if isinstance(f, bytes) else CODEC.encode(f, None)
         producer.produce(cfg.topics.feedback.name, key=getattr(f, "experience_id", "fb").encode(), value=value)
     producer.flush(10)
 
@@ -146,13 +146,13 @@ def test_a_bad_record_is_rejected_whole_with_its_bytes_and_the_worker_goes_on(en
     empty = replace(make_group(rewards=[1.0], model_version=LATEST, response_tokens=5, seed=7), samples=[])
     legacy = Experience(response_ids=[1], logprobs=[-1.0], loss_mask=[True], model_version=LATEST)
     poison = {b"\x00\x00\x00\x00\x07garbage": "schema", b"": "malformed", b"hello": "malformed",
-              b"\xc3\x01" + b"\x11" * 8 + b"body": "schema", CODEC.encode(task): "schema",
-              CODEC.encode(huge): "too_large", CODEC.encode(good)[:-7]: "malformed", CODEC.encode(empty): "schema",
-              CODEC.encode(legacy): "schema"}
+              b"\xc3\x01" + b"\x11" * 8 + b"body": "schema", CODEC.encode(task, None): "schema",
+              CODEC.encode(huge, None): "too_large", CODEC.encode(good, None)[:-7]: "malformed", CODEC.encode(empty, None): "schema",
+              CODEC.encode(legacy, None): "schema"}
     for raw in poison:
         send(cfg, producer, [raw], key=b"poison-" + uuid.uuid4().hex.encode())
     send(cfg, producer, [good])
-    wanted = set(poison) - {CODEC.encode(huge)}
+    wanted = set(poison) - {CODEC.encode(huge, None)}
     out = wait_outputs(cfg, lambda o: wanted <= {r.original for r in o["rejected"]}
                        and any(r.reason == "too_large" for r in o["rejected"]) and curated_of(o, good.group_id))
     by_bytes = {r.original: r for r in out["rejected"] if r.original in poison}
@@ -176,7 +176,7 @@ def test_a_group_away_from_its_key_is_rejected_bad_key_and_trains_once(env):
     g = make_group(rewards=[1.0, 0.0], model_version=LATEST, response_tokens=12, seed=41, group_id=uuid.uuid4().hex)
     n = cfg.topics.raw.partitions
     home = (murmur2(g.group_id.encode()) & 0x7FFFFFFF) % n
-    value = CODEC.encode(g)
+    value = CODEC.encode(g, None)
     producer.produce(cfg.topics.raw.name, key=b"another-key", value=value)
     producer.produce(cfg.topics.raw.name, key=None, value=value)
     producer.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=value, partition=(home + 1) % n)
@@ -212,7 +212,7 @@ def test_a_bad_sample_costs_only_itself(env):
     assert got.survivors == [0, 5]  # the two good samples, renormalized between themselves
     assert [got.samples[i].advantage for i in got.survivors] == pytest.approx(grpo([1.0, 0.25]))
     bad_len = next(r for r in out["rejected"] if r.reason == "length_mismatch" and r.group_id == g.group_id)
-    assert bad_len.stage == "verify" and bad_len.original == CODEC.encode(g)  # the evidence
+    assert bad_len.stage == "verify" and bad_len.original == CODEC.encode(g, None)  # the evidence
 
 
 def test_each_filter_has_its_own_reason(env):

@@ -43,7 +43,7 @@ def _produce_slowly(cfg, groups, seconds: float) -> threading.Thread:
         p = make_producer(cfg)
         pause = seconds / len(groups)
         for g in groups:
-            p.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=CODEC.encode(g))
+            p.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=CODEC.encode(g, None))
             p.poll(0)
             time.sleep(pause)
         p.flush(30)

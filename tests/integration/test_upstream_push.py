@@ -62,7 +62,7 @@ def test_each_published_lora_version_is_pushed_to_the_upstream_and_served(broker
             saved = store.save(fr_cfg.model.name, v, tensors, meta)
             rec = WeightVersion(model=fr_cfg.model.name, version=v, step=v, uri=saved.uri, sha256=saved.sha256,
                                 bytes=saved.bytes, format="peft-lora")
-            producer.produce(fr_cfg.topics.weights.name, key=rec.model, value=CODEC.encode(rec))
+            producer.produce(fr_cfg.topics.weights.name, key=rec.model, value=CODEC.encode(rec, None))
             producer.flush(10)
             t0 = time.monotonic()
             while True:  # the front answers with version v once the upstream has the adapter

@@ -49,7 +49,7 @@ def test_forged_weight_records_are_refused_and_followers_keep_their_version(brok
 
     def announce(version, uri, sha, size):
         rec = WeightVersion(model=model, version=version, step=version, uri=uri, sha256=sha, bytes=size)
-        p.produce(cfg.topics.weights.name, key=model, value=ENC.encode(rec))
+        p.produce(cfg.topics.weights.name, key=model, value=ENC.encode(rec, None))
         p.flush(10)
 
     v1 = store.save(model, 1, {k: v + 0.01 for k, v in state.items()})

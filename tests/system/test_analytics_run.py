@@ -71,7 +71,7 @@ def _feedback(cfg, n: int) -> int:
         fb = (Feedback(experience_id=e.experience_id, kind=FeedbackKind.thumbs, thumbs_up=passed == (i % 2 == 0),
                        annotator="a1") if i % 3 else
               Feedback(experience_id=e.experience_id, kind=FeedbackKind.reward, reward=e.reward, annotator="a2"))
-        producer.produce(cfg.topics.feedback.name, key=e.experience_id.encode(), value=CODEC.encode(fb))
+        producer.produce(cfg.topics.feedback.name, key=e.experience_id.encode(), value=CODEC.encode(fb, None))
     for _ in range(2):
         producer.produce(cfg.topics.feedback.name, key=b"x", value=b"\x00garbage")
     producer.flush(30)

@@ -56,7 +56,7 @@ def test_broker_kill9_during_steady_streams_writes_appends_nothing_twice(tmp_pat
                                    seed=len(sent) % 50, group_id=uuid.uuid4().hex)
                     while True:
                         try:
-                            producer.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=CODEC.encode(g))
+                            producer.produce(cfg.topics.raw.name, key=g.group_id.encode(), value=CODEC.encode(g, None))
                             break
                         except BufferError:
                             producer.poll(0.1)

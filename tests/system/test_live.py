@@ -107,7 +107,7 @@ def test_a_grade_for_a_released_group_names_the_answer_it_was_for(tmp_path):
 
     codec = make_codec(None)
     live = LiveGroups(make_config(tmp_path, 9092), {b"g1": pack(Held(DONE, 0, 0))}, None, codec, None)
-    fb = codec.encode(Feedback(experience_id="e-42", kind=FeedbackKind.thumbs, thumbs_up=True))
+    fb = codec.encode(Feedback(experience_id="e-42", kind=FeedbackKind.thumbs, thumbs_up=True), None)
     with pytest.raises(Late) as e:
         live.grade(b"g1", 0, fb, 0, "fb/0/1", b"e-42")
     assert "experience e-42" in str(e.value) and "g1" in str(e.value) and "feedback_ttl_s" in str(e.value)

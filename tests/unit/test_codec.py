@@ -75,7 +75,7 @@ def test_single_object_round_trip(rec):
     for de in (codec.deserializer(type(rec)), codec.deserializer(None)):
         out = de(data, CTX)
         assert type(out) is type(rec) and out == rec
-    assert codec.decode(codec.encode(rec)) == rec
+    assert codec.decode(codec.encode(rec, None)) == rec
 
 
 @pytest.mark.parametrize("rec", samples(), ids=lambda r: type(r).__name__)
@@ -87,13 +87,13 @@ def test_confluent_round_trip(rec, mock_codec):
     assert json.loads(registered) == get_store().current(rec.SCHEMA_NAME).raw
     for de in (mock_codec.deserializer(type(rec)), mock_codec.deserializer(None)):
         assert de(data, CTX) == rec and type(de(data, None)) is type(rec)
-    # ctx=None still works (subject "<record name>-value")
-    assert mock_codec.deserializer(None)(mock_codec.serializer(type(rec))(rec)) == rec
+    # ctx=None, given: subject "<record name>-value" (bytes no topic receives)
+    assert mock_codec.deserializer(None)(mock_codec.serializer(type(rec))(rec, None)) == rec
 
 
 def test_one_deserializer_accepts_both_framings(mock_codec):
     rec = group()
-    single = make_codec(None).encode(rec)
+    single = make_codec(None).encode(rec, None)
     confluent = mock_codec.serializer(ExperienceGroup)(rec, CTX)
     de = mock_codec.deserializer(ExperienceGroup)
     assert de(single) == de(confluent) == rec
@@ -137,7 +137,7 @@ def test_fast_path_is_byte_identical_to_fastavro(variant):
         "big": group(2048, samples=8, logprobs=[-rng.random() * 9 for _ in range(2048)],
                      loss_mask=[rng.random() < 0.8 for _ in range(2048)]),
     }[variant]
-    ours = make_codec(None).encode(rec)
+    ours = make_codec(None).encode(rec, None)
     assert ours == _fastavro_bytes(rec)
     out = make_codec(None).decode(ours)
     assert len(out.samples) == len(rec.samples)
@@ -161,7 +161,7 @@ def _varint(n: int) -> bytes:
 def test_decodes_multi_block_arrays_from_other_writers():
     """Avro lets writers split arrays into blocks, with negative counts carrying a byte size."""
     rec = group(8, samples=1)
-    data = make_codec(None).encode(rec)
+    data = make_codec(None).encode(rec, None)
     lp = b"".join(__import__("struct").pack("<f", v) for v in rec.samples[0].logprobs)
     mask = bytes(rec.samples[0].loss_mask)
     std = _varint(8) + lp + b"\x00" + _varint(8) + mask + b"\x00"
@@ -172,8 +172,8 @@ def test_decodes_multi_block_arrays_from_other_writers():
     # the samples array itself in blocks (a negative count with the block's byte size); a nested sample
     # is laid out as a top-level Experience record, so its bytes are that record's body
     two = group(8, samples=2, group_kw={"samples": [experience(8, reward=1.0), experience(8, reward=0.0)]})
-    data = make_codec(None).encode(two)
-    item0, item1 = (make_codec(None).encode(s)[10:] for s in two.samples)
+    data = make_codec(None).encode(two, None)
+    item0, item1 = (make_codec(None).encode(s, None)[10:] for s in two.samples)
     std = _varint(2) + item0 + item1 + b"\x00"
     assert std in data
     blocky = _varint(-1) + _varint(len(item0)) + item0 + _varint(1) + item1 + b"\x00"
@@ -206,7 +206,7 @@ def test_bad_bytes_raise_decode_error(name):
 def test_wrong_record_type_and_unknown_registry_id(mock_codec):
     task = Task(taskset="s", prompt="p")
     with pytest.raises(DecodeError) as ei:
-        make_codec(None).deserializer(ExperienceGroup)(make_codec(None).encode(task))
+        make_codec(None).deserializer(ExperienceGroup)(make_codec(None).encode(task, None))
     assert ei.value.reason == "wrong_record_type"
     with pytest.raises(DecodeError) as ei:
         mock_codec.deserializer(ExperienceGroup)(mock_codec.serializer(Task)(task, CTX))
@@ -219,7 +219,7 @@ def test_wrong_record_type_and_unknown_registry_id(mock_codec):
 @pytest.mark.parametrize("framing", ["single", "confluent"])
 def test_every_truncation_and_trailing_garbage(framing, mock_codec):
     rec = group(8)
-    data = make_codec(None).encode(rec) if framing == "single" else mock_codec.serializer(ExperienceGroup)(rec, CTX)
+    data = make_codec(None).encode(rec, None) if framing == "single" else mock_codec.serializer(ExperienceGroup)(rec, CTX)
     de = mock_codec.deserializer(None)
     header = 10 if framing == "single" else 5
     for cut in range(len(data)):
@@ -236,7 +236,7 @@ def test_every_truncation_and_trailing_garbage(framing, mock_codec):
 def test_random_garbage_only_raises_decode_error(mock_codec):
     rng = random.Random(7)
     de = mock_codec.deserializer(None)
-    mock_codec.encode(Task(taskset="s", prompt="p"))  # registry has schema id 1
+    mock_codec.encode(Task(taskset="s", prompt="p"), None)  # registry has schema id 1
     heads = [b"", b"\xc3\x01" + get_store().current("ExperienceGroup").fingerprint,
              b"\xc3\x01" + get_store().current("Task").fingerprint, b"\x00\x00\x00\x00\x01"]
     for i in range(3000):
@@ -245,7 +245,7 @@ def test_random_garbage_only_raises_decode_error(mock_codec):
             de(heads[i % len(heads)] + body)
         except DecodeError:
             pass
-    valid = bytearray(make_codec(None).encode(group(16)))
+    valid = bytearray(make_codec(None).encode(group(16), None))
     for _ in range(2000):  # flip bytes of a valid record
         mutated = bytearray(valid)
         for _ in range(rng.randrange(1, 4)):
@@ -261,7 +261,7 @@ def test_tombstones_and_buffers():
     assert codec.serializer(Task)(None, None) is None
     assert codec.deserializer(Task)(None, None) is None
     rec = Task(taskset="s", prompt="p")
-    data = codec.encode(rec)
+    data = codec.encode(rec, None)
     assert codec.decode(memoryview(data)) == rec and codec.decode(bytearray(data)) == rec
     for wrong in ("text", 5):
         with pytest.raises(DecodeError) as ei:
@@ -281,7 +281,7 @@ def test_encode_errors_are_encode_errors(mock_codec):
             codec.serializer(ExperienceGroup)(group(logprobs=[None] * 8), CTX)
     # a plain dict in the record's Avro shape is accepted
     rec = Task(taskset="s", prompt="p")
-    assert make_codec(None).decode(make_codec(None).serializer(Task)(rec.to_avro())) == rec
+    assert make_codec(None).decode(make_codec(None).serializer(Task)(rec.to_avro(), None)) == rec
 
 
 def test_make_codec_caches_and_shares_mock_registry():
@@ -289,7 +289,7 @@ def test_make_codec_caches_and_shares_mock_registry():
     assert a.registry is b.registry is registry_client({"url": "mock://shared-x"})
     assert a.serializer(Task) is a.serializer(Task) and a.deserializer() is a.deserializer(None)
     assert make_codec(None).registry is None
-    data = a.encode(Task(taskset="s", prompt="p"))
+    data = a.encode(Task(taskset="s", prompt="p"), None)
     assert b.decode(data).prompt == "p"  # a producer and a consumer in one process see one registry
     ser = AvroSerializer(Task, registry_conf={"url": "mock://shared-x"})
     assert ser.framing == "confluent" and AvroSerializer(Task).framing == "single-object"
@@ -312,3 +312,18 @@ def test_records_defaults_and_types():
     assert Experience.KEY_FIELD is None  # a sample travels inside its group, never alone
     assert not hasattr(g, "__dict__") and not hasattr(g.samples[0], "__dict__")  # slots
     assert g.experience_ids() == [s.experience_id for s in g.samples] and g.kept() == [g.samples[0]]
+
+
+def test_the_context_is_always_passed_and_names_the_subject(mock_codec):
+    """confluent-kafka's serializer rule: `(obj, ctx)`, the context always given. Without one a record went to the
+    registry under its record name (`rftbus.Rejection-value`): the streams' rejections, metrics and the gate's
+    decisions did, beside every other record's `<topic>-value`. Now a call without it fails, and the streams'
+    rejections register under their topic's subject."""
+    from rftbus.streams.outputs import Emitter
+
+    with pytest.raises(TypeError):
+        mock_codec.encode(Task(taskset="s", prompt="p"))  # type: ignore[call-arg]
+    emit = Emitter(None, mock_codec.encode, {"rejected": "rft.experiences.rejected"}, {"rejected": 4}, 1 << 20)
+    emit.rejection(reason="malformed", detail="d", stage="verify", src="rft.experiences.raw/0/1", original=None)
+    subjects = mock_codec.registry.get_subjects()
+    assert "rft.experiences.rejected-value" in subjects and "rftbus.Rejection-value" not in subjects, subjects

@@ -34,9 +34,9 @@ def _setup(tmp_path, n=2):
     emit = _Emit()
     table: dict = {}
     live = L.LiveGroups(make_config(tmp_path, 9092), table, emit, codec, Counters())
-    view = GroupReader(codec)(codec.encode(g))
+    view = GroupReader(codec)(codec.encode(g, None))
     grade = [codec.encode(Feedback(feedback_id=f"f{k}", experience_id=f"g-{k}", kind=FeedbackKind.reward,
-                                   reward=float(k))) for k in range(n)]
+                                   reward=float(k)), None) for k in range(n)]
     return live, table, emit, view, grade
 
 
@@ -111,7 +111,7 @@ def test_a_held_groups_raw_record_read_again_is_the_same_hold_and_another_record
     emit = _IngestEmit()
     live.emit = emit
     codec = make_codec(None)
-    data = codec.encode(codec.decode(view.data))
+    data = codec.encode(codec.decode(view.data), None)
     follower = type("Follower", (), {"version": 5})()
     ing = Ingest(live.cfg, emit, codec, follower, None, live.counters, "raw", live, raw_partitions=1)
     landed = Landed.empty(live.cfg)
@@ -138,7 +138,7 @@ def test_a_grade_read_again_after_it_released_its_group_is_no_late_grade(tmp_pat
     follower = type("Follower", (), {"version": 5, "latest_version": lambda self: 5})()
     ing = Ingest(live.cfg, emit, codec, follower, PassRates(0.1), live.counters, "raw", live, raw_partitions=1)
     landed = Landed.empty(live.cfg)
-    asyncio.run(ing.on_raw(0, "raw/0/3", codec.encode(codec.decode(view.data)), b"g", None, landed))
+    asyncio.run(ing.on_raw(0, "raw/0/3", codec.encode(codec.decode(view.data), None), b"g", None, landed))
     msg = type("Msg", (), {"key": b"g", "value": grade[0]})()
     headers = {H_SRC: b"fb/0/4", H_EXP: b"g-0", H_SAMPLE: b"0"}
     asyncio.run(ing.on_grade(0, msg, headers, landed))

@@ -101,13 +101,13 @@ def test_splice_is_byte_identical_to_a_full_encode(codec):
     full = codec.deserializer()
     for i in range(300):
         g = random_group(rng)
-        data = codec.encode(g)
+        data = codec.encode(g, None)
         rec = full(data)
         view = read(data)
         assert isinstance(view, GroupView) and view.skim is not None, i  # canonical bytes always skim
         _same_view(view, rec)
         changes, per_sample = random_changes(rng, rec)
-        assert read.write(view, changes, per_sample) == codec.encode(updated(rec, changes, per_sample)), (i, changes)
+        assert read.write(view, changes, per_sample) == codec.encode(updated(rec, changes, per_sample), None), (i, changes)
 
 
 def test_confluent_output_framing_before_and_after_the_subject_is_known():
@@ -119,8 +119,8 @@ def test_confluent_output_framing_before_and_after_the_subject_is_known():
     for _ in range(3):
         g = random_group(rng)
         change, per_sample = {"metadata": {"lane": "priority"}}, {i: {"advantage": 1.0} for i in range(len(g.samples))}
-        out = read.write(read(plain.encode(g)), change, per_sample)
-        assert out[0] == 0 and out == cf.encode(updated(g, change, per_sample))
+        out = read.write(read(plain.encode(g, None)), change, per_sample)
+        assert out[0] == 0 and out == cf.encode(updated(g, change, per_sample), None)
 
 
 def test_promoted_copy_is_a_group_of_one_spliced_from_the_bytes():
@@ -129,13 +129,13 @@ def test_promoted_copy_is_a_group_of_one_spliced_from_the_bytes():
     g = random_group(rng)
     g.samples = [random_sample(rng) for _ in range(3)]
     read = GroupReader(codec)
-    view = read(codec.encode(g))
+    view = read(codec.encode(g, None))
     s = g.samples[1]
     changes = {"group_id": f"{g.group_id}:expert", "survivors": [], "metadata": {**g.metadata, "promoted": "1"}}
     out = read.single(view, 1, changes, {"experience_id": f"{s.experience_id}:expert", "advantage": None})
     want = replace(g, **changes, samples=[replace(s, experience_id=f"{s.experience_id}:expert", advantage=None)])
-    assert out == codec.encode(want)
-    assert read.write(view, {}, {}) == codec.encode(g)  # the view itself is untouched
+    assert out == codec.encode(want, None)
+    assert read.write(view, {}, {}) == codec.encode(g, None)  # the view itself is untouched
 
 
 def _varint(n: int) -> bytes:
@@ -179,7 +179,7 @@ def _odd_group() -> ExperienceGroup:
 def test_other_writers_layouts_fall_back_to_a_full_decode(case):
     codec = make_codec(None)
     g = _odd_group()
-    data = codec.encode(g)
+    data = codec.encode(g, None)
     skimmer = Skimmer(codec, ExperienceGroup)
     sk = skimmer.skim(data)
     if case == "samples_in_blocks":
@@ -200,7 +200,7 @@ def test_other_writers_layouts_fall_back_to_a_full_decode(case):
     assert view.record is not None and view.skim is None
     _same_view(view, rec)
     changes, per_sample = {"priority": 2.0, "metadata": {**rec.metadata, "lane": "normal"}}, {0: {"advantage": -1.0}}
-    assert read.write(view, changes, per_sample) == codec.encode(updated(rec, changes, per_sample))
+    assert read.write(view, changes, per_sample) == codec.encode(updated(rec, changes, per_sample), None)
 
 
 def test_older_writer_schema_is_decoded_not_skimmed(tmp_path: Path):
@@ -223,7 +223,7 @@ def test_older_writer_schema_is_decoded_not_skimmed(tmp_path: Path):
     view = read(fo.getvalue())
     assert view.skim is None and view.record is not None
     want = replace(g, metadata={"lane": "normal"}, priority=3.0)
-    assert read.write(view, {"metadata": {"lane": "normal"}, "priority": 3.0}, {}) == codec.encode(want)
+    assert read.write(view, {"metadata": {"lane": "normal"}, "priority": 3.0}, {}) == codec.encode(want, None)
 
 
 def _no_skim(codec) -> GroupReader:
@@ -257,7 +257,7 @@ def _same_verdicts(read, ref, data: bytes) -> None:
 def test_poison_gets_the_verdict_of_a_full_decode(codec):
     rng = random.Random(9)
     read, ref = GroupReader(codec), _no_skim(codec)
-    codec.encode(Task(taskset="s", prompt="p"))
+    codec.encode(Task(taskset="s", prompt="p"), None)
 
     def good(**kw):
         g = random_group(rng)
@@ -269,11 +269,11 @@ def test_poison_gets_the_verdict_of_a_full_decode(codec):
                                       logprobs=[-1.0] * n, loss_mask=[True] * n, reward=0.5, model_version=3))
         samples[0] = replace(samples[0], **kw)
         g.samples = samples
-        return codec.encode(g)
+        return codec.encode(g, None)
 
     valid = [good() for _ in range(12)]
     cases = [b"", b"hello", b"\xc3\x01" + b"\x11" * 8 + b"body", b"\x00\x00\x00\x00\x07garbage",
-             codec.encode(Task(taskset="s", prompt="p")), good(reward=float("-inf")), good(logprobs=[0.5]),
+             codec.encode(Task(taskset="s", prompt="p"), None), good(reward=float("-inf")), good(logprobs=[0.5]),
              good(response_ids=[1, 2], logprobs=[float("nan"), -1.0], loss_mask=[True, True]),
              good(response_ids=[1, 2], logprobs=[float("inf"), -1.0], loss_mask=[True, True]),
              good(model_version=99)]
@@ -300,9 +300,9 @@ def test_ten_byte_token_varints_are_left_to_the_full_decode():
     g = ExperienceGroup(group_id="g", task_id="t", explorer_id="x", prompt_ids=[1], samples=[
         Experience(response_ids=[3, -(2**63), 2**63 - 1], logprobs=[-1.0] * 3, loss_mask=[True] * 3, reward=0.0,
                    model_version=0)])
-    data = codec.encode(g)
+    data = codec.encode(g, None)
     assert Skimmer(codec, ExperienceGroup).skim(data) is None
     read = GroupReader(codec)
     view = read(data)
     assert view.record is not None
-    assert read.write(view, {}, {0: {"advantage": 1.0}}) == codec.encode(updated(g, {}, {0: {"advantage": 1.0}}))
+    assert read.write(view, {}, {0: {"advantage": 1.0}}) == codec.encode(updated(g, {}, {0: {"advantage": 1.0}}), None)

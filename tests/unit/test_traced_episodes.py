@@ -70,7 +70,7 @@ def test_a_root_call_is_a_group_of_one_rendered_by_the_one_renderer(fmt):
     assert s.logprobs == [0.0] * len(s.response_ids) and s.behaviour_logprobs is False
     assert all(s.loss_mask) and s.response_text == "56" and g.metadata["trace_id"] == trace
     codec = make_codec(None)  # the record round-trips through the project's .avsc files
-    back = codec.decode(codec.encode(g))
+    back = codec.decode(codec.encode(g, None))
     assert isinstance(back, ExperienceGroup) and back.samples[0].behaviour_logprobs is False
     assert back.source is Source.trace
 
@@ -116,7 +116,7 @@ def test_serve_fingerprint_names_the_version(fmt):
 def test_the_step_takes_the_current_policy_for_answers_without_behaviour_logprobs(fmt):
     body = _export(lambda t: _chat(t))
     [traced] = Episodes(fmt, MODEL).read(body).groups
-    served = make_codec(None).decode(make_codec(None).encode(traced))
+    served = make_codec(None).decode(make_codec(None).encode(traced, None))
     assert isinstance(served, ExperienceGroup)
     served.samples[0].behaviour_logprobs = True
     served.samples[0].logprobs = [-0.5] * len(served.samples[0].response_ids)
