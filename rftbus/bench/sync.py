@@ -74,7 +74,7 @@ def sync(
     from rftbus.models.loading import load_policy, load_tokenizer
     from rftbus.models.config import LoraSpec
     from rftbus.models.lora import version_payload, wrap
-    from rftbus.schemas import WeightVersion, make_codec
+    from rftbus.schemas import WeightVersion, make_codec, topic_context
     from rftbus.weights import WeightStore, load_weights
 
     if kind not in ("explorer", "minimal"):
@@ -133,7 +133,8 @@ def sync(
                 n_bytes = saved.bytes
                 rec = WeightVersion(model=cfg.model.name, version=v, step=v, uri=saved.uri, sha256=saved.sha256,
                                     bytes=saved.bytes, format=(meta or {}).get("rftbus.format", "safetensors"))
-                producer.produce(cfg.topics.weights.name, key=cfg.model.name.encode(), value=ser(rec, None))
+                producer.produce(cfg.topics.weights.name, key=cfg.model.name.encode(),
+                                 value=ser(rec, topic_context(cfg.topics.weights.name)))
                 producer.flush(30)
                 t_pub = time.time()
                 seen: dict[int, float] = {}
