@@ -1,6 +1,7 @@
 """The studio's SQL (one dialect for chDB and a server), formatted like report_sql: `{db}` the database,
 values as ClickHouse {name:Type} parameters. Every table is read with FINAL (a re-delivered message counts
-once); live experiences are the raw topic's rows with source = 'live'.
+once); live experiences are the raw topic's rows with source = 'live', or 'trace' (a model call read from an agent's
+OpenTelemetry trace: graded the same way, by its experience id).
 """
 
 from __future__ import annotations
@@ -11,20 +12,20 @@ QUEUE = """
 SELECT experience_id, group_id, task_id, sample_index, group_size, model_version AS version,
        prompt_text AS prompt, response_text AS response, {MS}(created_at) AS created_ms
 FROM {db}.experiences FINAL
-WHERE topic = 'raw' AND source = 'live'
+WHERE topic = 'raw' AND source IN ('live', 'trace')
   AND {MS}(created_at) >= {since_ms:Int64}
   AND ({task:String} = '' OR task_id = {task:String})
   AND experience_id NOT IN (
     SELECT arrayJoin([experience_id, ifNull(preferred_id, ''), ifNull(rejected_id, '')]) FROM {db}.feedback)
   AND group_id NOT IN (SELECT group_id FROM {db}.experiences
-                       WHERE topic IN ('curated', 'curated_priority') AND source = 'live')
+                       WHERE topic IN ('curated', 'curated_priority') AND source IN ('live', 'trace'))
   AND group_id NOT IN (SELECT ifNull(group_id, '') FROM {db}.rejections)
 ORDER BY created_at {order}, group_id, sample_index
 LIMIT {limit:UInt32}"""
 
 QUEUE_TASKS = """
 SELECT task_id, count() AS n FROM {db}.experiences FINAL
-WHERE topic = 'raw' AND source = 'live' AND {MS}(created_at) >= {since_ms:Int64}
+WHERE topic = 'raw' AND source IN ('live', 'trace') AND {MS}(created_at) >= {since_ms:Int64}
 GROUP BY task_id ORDER BY n DESC, task_id LIMIT 200"""
 
 # What one grader posted (the studio stamps its annotator), newest first, with the answer it graded.
@@ -47,7 +48,7 @@ ORDER BY created_at"""
 LIVE_REWARD = """
 SELECT intDiv({MS}(created_at) - {t0:Int64}, {bucket_ms:Int64}) AS b, avg(reward) AS mean, count() AS n
 FROM {db}.experiences FINAL
-WHERE topic IN ('curated', 'curated_priority') AND source = 'live' AND reward IS NOT NULL
+WHERE topic IN ('curated', 'curated_priority') AND source IN ('live', 'trace') AND reward IS NOT NULL
   AND {MS}(kafka_ts) >= {since:Int64}
 GROUP BY b ORDER BY b"""
 

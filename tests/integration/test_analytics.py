@@ -475,3 +475,27 @@ def test_feedback_delay_per_graded_answer_in_seconds_and_versions(tmp_path):
         b.close()
     assert [(r["experience_id"], r["delay_s"], r["delay_versions"]) for r in rows] == [("a0", 5.0, 3), ("a1", 29.0, 7)]
     assert [(r["delay_versions"], r["n"], r["max_s"]) for r in per] == [(3, 1, 5.0), (7, 1, 29.0)]
+
+
+def test_the_studio_queue_offers_traced_answers_to_grade(tmp_path):
+    """A model call read from an agent's trace (source `trace`) waits for a grade as serve's answers do: the studio's
+    feedback queue lists it beside a live answer, and not an explorer's group (scored already)."""
+    from rftbus.bench.synthetic import make_group
+    from rftbus.config import load_config
+    from rftbus.consumers.studio.data import Reader, queue
+    from rftbus.schemas import Source
+
+    cfg = load_config(overrides={"state_dir": str(tmp_path)}, environ={})
+    now = int(time.time() * 1000)
+    writer = open_backend(cfg, writable=True)
+    try:
+        for i, source in enumerate((Source.live, Source.trace, Source.explorer)):
+            g = make_group(rewards=[None], response_tokens=4, source=source, seed=i, group_id=f"q-{source.value}")
+            g.created_at = now
+            for table, row in to_rows(DECODE, Position("raw", "rft.experiences.raw", 0, i, now), CODEC.encode(g, None)):
+                writer.insert(table, [row])
+    finally:
+        writer.close()
+    with open_reader(cfg) as r:
+        got = {q.group_id for q in queue(Reader(r), ttl_s=3600, limit=10, oldest_first=True, now_ms=now + 1000)}
+    assert got == {"q-live", "q-trace"}, got
