@@ -80,13 +80,11 @@ class FeedbackRequest(BaseModel):
                 raise ValueError("preferred_id and rejected_id must differ")
             if self.experience_id and self.experience_id not in (self.preferred_id, self.rejected_id):
                 raise ValueError("experience_id of a preference must be preferred_id or rejected_id")
-        if self.session_id is not None:
-            if self.experience_id or self.kind not in (FeedbackKind.reward, FeedbackKind.rating, FeedbackKind.thumbs):
-                raise ValueError("session_id grades an episode with reward, rating or thumbs, without experience_id")
-        elif self.trace_id is not None:
+        whole = "session_id" if self.session_id is not None else "trace_id" if self.trace_id is not None else None
+        if whole is not None:  # an episode (a session's calls, an agent trace's calls): one score for all of them
             if self.experience_id or self.preferred_id or self.kind not in (
                     FeedbackKind.reward, FeedbackKind.rating, FeedbackKind.thumbs):
-                raise ValueError("trace_id grades a traced call with reward, rating or thumbs, without experience_id")
+                raise ValueError(f"{whole} grades an episode with reward, rating or thumbs, without experience_id")
         elif not (self.experience_id or self.preferred_id):
             raise ValueError("experience_id is required")
         if self.prompt and self.correction is None:

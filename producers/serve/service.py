@@ -307,11 +307,7 @@ class LiveService:
             (fb_topic, fb.experience_id, _bytes(self.encode_fb(fb, topic_context(fb_topic)))) for fb in fbs]
         if expert is not None:
             out.insert(0, (expert_topic, expert.group_id, _bytes(self.encode_group(expert, topic_context(expert_topic)))))
-        try:
-            futs = self.feedback.send_many(out)
-        except BufferFull as e:
-            raise Unavailable(f"cannot publish the feedback: {e}", code="feedback_buffer_full") from None
-        await self._acknowledged(futs, "the feedback")
+        await self._publish(out, "the feedback")
         self.counts["feedback_published"] += 1
         if req.session_id is not None:
             self.counts["episodes_graded"] += 1
@@ -319,6 +315,15 @@ class LiveService:
             self.counts["corrections_published"] += 1
         self.snapshot()
         return fbs, expert
+
+    async def _publish(self, records: list[tuple[str, bytes | str | None, bytes]], what: str) -> None:
+        """`records` (topic, key, value) through the feedback producer, all or none, acknowledged by Kafka before
+        the request is answered (503 when its buffer is full or Kafka does not answer)."""
+        try:
+            futs = self.feedback.send_many(records)
+        except BufferFull as e:
+            raise Unavailable(f"cannot publish {what}: {e}", code="feedback_buffer_full") from None
+        await self._acknowledged(futs, what)
 
     async def publish_traces(self, body: bytes, content_type: str) -> int:
         """An OTLP/HTTP export (POST /v1/traces) to topics.spans, one record per trace keyed by its hex id (as the
@@ -332,11 +337,7 @@ class LiveService:
             raise BadRequest(str(e), param="body", code="not_otlp") from None
         if not records:
             return 0
-        try:
-            futs = self.feedback.send_many([(self.cfg.topics.spans.name, t, v) for t, v in records])
-        except BufferFull as e:
-            raise Unavailable(f"cannot publish the traces: {e}", code="feedback_buffer_full") from None
-        await self._acknowledged(futs, "the traces")
+        await self._publish([(self.cfg.topics.spans.name, t, v) for t, v in records], "the traces")
         self.counts["traces_published"] += len(records)
         return len(records)
 
@@ -352,11 +353,7 @@ class LiveService:
         grade_id = req.feedback_id or new_id()
         value = grade_export(req.trace_id, req.value(self.cfg.streams.rating_scale), grade_id,
                              self.cfg.otel.grade_attribute, req.annotator, service=self.id)
-        try:
-            futs = self.feedback.send_many([(self.cfg.topics.spans.name, req.trace_id, value)])
-        except BufferFull as e:
-            raise Unavailable(f"cannot publish the feedback: {e}", code="feedback_buffer_full") from None
-        await self._acknowledged(futs, "the trace's grade")
+        await self._publish([(self.cfg.topics.spans.name, req.trace_id, value)], "the trace's grade")
         self.counts["trace_grades_published"] += 1
         self.snapshot()
         return grade_id

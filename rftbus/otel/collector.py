@@ -41,31 +41,26 @@ PASSWORD_ENV = "RFTBUS_OTELCOL_KAFKA_PASSWORD"  # the SASL password reaches the 
 
 
 def collector_config(spec: CollectorSpec) -> dict:
-    """The Collector's YAML as a dict: one traces pipeline, OTLP -> batch -> Kafka."""
-    out = _config(spec)
-    kafka = out["exporters"]["kafka"]
+    """The Collector's YAML as a dict: one traces pipeline, OTLP -> batch -> Kafka (logged in as `spec` says)."""
+    kafka: dict = {
+        "brokers": spec.brokers,
+        "traces": {"topic": spec.topic, "encoding": "otlp_proto"},
+        "partition_traces_by_id": True,
+        # Kafka's own murmur2 (the Java client's and every rftbus producer's), not Sarama's FNV-1a: a grade
+        # another producer writes for a trace lands in its spans' partition (rftbus/otel/grade.py)
+        "record_partitioner": {"sticky_key": {"hasher": "murmur2"}},
+        "producer": {"compression": "lz4"}}
     if spec.sasl_username:
         kafka["auth"] = {"sasl": {"username": spec.sasl_username, "password": "${env:%s}" % PASSWORD_ENV,
                                   "mechanism": spec.sasl_mechanism}}
     if spec.tls:
         kafka["tls"] = {"insecure": False}
-    return out
-
-
-def _config(spec: CollectorSpec) -> dict:
     return {
         "receivers": {"otlp": {"protocols": {
             "http": {"endpoint": f"{spec.host}:{spec.http_port}"},
             "grpc": {"endpoint": f"{spec.host}:{spec.grpc_port}"}}}},
         "processors": {"batch": {"timeout": "200ms"}},
-        "exporters": {"kafka": {
-            "brokers": spec.brokers,
-            "traces": {"topic": spec.topic, "encoding": "otlp_proto"},
-            "partition_traces_by_id": True,
-            # Kafka's own murmur2 (the Java client's and every rftbus producer's), not Sarama's FNV-1a: a grade
-            # another producer writes for a trace lands in its spans' partition (rftbus/otel/grade.py)
-            "record_partitioner": {"sticky_key": {"hasher": "murmur2"}},
-            "producer": {"compression": "lz4"}}},
+        "exporters": {"kafka": kafka},
         "service": {
             "pipelines": {"traces": {"receivers": ["otlp"], "processors": ["batch"], "exporters": ["kafka"]}},
             "telemetry": {"logs": {"level": "warn"},

@@ -60,10 +60,15 @@ def attributes(kvs: Any) -> dict[str, Any]:
     return {kv.key: value(kv.value) for kv in kvs if isinstance(kv, KeyValue)}
 
 
+def is_json(content_type: str) -> bool:
+    """Whether an OTLP/HTTP body of this Content-Type is OTLP/JSON (else protobuf)."""
+    return content_type.split(";")[0].strip().lower() == JSON
+
+
 def parse(body: bytes, content_type: str = PROTOBUF) -> ExportTraceServiceRequest:
     """The export request in `body`: protobuf (the Collector's otlp_proto, OTLP/HTTP's default) or OTLP/JSON."""
     req = ExportTraceServiceRequest()
-    if content_type.split(";")[0].strip().lower() == JSON:
+    if is_json(content_type):
         try:
             data = json.loads(body)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -138,7 +143,7 @@ def by_trace(req: ExportTraceServiceRequest) -> list[tuple[str, bytes]]:
 
 def export_response(content_type: str) -> tuple[bytes, str]:
     """The OTLP/HTTP success answer in the request's encoding (an empty ExportTraceServiceResponse)."""
-    if content_type.split(";")[0].strip().lower() == JSON:
+    if is_json(content_type):
         return b"{}", JSON
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 

@@ -26,8 +26,10 @@ from rftbus.models.prompt import PromptFormat, default_task_id
 from rftbus.otel.ids import PREFIX, episode_id
 from rftbus.models.tool_calls import ToolCallError, arguments, call_text
 from rftbus.schemas import Experience, ExperienceGroup, Feedback, FeedbackKind, Source
-from rftbus.streams.traces.genai import GenAICall, Refused, model_version, number, read_call
 from rftbus.otel.otlp import OtlpError, Span, parse, spans
+from rftbus.streams.feedback import Grade, apply_grade
+from rftbus.streams.traces.genai import GenAICall, Refused, model_version, read_call, span_grade
+
 
 @dataclass(slots=True)
 class TraceGrade:
@@ -109,23 +111,19 @@ class Episodes:
             meta["service"] = service
         if call.session and call.session != call.trace_id:
             meta["session"] = call.session
-        graded = call.grade is not None
         sample = Experience(
             experience_id=eid, response_ids=ids, logprobs=[0.0] * len(ids), loss_mask=[True] * len(ids),
-            reward=call.grade, reward_components={"feedback": call.grade} if graded else {},  # type: ignore[dict-item]
             model_version=version, response_text=answer, finish_reason=call.finish_reason,
-            generation_ms=max(0.0, (call.end_ns - call.start_ns) / 1e6),
-            metadata={"feedback_kind": "span_attribute"} if graded else {}, behaviour_logprobs=False)
+            generation_ms=max(0.0, (call.end_ns - call.start_ns) / 1e6), behaviour_logprobs=False)
+        if call.grade is not None:  # graded on its own span: the record carries it, as a joined grade would
+            apply_grade(sample, Grade(eid, call.grade, {"feedback_kind": "span_attribute"}))
         return ExperienceGroup(group_id=eid, task_id=default_task_id(prompt_ids), source=Source.trace,
                                explorer_id=self.producer_id, prompt_ids=prompt_ids, prompt_text=prompt_text,
                                samples=[sample], created_at=max(1, call.end_ns // 1_000_000), metadata=meta)
 
     def trace_grade(self, span: Span) -> TraceGrade | None:
         """The grade a span that is no model call carries (attribute, or an event of that name), if any."""
-        value = number(span.attributes.get(self.grade_attribute))
-        for e in span.events:
-            if value is None and e.name == self.grade_attribute:
-                value = number(e.attributes.get("value", e.attributes.get(self.grade_attribute)))
+        value = span_grade(span, self.grade_attribute)
         if value is None or len(span.trace_id) != 32:
             return None
         return TraceGrade(span.trace_id, value, span.span_id, str(span.resource.get("service.name") or "otel"),

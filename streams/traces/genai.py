@@ -161,6 +161,15 @@ def number(v: Any) -> float | None:
     return None
 
 
+def span_grade(span: Span, grade_attr: str) -> float | None:
+    """The grade `span` carries: its attribute `grade_attr`, else an event of that name (its `value`)."""
+    grade = number(span.attributes.get(grade_attr))
+    for e in span.events:
+        if grade is None and e.name == grade_attr:
+            grade = number(e.attributes.get("value", e.attributes.get(grade_attr)))
+    return grade
+
+
 def read_call(span: Span, grade_attr: str = "user.feedback", session_attr: str | None = None) -> GenAICall | Refused:
     """The model call `span` records, or why it is not one that can be trained."""
     a = span.attributes
@@ -183,10 +192,7 @@ def read_call(span: Span, grade_attr: str = "user.feedback", session_attr: str |
     answer = outp[0]
     reasons = a.get("gen_ai.response.finish_reasons")
     finish = answer.get("finish_reason") or (reasons[0] if isinstance(reasons, list) and reasons else None)
-    grade = number(a.get(grade_attr))
-    for e in span.events:  # a grade recorded as an event on the span
-        if grade is None and e.name == grade_attr:
-            grade = number(e.attributes.get("value", e.attributes.get(grade_attr)))
+    grade = span_grade(span, grade_attr)
     session = a.get(session_attr) if session_attr else None
     return GenAICall(
         trace_id=span.trace_id, span_id=span.span_id, operation=str(op),

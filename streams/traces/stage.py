@@ -33,6 +33,7 @@ from typing import Any
 from rftbus.schemas import topic_context
 from rftbus.streams.checkpoint.landed import Landed
 from rftbus.streams.outputs import Output
+from rftbus.streams.feedback import Grade, apply_grade
 from rftbus.streams.join import ScanClock
 from rftbus.streams.traces.episodes import Episodes, OtlpError, TraceGrade
 
@@ -126,28 +127,20 @@ class Traces:
             return states[trace_id]
 
         outs: list[Output] = []
-        names = self.emit.names
         for trace_id, tg in read.grades.items():  # a trace's grade: every call already written gets it
             st = state(trace_id)
-            for eid in st.calls:
-                fb = tg.feedback(eid)
-                key = eid.encode()
-                outs.append(Output("feedback", key, self.emit.encode(fb, topic_context(names["feedback"])),
-                                   self.emit.key_partition("feedback", key)))
+            outs += [self._keyed("feedback", eid, tg.feedback(eid)) for eid in st.calls]
             self.counters.inc("traces.grades")
             st.calls, st.grade = [], tg
         for g in read.groups:
             st = state(g.metadata["trace_id"])
             s = g.samples[0]
             if s.reward is None and st.grade is not None:  # graded before it came: the record carries it
-                s.reward, s.reward_components = st.grade.value, {"feedback": st.grade.value}
-                s.metadata = {**s.metadata, "feedback_kind": "trace_grade",
-                              "feedback_id": st.grade.feedback(s.experience_id).feedback_id}
+                apply_grade(s, Grade(s.experience_id, st.grade.value, {
+                    "feedback_kind": "trace_grade", "feedback_id": st.grade.feedback(s.experience_id).feedback_id}))
             elif s.reward is None and len(st.calls) < MAX_WAITING_CALLS:
                 st.calls.append(s.experience_id)
-            key = g.group_id.encode()
-            outs.append(Output("raw", key, self.emit.encode(g, topic_context(names["raw"])),
-                               self.emit.key_partition("raw", key)))
+            outs.append(self._keyed("raw", g.group_id, g))
         for trace_id, st in states.items():
             st.changed_ms = now
             self.table[trace_id.encode()] = st.pack()
@@ -170,6 +163,12 @@ class Traces:
         for key in due:
             del self.table[key]
 
+    def _keyed(self, role: str, key: str, record: Any) -> Output:
+        """A record for `role`'s topic under `key`, to the partition the key hashes to (Kafka's murmur2)."""
+        k = key.encode()
+        return Output(role, k, self.emit.encode(record, topic_context(self.emit.names[role])),
+                      self.emit.key_partition(role, k))
+
     def _whole(self, reason: str, detail: str, src: str, msg: Any, original: bytes | None) -> list[Output]:
         """The record refused whole: its one output."""
         self.counters.reject(reason, STAGE)
@@ -188,7 +187,6 @@ class Traces:
         if src in landed.done:
             return
         self.counters.reject("processing_error", STAGE)
-        value = self.emit.rejection(reason="processing_error", detail=f"{type(exc).__name__}: {exc}", stage=STAGE,
-                                    src=src, original=None)
-        await self.emit.outputs([Output("rejected", msg.key, value)], src=src, p=msg.partition, latest=-1)
+        await self.emit.reject(reason="processing_error", detail=f"{type(exc).__name__}: {exc}", stage=STAGE, src=src,
+                               original=None, key=msg.key, p=msg.partition)
         landed.finished(src)
