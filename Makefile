@@ -111,13 +111,13 @@ chaos-cluster: install
 	$(VENV)/bin/rftbus chaos configs/toy.yaml --nodes 3 $(CHAOS_ARGS)
 
 # The OpenTelemetry Collector (OTLP in, Kafka out), built once from its Go modules by its own builder and cached
-# under .rftbus/otelcol like the Kafka jars (rftbus/otel/build.py); without Go its tests are skipped, saying so.
+# under .rftbus/otelcol like the Kafka jars (rftbus/ground/otel/build.py); without Go its tests are skipped, saying so.
 install-otelcol: install
 	@if command -v go >/dev/null; then $(PY) -c 'from pathlib import Path; from rich.console import Console; \
-	  from rftbus.otel.build import ensure_collector; ensure_collector(Path(".rftbus/otelcol"), Console(stderr=True))'; \
+	  from rftbus.ground.otel.build import ensure_collector; ensure_collector(Path(".rftbus/otelcol"), Console(stderr=True))'; \
 	  else echo "no Go toolchain: the OpenTelemetry Collector is not built and its tests are skipped"; fi
 
-# Lint and type-check (scripts/typecheck.py: mypy over the installed package layout), then the whole suite:
+# Lint and type-check (mypy over the package, [tool.mypy] in pyproject.toml), then the whole suite:
 # tests/unit, tests/integration (the real broker, started once per session), tests/system (whole runs, chaos).
 test: install install-vllm install-otelcol
 	$(VENV)/bin/ruff check --quiet .
@@ -125,9 +125,9 @@ test: install install-vllm install-otelcol
 	@# group sharing a fixture kept on one worker (the schedule and why: tests/conftest.py). The type check
 	@# runs beside them at the lowest priority: it takes the CPU the suite leaves (its last minutes, when
 	@# fewer than three tests are left), and its verdict counts as before.
-	@mkdir -p build; nice -n 19 $(PY) scripts/typecheck.py > build/typecheck.out 2>&1 & tc=$$!; \
+	@mkdir -p build; nice -n 19 $(PY) -m mypy -p rftbus > build/typecheck.out 2>&1 & tc=$$!; \
 	  $(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS); rc=$$?; \
-	  wait $$tc; tcrc=$$?; echo "type check (scripts/typecheck.py):"; cat build/typecheck.out; \
+	  wait $$tc; tcrc=$$?; echo "type check (mypy -p rftbus):"; cat build/typecheck.out; \
 	  echo "the vLLM tier (tests/vllm_tier, in $(VLLM_VENV)):"; \
 	  $(VLLM_PY) -m pytest --confcutdir tests/vllm_tier -p no:cacheprovider -q tests/vllm_tier; vrc=$$?; \
 	  [ $$rc -eq 0 ] && [ $$tcrc -eq 0 ] && [ $$vrc -eq 0 ]

@@ -109,7 +109,7 @@ ENGINE = ReplacingMergeTree
 ORDER BY (topic, partition, offset, feedback_id)
 SETTINGS fsync_after_insert = 1, fsync_part_directory = 1;
 
-CREATE TABLE IF NOT EXISTS rftbus.weights (
+CREATE TABLE IF NOT EXISTS rftbus.ground.weights (
   `topic` LowCardinality(String),
   `kafka_topic` LowCardinality(String),
   `partition` Int32,
@@ -131,7 +131,7 @@ ENGINE = ReplacingMergeTree
 ORDER BY (topic, partition, offset, weight_id)
 SETTINGS fsync_after_insert = 1, fsync_part_directory = 1;
 
-CREATE TABLE IF NOT EXISTS rftbus.metrics (
+CREATE TABLE IF NOT EXISTS rftbus.ground.metrics (
   `topic` LowCardinality(String),
   `kafka_topic` LowCardinality(String),
   `partition` Int32,
@@ -472,7 +472,7 @@ SETTINGS
   kafka_isolation_level = 'read_committed',
   kafka_num_consumers = 1;
 
-CREATE MATERIALIZED VIEW IF NOT EXISTS rftbus.kafka_weights_mv TO rftbus.weights AS
+CREATE MATERIALIZED VIEW IF NOT EXISTS rftbus.kafka_weights_mv TO rftbus.ground.weights AS
 SELECT
   transform(src._topic, ['rft.weights'], ['weights'], '') AS topic,
   src._topic AS kafka_topic,
@@ -523,7 +523,7 @@ SETTINGS
   kafka_isolation_level = 'read_committed',
   kafka_num_consumers = 1;
 
-CREATE MATERIALIZED VIEW IF NOT EXISTS rftbus.kafka_metrics_mv TO rftbus.metrics AS
+CREATE MATERIALIZED VIEW IF NOT EXISTS rftbus.kafka_metrics_mv TO rftbus.ground.metrics AS
 SELECT
   transform(src._topic, ['rft.metrics'], ['metrics'], '') AS topic,
   src._topic AS kafka_topic,

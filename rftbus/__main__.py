@@ -17,6 +17,6 @@ def _stopped_while_starting(signum, _frame):
 signal.signal(signal.SIGTERM, _stopped_while_starting)
 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
-from rftbus.cli.main import main  # noqa: E402  (after the handler: the imports are the slow part)
+from rftbus.apps.cli.main import main  # noqa: E402  (after the handler: the imports are the slow part)
 
 main()

@@ -19,7 +19,7 @@ sed "s#$repo#$work/old#g; s#__editable___rftbus_0_1_0_finder#old_rftbus_finder#g
     "$site/__editable___rftbus_0_1_0_finder.py" > "$osite/old_rftbus_finder.py"
 echo "import old_rftbus_finder; old_rftbus_finder.install()" > "$osite/aa_old.pth"
 echo "import site; site.addsitedir('$site')" > "$osite/zz_base.pth"
-printf '#!%s\nimport sys\nfrom rftbus.cli.main import main\nsys.exit(main())\n' "$work/venv/bin/python" > "$work/venv/bin/rftbus"
+printf '#!%s\nimport sys\nfrom rftbus.apps.cli.main import main\nsys.exit(main())\n' "$work/venv/bin/python" > "$work/venv/bin/rftbus"
 chmod +x "$work/venv/bin/rftbus"
 port=$((20000 + RANDOM % 10000))
 export RFTBUS_BROKER__PORT=$port RFTBUS_BROKER__LIBS_DIR="$repo/.rftbus/kafka/libs-4.1.1"

@@ -22,17 +22,17 @@ from pathlib import Path
 
 import torch
 
-from rftbus.config import Config
-from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.ground.config import Config
+from rftbus.ground.models.loading import load_policy, load_tokenizer
 from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.experience import demonstration
-from rftbus.models.prompt import prompt_format
-from rftbus.schemas import Experience, ExperienceGroup
-from rftbus.simulate.graders import rating_of
+from rftbus.ground.models.prompt import prompt_format
+from rftbus.ground.schemas import Experience, ExperienceGroup
+from rftbus.apps.simulate.graders import rating_of
 from rftbus.streams.advantages import make_estimator
-from rftbus.tasksets import get_taskset
+from rftbus.ground.tasksets import get_taskset
 from rftbus.trainer.batch import collate, rows_of, whiten_advantages
-from rftbus.config.trainer import TrainerConfig
+from rftbus.ground.config.trainer import TrainerConfig
 from rftbus.trainer.evaluate import evaluate
 from rftbus.trainer.losses import make_loss
 from rftbus.trainer.losses.base import LossResult

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from rftbus.figures import save_png
+from rftbus.ground.figures import save_png
 
 
 def main(src: str, out: str, *metrics: str) -> None:

@@ -15,7 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from rftbus.figures import save_png
+from rftbus.ground.figures import save_png
 
 KINDS = {"leader_kill": ("kill -9", "tab:red"), "coordinator_freeze": ("SIGSTOP coordinator", "tab:blue"),
          "leader_freeze": ("SIGSTOP weights leader", "tab:purple"), "rolling_restart": ("rolling restart", "tab:gray")}

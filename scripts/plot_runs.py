@@ -16,7 +16,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from rftbus.figures import save_png
+from rftbus.ground.figures import save_png
 
 
 def read_points(where: Path) -> list[dict]:

@@ -1,5 +1,5 @@
 """Offline: SFT on corrections arriving at the live rate, each trained once (fresh) or kept and drawn again
-(replay, trainer/replay.py): research, not part of the loop. docs/BENCHMARKS.md at 7ce4067 ("Demonstration replay"; the page keeps results only)
+(replay, rftbus/trainer/replay.py): research, not part of the loop. docs/BENCHMARKS.md at 7ce4067 ("Demonstration replay"; the page keeps results only)
 cites its runs. The same collate, SFT loss and train_step as the trainer, plain AdamW, one process, no Kafka.
 The rate: in `make demo-live` (A1) the graders corrected ~7.8 answers a second and the trainer made ~5.7
 optimizer steps a second, so 1.36 corrections arrive per optimizer step. Run from the repository root:
@@ -19,12 +19,12 @@ from pathlib import Path
 
 import torch
 
-from rftbus.config import Config
-from rftbus.config.trainer import TrainerConfig
-from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.ground.config import Config
+from rftbus.ground.config.trainer import TrainerConfig
+from rftbus.ground.models.loading import load_policy, load_tokenizer
 from rftbus.producers.experience import demonstration
-from rftbus.models.prompt import prompt_format
-from rftbus.tasksets import get_taskset
+from rftbus.ground.models.prompt import prompt_format
+from rftbus.ground.tasksets import get_taskset
 from rftbus.trainer.batch import collate, rows_of
 from rftbus.trainer.evaluate import evaluate
 from rftbus.trainer.losses import make_loss

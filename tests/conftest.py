@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from rftbus.broker import embedded
-from rftbus.config import BrokerConfig, Config, load_config
+from rftbus.ground.broker import embedded
+from rftbus.ground.config import BrokerConfig, Config, load_config
 
 pytest_plugins = ["tests.cpu_report"]  # CPU seconds per test, after --durations
 
@@ -51,7 +51,7 @@ def uvicorn_thread(app, log_level: str = "error") -> Iterator[int]:
 def _free_pair() -> int:
     """A port p with p+1 also free (broker + controller), below the kernel's ephemeral range: while a
     broker is down (the chaos test restarts it), a client's outgoing socket could take a port in that range."""
-    from rftbus.chaos.plan import free_port_pair
+    from rftbus.apps.chaos.plan import free_port_pair
 
     return free_port_pair("127.0.0.1", 2)
 
@@ -94,7 +94,7 @@ def cluster(tmp_path_factory) -> Config:
     """A three-node KRaft cluster (512 MB each), started by the first test that asks and stopped after the last
     of its run (`pytest_runtest_teardown`): the tests that use it are dealt to one worker together
     (`xdist_group`), and three idle nodes kept to the end of the session cost ~85 CPU-s on a two-core machine."""
-    from rftbus.chaos.plan import free_port_pair
+    from rftbus.apps.chaos.plan import free_port_pair
 
     if "cfg" not in _CLUSTER:
         cfg = make_config(tmp_path_factory.mktemp("rftbus-cluster"), free_port_pair("127.0.0.1", 6),
@@ -142,8 +142,8 @@ SMOLLM2 = {"model.name": "smollm2-135m-instruct", "model.cache_dir": str(MODEL_C
 @pytest.fixture(scope="session")
 def smollm2_folder() -> Path:
     """The converted SmolLM2-135M-Instruct folder (safetensors, tokenizer with its chat template)."""
-    from rftbus.models.config import ModelConfig
-    from rftbus.models.source import model_folder
+    from rftbus.ground.models.config import ModelConfig
+    from rftbus.ground.models.source import model_folder
 
     folder = model_folder(ModelConfig(name="smollm2-135m-instruct", cache_dir=MODEL_CACHE))
     assert folder is not None
@@ -196,7 +196,7 @@ def stop_run(proc: subprocess.Popen, state_dir: Path | None = None, wait_s: floa
 
     import psutil
 
-    from rftbus.status import read_statuses
+    from rftbus.ground.status import read_statuses
 
     if proc.poll() is None:
         proc.terminate()

@@ -6,10 +6,10 @@ import uuid
 
 from confluent_kafka import TopicPartition
 
-from rftbus.kafka.clients import make_admin, make_consumer
-from rftbus.kafka.read import read_to_end
-from rftbus.kafka.topics import create_topics
-from rftbus.schemas import make_codec
+from rftbus.ground.kafka.clients import make_admin, make_consumer
+from rftbus.ground.kafka.read import read_to_end
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.schemas import make_codec
 
 KEYS = ("tasks", "raw", "curated", "curated_priority", "expert", "rejected", "weights")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from rftbus.schemas import Experience, ExperienceGroup
+from rftbus.ground.schemas import Experience, ExperienceGroup
 from rftbus.trainer.batch import Row, collate
 from rftbus.trainer.policy import PolicyWithValue, token_logp_entropy
 

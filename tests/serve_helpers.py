@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 
-from rftbus.config import TopicsConfig
+from rftbus.ground.config import TopicsConfig
 
 TOPIC_KEYS = list(TopicsConfig.model_fields)
 

@@ -1,4 +1,4 @@
-"""A weight version a follower believes (rftbus/weights/admit.py), for tests that only need the version number on
+"""A weight version a follower believes (rftbus/ground/weights/admit.py), for tests that only need the version number on
 the topic: a file at the store's uri for that version, and a record naming it with its size and hash."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from rftbus.config import Config
-from rftbus.schemas import WeightVersion
-from rftbus.weights.admit import store_url, version_uri
+from rftbus.ground.config import Config
+from rftbus.ground.schemas import WeightVersion
+from rftbus.ground.weights.admit import store_url, version_uri
 
 
 def placeholder_version(cfg: Config, version: int, model: str | None = None) -> WeightVersion:

@@ -3,7 +3,7 @@ want, and about 30M parameters for the throughput figures."""
 
 from __future__ import annotations
 
-from rftbus.config import Config
+from rftbus.ground.config import Config
 
 SMALL = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 2, "num_attention_heads": 4,
          "max_position_embeddings": 2048}
@@ -18,7 +18,7 @@ def config(tiny: dict, dtype: str = "float32", **extra) -> Config:
 def saved_small(folder):
     """The SMALL model with random weights and its tokenizer, saved as a Hugging Face folder (what vLLM loads):
     (its config, tokenizer, model)."""
-    from rftbus.models.loading import load_policy, load_tokenizer
+    from rftbus.ground.models.loading import load_policy, load_tokenizer
 
     cfg = config(SMALL)
     tok = load_tokenizer(cfg.model)

@@ -34,10 +34,10 @@ def test_a_trainer_on_a_named_gpu_sees_that_gpu_alone():
 
 
 def test_eval_on_a_gpu_engine_gives_the_policy_s_greedy_answers():
-    from rftbus.models.loading import load_tokenizer
-    from rftbus.models.prompt import prompt_format
+    from rftbus.ground.models.loading import load_tokenizer
+    from rftbus.ground.models.prompt import prompt_format
     from rftbus.producers.engines import make_engine
-    from rftbus.tasksets import get_taskset
+    from rftbus.ground.tasksets import get_taskset
     from rftbus.trainer.evaluate import engine_greedy, policy_greedy
 
     cfg = config(SMALL, **{"explorer": {"engine": {"device": "cuda:0"}}, "run": {"eval_device": "cuda:0"}})

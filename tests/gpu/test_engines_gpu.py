@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rftbus.config.explorer import SamplingConfig
-from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.ground.config.explorer import SamplingConfig
+from rftbus.ground.models.loading import load_policy, load_tokenizer
 from rftbus.producers.engines import make_engine
 from recompute import trainer_logp
 from tests.gpu.models import SMALL, config, saved_small

@@ -10,12 +10,12 @@ import importlib.metadata
 import pytest
 import torch
 
-from rftbus.config import Config
-from rftbus.config.explorer import SamplingConfig
-from rftbus.models.config import LoraSpec
-from rftbus.models.loading import load_tokenizer
-from rftbus.models.lora import Adapter, base_fingerprint, version_payload, wrap
-from rftbus.models.prompt import prompt_format
+from rftbus.ground.config import Config
+from rftbus.ground.config.explorer import SamplingConfig
+from rftbus.ground.models.config import LoraSpec
+from rftbus.ground.models.loading import load_tokenizer
+from rftbus.ground.models.lora import Adapter, base_fingerprint, version_payload, wrap
+from rftbus.ground.models.prompt import prompt_format
 from rftbus.producers.engines import make_engine
 from recompute import trainer_logp
 
@@ -56,7 +56,7 @@ def test_vllm_serves_each_lora_version_as_its_own_adapter(tmp_path):
     prompt = prompt_format(tok, cfg.model).task(QUESTION)
     greedy = SamplingConfig(temperature=1e-4, max_new_tokens=16, seed=0)
     base = engine.generate([prompt], greedy)[0].response_ids
-    from rftbus.models.loading import load_policy
+    from rftbus.ground.models.loading import load_policy
 
     lm = wrap(load_policy(cfg.model.model_copy(update={"dtype": "float32"})), LoraSpec(r=8))
     with torch.no_grad():

@@ -8,9 +8,9 @@ import time
 import pytest
 import torch
 
-from rftbus.config.trainer import TrainerConfig
-from rftbus.models.loading import load_policy, load_tokenizer
-from rftbus.schemas import Experience, ExperienceGroup
+from rftbus.ground.config.trainer import TrainerConfig
+from rftbus.ground.models.loading import load_policy, load_tokenizer
+from rftbus.ground.schemas import Experience, ExperienceGroup
 from rftbus.trainer.batch import Row, collate
 from tests.gpu.models import MEDIUM, SMALL, config
 

@@ -16,9 +16,9 @@ import httpx
 import pytest
 import torch
 
-from rftbus.config.explorer import SamplingConfig
-from rftbus.models.config import LoraSpec
-from rftbus.models.lora import from_payload, version_payload, wrap
+from rftbus.ground.config.explorer import SamplingConfig
+from rftbus.ground.models.config import LoraSpec
+from rftbus.ground.models.lora import from_payload, version_payload, wrap
 from rftbus.producers.engines.openai import OpenAIEngine
 from tests.gpu.models import saved_small
 

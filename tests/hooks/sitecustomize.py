@@ -2,7 +2,7 @@
 
 With STREAMS_TEST_SKIP_RAW="<partition>:<offset>", the ingest agent never sees that raw record the first
 time Faust hands it over, and does not ack it: exactly what faust-streaming 0.15.3's stream does with an
-event it skips around a rebalance (streams/checkpoint/holes.py). The delivery guard must fetch it again.
+event it skips around a rebalance (rftbus/streams/checkpoint/holes.py). The delivery guard must fetch it again.
 """
 
 import os

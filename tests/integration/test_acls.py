@@ -1,5 +1,5 @@
 """Topic ACLs on a real broker (issue #42): the embedded broker with SASL/PLAIN and KRaft's StandardAuthorizer,
-the rules of rftbus/kafka/acls.py applied through `rftbus topics acls --apply`, then each role tries to write the
+the rules of rftbus/ground/kafka/acls.py applied through `rftbus topics acls --apply`, then each role tries to write the
 topics that steer the run. Only the trainer writes weights; serve writes raw and feedback, never weights or
 curated; a stranger (a user with no rules) writes nothing."""
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 from conftest import _free_pair, make_config, rftbus_cli
 from confluent_kafka import Producer
 
-from rftbus.broker import embedded
-from rftbus.kafka import acls as A
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.topics import create_topics
+from rftbus.ground.broker import embedded
+from rftbus.ground.kafka import acls as A
+from rftbus.ground.kafka.clients import make_admin
+from rftbus.ground.kafka.topics import create_topics
 
 USERS = {"admin": "admin-secret", **{f"rftbus-{r}": f"{r}-secret" for r in A.ROLES}, "stranger": "x-secret"}
 

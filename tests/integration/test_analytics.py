@@ -29,10 +29,10 @@ from rftbus.consumers.analytics.reader import open_reader
 from rftbus.consumers.analytics.tally import table_counts
 from rftbus.consumers.analytics.rows import Position, to_rows
 from rftbus.consumers.analytics.schema import TABLES, ddl_statements
-from rftbus.kafka.clients import make_admin, make_consumer, make_producer
-from rftbus.kafka.topics import create_topics
-from rftbus.kafka import registry
-from rftbus.schemas import (
+from rftbus.ground.kafka.clients import make_admin, make_consumer, make_producer
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.kafka import registry
+from rftbus.ground.schemas import (
     SCHEMA_DIR, DecodeError, Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Rejection, Source, Task,
     TrainerMetric,
     WeightVersion, make_codec,
@@ -269,7 +269,7 @@ def test_server_side_kafka_engine_views_write_what_the_sink_writes(tmp_path):
 
 
 def test_shipped_kafka_engine_ddl_is_what_the_generator_writes():
-    from rftbus.config import Config
+    from rftbus.ground.config import Config
 
     shipped = (Path(__file__).resolve().parents[2] / "docs" / "analytics-kafka-engine.sql").read_text()
     stmts = ddl_statements("rftbus") + kafka_engine_ddl(Config(), brokers="kafka:9092",
@@ -420,7 +420,7 @@ def test_query_errors_are_clear(tmp_path):
 def test_a_store_an_older_rftbus_made_gains_the_new_columns_and_keeps_its_rows(tmp_path):
     """decisions gained `lineage` and `serving_lineage` (GateDecision v2): the table a v1 sink made is altered at
     start, its rows kept with the defaults, and v2 rows insert."""
-    from rftbus.schemas import GateDecision
+    from rftbus.ground.schemas import GateDecision
 
     t = TABLES["decisions"]
     old = [(n, ty) for n, ty in t.all_columns if n not in ("lineage", "serving_lineage")]
@@ -480,10 +480,10 @@ def test_feedback_delay_per_graded_answer_in_seconds_and_versions(tmp_path):
 def test_the_studio_queue_offers_traced_answers_to_grade(tmp_path):
     """A model call read from an agent's trace (source `trace`) waits for a grade as serve's answers do: the studio's
     feedback queue lists it beside a live answer, and not an explorer's group (scored already)."""
-    from rftbus.bench.synthetic import make_group
-    from rftbus.config import load_config
+    from rftbus.apps.bench.synthetic import make_group
+    from rftbus.ground.config import load_config
     from rftbus.consumers.studio.data import Reader, queue
-    from rftbus.schemas import Source
+    from rftbus.ground.schemas import Source
 
     cfg = load_config(overrides={"state_dir": str(tmp_path)}, environ={})
     now = int(time.time() * 1000)

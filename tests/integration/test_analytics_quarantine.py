@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import uuid
 
-from rftbus.kafka.clients import make_admin, make_producer
-from rftbus.kafka.topics import create_topics
-from rftbus.schemas import Task
+from rftbus.ground.kafka.clients import make_admin, make_producer
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.schemas import Task
 from tests.integration.test_analytics import CODEC, _sink, _sink_cfg
 
 

@@ -23,11 +23,11 @@ from aiokafka.partitioner import murmur2
 
 from weights_store import placeholder_version
 
-from rftbus.kafka.clients import make_admin, make_producer
-from rftbus.kafka.topics import create_topics
-from rftbus.schemas import ExperienceGroup, Rejection, Task, make_codec
-from rftbus.bench.processes import WorkerProcess, read_all
-from rftbus.bench.synthetic import make_group
+from rftbus.ground.kafka.clients import make_admin, make_producer
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.schemas import ExperienceGroup, Rejection, Task, make_codec
+from rftbus.apps.bench.processes import WorkerProcess, read_all
+from rftbus.apps.bench.synthetic import make_group
 from tests.conftest import make_config
 from tests.explorer_kafka import fresh_config, read_topic
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rftbus.config import BrokerConfig
+from rftbus.ground.config import BrokerConfig
 from tests.conftest import JARS, _free_pair
 
 

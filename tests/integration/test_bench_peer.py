@@ -8,9 +8,9 @@ import json
 import subprocess
 import sys
 
-from rftbus.bench.peer import _rftbus_config
-from rftbus.bench.peer_eval import Scorer, at, crossing, thin, trl_snapshots
-from rftbus.config import write_config
+from rftbus.apps.bench.peer import _rftbus_config
+from rftbus.apps.bench.peer_eval import Scorer, at, crossing, thin, trl_snapshots
+from rftbus.ground.config import write_config
 from tests.conftest import make_config
 
 
@@ -22,7 +22,7 @@ def test_trl_peer_snapshots_every_step_and_the_scorer_reads_them(tmp_path):
     out = tmp_path / "trl"
     # the clock starts in the script (torch and TRL import after it, 28 s beside a whole run on a loaded machine):
     # 60 s leave several tiny steps
-    run = subprocess.run([sys.executable, "-m", "rftbus.bench.peer_trl", "--config", str(path), "--out", str(out),
+    run = subprocess.run([sys.executable, "-m", "rftbus.apps.bench.peer_trl", "--config", str(path), "--out", str(out),
                           "--minutes", "1.0"], capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     snaps = trl_snapshots(out)
@@ -52,7 +52,7 @@ def test_trl_is_given_the_batch_rftbus_really_trained_on(tmp_path):
     import pytest
     import typer
 
-    from rftbus.bench.peer import matched_groups, trl_config
+    from rftbus.apps.bench.peer import matched_groups, trl_config
 
     cfg = make_config(tmp_path, 9, **{"rl.group_size": 8, "rl.batch_groups": 8, "trainer.step_wait_s": 5.0})
     side = tmp_path / "rftbus-0"

@@ -1,8 +1,8 @@
 """The run's books read the live groups the streams publish as held, as the streams recover the table
-(rftbus/run/ledger.py `held_live_groups`, streams/published.py).
+(rftbus/apps/run/ledger.py `held_live_groups`, rftbus/streams/published.py).
 
 A live group's DONE marker can reach the changelog while the grade that released it is not yet committed; after a
-kill -9 the streams skip that change and release the group again (streams/state.py). Read naively, the books saw
+kill -9 the streams skip that change and release the group again (rftbus/streams/state.py). Read naively, the books saw
 the group released with no curated record yet and counted it lost (tests/system/test_live.py, kill -9 of streams
 late in a run on a loaded machine). Here on the real broker: a changelog written by hand, offsets committed.
 """
@@ -14,11 +14,11 @@ import uuid
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from rftbus.kafka import registry
-from rftbus.kafka.clients import make_admin, make_consumer, make_producer
-from rftbus.kafka.retry import retrying
-from rftbus.kafka.topics import create_new
-from rftbus.run.ledger import held_live_groups
+from rftbus.ground.kafka import registry
+from rftbus.ground.kafka.clients import make_admin, make_consumer, make_producer
+from rftbus.ground.kafka.retry import retrying
+from rftbus.ground.kafka.topics import create_new
+from rftbus.apps.run.ledger import held_live_groups
 from rftbus.streams.headers import H_INPUT
 from rftbus.streams.live import DONE, WAITING, Held, pack, published
 from tests.conftest import make_config

@@ -10,9 +10,9 @@ import uuid
 import psutil
 from confluent_kafka import TopicPartition
 
-from rftbus.broker import embedded
-from rftbus.kafka.clients import make_admin, make_consumer, make_producer
-from rftbus.kafka.topics import create_topics
+from rftbus.ground.broker import embedded
+from rftbus.ground.kafka.clients import make_admin, make_consumer, make_producer
+from rftbus.ground.kafka.topics import create_topics
 from tests.conftest import _free_pair, make_config, rftbus_cli
 
 

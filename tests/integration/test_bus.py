@@ -9,10 +9,10 @@ import pytest
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from rftbus.bus_check import round_trip, sample_records
-from rftbus.kafka.clients import make_admin, make_consumer, make_producer
-from rftbus.kafka.topics import create_new, create_topics
-from rftbus.schemas import make_codec
+from rftbus.apps.bus_check import round_trip, sample_records
+from rftbus.ground.kafka.clients import make_admin, make_consumer, make_producer
+from rftbus.ground.kafka.topics import create_new, create_topics
+from rftbus.ground.schemas import make_codec
 from tests.conftest import rftbus_cli
 
 

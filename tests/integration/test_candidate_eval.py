@@ -8,12 +8,12 @@ from __future__ import annotations
 import time
 import uuid
 
-from rftbus.kafka.clients import make_admin, make_producer
-from rftbus.kafka.read import read_to_end
-from rftbus.kafka.topics import create_topics
-from rftbus.models.lineage import weights_key
-from rftbus.run.evaluator import Evaluator
-from rftbus.schemas import GateDecision, TrainerMetric
+from rftbus.ground.kafka.clients import make_admin, make_producer
+from rftbus.ground.kafka.read import read_to_end
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.models.lineage import weights_key
+from rftbus.apps.run.evaluator import Evaluator
+from rftbus.ground.schemas import GateDecision, TrainerMetric
 from tests.integration.test_serve import CODEC, serve_config
 from tests.integration.test_serve_gate import LORA, publish_adapter
 

@@ -11,10 +11,10 @@ import uuid
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewTopic
 
-from rftbus.broker import embedded
-from rftbus.kafka.clients import make_admin, make_consumer, make_producer
-from rftbus.kafka.inspect import partition_layout
-from rftbus.kafka.topics import create_new
+from rftbus.ground.broker import embedded
+from rftbus.ground.kafka.clients import make_admin, make_consumer, make_producer
+from rftbus.ground.kafka.inspect import partition_layout
+from rftbus.ground.kafka.topics import create_new
 
 
 def layout(admin, topic: str) -> tuple[int, list[int], list[int]]:
@@ -167,7 +167,7 @@ def test_frozen_coordinator_costs_what_a_kill_costs(cluster):
     import os
     import signal
 
-    from rftbus.kafka.retry import retry_kafka
+    from rftbus.ground.kafka.retry import retry_kafka
 
     topic, group = f"frozen-{uuid.uuid4().hex[:6]}", f"g-frozen-{uuid.uuid4().hex[:6]}"
     admin = make_admin(cluster)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rftbus.config import ConfigError, load_config
-from rftbus.kafka.clients import consumer_conf, producer_conf
+from rftbus.ground.config import ConfigError, load_config
+from rftbus.ground.kafka.clients import consumer_conf, producer_conf
 from tests.conftest import rftbus_cli
 
 
@@ -81,7 +81,7 @@ def test_child_config_file_keeps_secrets_and_is_private(tmp_path):
     import os
     import stat
 
-    from rftbus.config import write_config
+    from rftbus.ground.config import write_config
 
     cfg = load_config(overrides={"analytics": {"password": "s3cret"}, "serve": {"feedback_tokens": ["tok-a"]}},
                       environ={})

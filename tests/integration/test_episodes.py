@@ -10,9 +10,9 @@ import uuid
 import httpx
 import pytest
 
-from rftbus.bench.processes import WorkerProcess, read_all
+from rftbus.apps.bench.processes import WorkerProcess, read_all
 from rftbus.producers.serve.server import BackgroundServer
-from rftbus.schemas import make_codec
+from rftbus.ground.schemas import make_codec
 from rftbus.trainer.checkpoint import read_lineage
 from tests.integration.test_serve import free_port
 from tests.integration.test_trainer import start_trainer, trainer_config, wait_for

@@ -5,7 +5,7 @@ outputs equal the run without a kill, record for record. The full sweep (every i
 
 from __future__ import annotations
 
-from rftbus.chaos.every_event import script, sweep
+from rftbus.apps.chaos.every_event import script, sweep
 from tests.conftest import make_config
 
 STRIDE = 13  # ~106 events -> 9 kills; each ~15 s
@@ -38,6 +38,6 @@ def test_a_kill_at_every_13th_event_changes_no_output(broker, tmp_path):
 
 
 def _reason(value: bytes) -> str:
-    from rftbus.schemas import make_codec
+    from rftbus.ground.schemas import make_codec
 
     return make_codec(None).decode(value).reason

@@ -13,11 +13,11 @@ from confluent_kafka import TopicPartition
 from conftest import make_config
 from explorer_kafka import committed, fresh_config, read_topic
 
-from rftbus.kafka.clients import make_admin, make_consumer, make_producer
+from rftbus.ground.kafka.clients import make_admin, make_consumer, make_producer
 from rftbus.producers.admission import Admission, ConsumptionRate, admission_bound
 from rftbus.producers.explorer import Explorer
 from rftbus.producers.no_signal import NoSignalMemory
-from rftbus.schemas import Task, make_codec
+from rftbus.ground.schemas import Task, make_codec
 from rftbus.trainer.checkpoint import read_lineage
 from tests.integration.test_explorer import _refreshed
 from tests.integration.test_trainer import curated_group, start_trainer, trainer_config, wait_for
@@ -184,7 +184,7 @@ def training(cfg, path, groups, what: str):
 
 
 def test_lr_schedule_warms_up_then_decays_by_cosine_to_the_floor():
-    from rftbus.config.trainer import TrainerConfig
+    from rftbus.ground.config.trainer import TrainerConfig
     from rftbus.trainer.engine import lr_factor
 
     flat = TrainerConfig()
@@ -211,7 +211,7 @@ def test_mix_steps_on_demonstrations_alone_once_no_rl_group_comes(broker, tmp_pa
 
 
 def test_pace_keeps_the_final_reading_and_splits_the_run_in_thirds():
-    from rftbus.run.pace import Pace, step_rates
+    from rftbus.apps.run.pace import Pace, step_rates
 
     p = Pace()
     trainer = lambda step: [{"role": "trainer", "step": step}]  # noqa: E731
@@ -228,7 +228,7 @@ def test_pace_keeps_the_final_reading_and_splits_the_run_in_thirds():
 def test_pace_ignores_an_earlier_runs_status_files():
     """A reused state folder keeps the last run's trainer status: its first step (hours ago) is not this run's
     (a 15-minute demo reported its first step -17,770 s after the broker answered)."""
-    from rftbus.run.pace import Pace
+    from rftbus.apps.run.pace import Pace
 
     p = Pace(since=1000.0)
     old = {"role": "trainer", "step": 900, "first_step_at": 10.0, "updated_at": 20.0}

@@ -11,13 +11,13 @@ from confluent_kafka import TopicPartition
 from conftest import make_config
 from explorer_kafka import committed, end_offsets, fresh_config, read_topic
 
-from rftbus.weights.admit import store_url
-from rftbus.kafka.clients import make_consumer, make_producer
-from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.ground.weights.admit import store_url
+from rftbus.ground.kafka.clients import make_consumer, make_producer
+from rftbus.ground.models.loading import load_policy, load_tokenizer
 from rftbus.producers.explorer import Explorer
-from rftbus.schemas import Task, WeightVersion, make_codec
-from rftbus.tasksets import get_taskset
-from rftbus.weights import WeightStore
+from rftbus.ground.schemas import Task, WeightVersion, make_codec
+from rftbus.ground.tasksets import get_taskset
+from rftbus.ground.weights import WeightStore
 
 ENC = make_codec(None)
 
@@ -159,8 +159,8 @@ def test_admission_counts_raw_groups_at_streams_acceptance_rate(broker, tmp_path
     groups).
 
     A new group on new topics: the admin API's offset query crashed this test with SIGSEGV before
-    committed offsets were read through a consumer (rftbus/kafka/committed.py)."""
-    from rftbus.kafka.clients import make_admin
+    committed offsets were read through a consumer (rftbus/ground/kafka/committed.py)."""
+    from rftbus.ground.kafka.clients import make_admin
     from rftbus.producers.admission import Admission
 
     cfg = fresh_config(make_config, tmp_path, broker, **{"rl.group_size": 4, "rl.batch_groups": 2,

@@ -8,14 +8,14 @@ import pytest
 import torch
 from conftest import REPO, make_config, uvicorn_thread
 
-from rftbus.models.loading import load_tokenizer
-from rftbus.config.explorer import RewardSpec, SamplingConfig
+from rftbus.ground.models.loading import load_tokenizer
+from rftbus.ground.config.explorer import RewardSpec, SamplingConfig
 from rftbus.producers.engines import make_engine
 from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.rewards import make_rewards
 from rftbus.producers.workflows import RolloutContext, load_workflow
 from rftbus.producers.workflows.envs import CalculatorEnv
-from rftbus.schemas import Task
+from rftbus.ground.schemas import Task
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_openai_engine_against_real_http_server(cfg, tok, openai_server):
 def test_vllm_is_refused_in_one_line_where_it_cannot_run_and_accepted_in_its_environment(cfg):
     """rftbus check asks the Python the explorers run under (explorer.engine.python): the run's own has no vLLM
     (one line naming what is missing), .venv-vllm has the CPU build (no line for cpu; cuda is refused by name)."""
-    from rftbus.run.check import Report, check_devices
+    from rftbus.apps.run.check import Report, check_devices
 
     venv = REPO / ".venv-vllm" / "bin" / "python"
     lines = {}
@@ -167,7 +167,7 @@ def test_vllm_engine_asks_one_request_per_group_and_names_its_versions():
 def test_multi_turn_on_a_chat_template_trains_the_conversation_it_renders(tmp_path, smollm2_two_layers):
     """#34: with SmolLM2's chat template an observation is a user turn framed as the template frames it, so
     prompt + response decode to exactly the conversation the template renders; the mask is the model's turns."""
-    from rftbus.models.prompt import prompt_format
+    from rftbus.ground.models.prompt import prompt_format
 
     cfg = make_config(tmp_path, 9092, **{"model.name": "smollm2-2l", "model.path": str(smollm2_two_layers),
                                          "explorer.sampling.seed": 0})

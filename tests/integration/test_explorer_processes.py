@@ -15,7 +15,7 @@ from conftest import JARS, make_config
 from explorer_kafka import committed, end_offsets, fresh_config, read_topic
 from test_explorer import publish, wait_for
 
-from rftbus.tasksets import get_taskset
+from rftbus.ground.tasksets import get_taskset
 
 TESTS = Path(__file__).resolve().parents[1]
 

@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from rftbus.weights import export as export_mod
-from rftbus.models.config import ModelConfig
-from rftbus.weights.export import ExportError, export_weights
-from rftbus.models.loading import load_policy, load_tokenizer
-from rftbus.weights import WeightStore
+from rftbus.ground.weights import export as export_mod
+from rftbus.ground.models.config import ModelConfig
+from rftbus.ground.weights.export import ExportError, export_weights
+from rftbus.ground.models.loading import load_policy, load_tokenizer
+from rftbus.ground.weights import WeightStore
 from conftest import _free_pair, make_config, rftbus_cli
 
 
@@ -102,7 +102,7 @@ def test_the_grpo_warm_start_configs_fit_together():
     """`make demo-grpo`: the warm start exports where the GRPO run reads, and the two never share a broker."""
     from pathlib import Path
 
-    from rftbus.config import load_config
+    from rftbus.ground.config import load_config
 
     repo = Path(__file__).resolve().parents[2]
     warm = load_config(repo / "configs" / "toy-grpo-warm.yaml", environ={})

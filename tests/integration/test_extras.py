@@ -22,8 +22,8 @@ MODULES = {"torch": "torch", "transformers": "transformers", "tokenizers": "toke
            "clickhouse-connect": "clickhouse_connect", "sqlglot": "sqlglot"}
 HEAVY = set(MODULES.values()) | {"aiokafka"}  # (aiokafka comes with faust-streaming; sympy with torch)
 ROLES = {  # role -> the modules a process of that role starts from
-    "core": ["rftbus.cli.main", "rftbus.schemas", "rftbus.kafka.inspect", "rftbus.bus_check",
-             "rftbus.producers.tasks.publish", "rftbus.tasksets.data", "rftbus.weights.follower"],
+    "core": ["rftbus.apps.cli.main", "rftbus.ground.schemas", "rftbus.ground.kafka.inspect", "rftbus.apps.bus_check",
+             "rftbus.producers.tasks.publish", "rftbus.ground.tasksets.data", "rftbus.ground.weights.follower"],
     "explorer": ["rftbus.producers.explorer", "rftbus.producers.rewards.math_verify"],
     "streams": ["rftbus.streams.app", "rftbus.streams.worker"],
     "trainer": ["rftbus.trainer.loop", "rftbus.trainer.components"],
@@ -95,9 +95,9 @@ def test_serve_in_upstream_mode_answers_without_the_other_roles_packages(broker,
     import httpx
     from pydantic import SecretStr
 
-    from rftbus.config import write_config
-    from rftbus.kafka.clients import make_admin
-    from rftbus.kafka.topics import create_topics
+    from rftbus.ground.config import write_config
+    from rftbus.ground.kafka.clients import make_admin
+    from rftbus.ground.kafka.topics import create_topics
     from rftbus.producers.serve.server import BackgroundServer
     from tests.integration.test_serve import INF, free_port, serve_config
 

@@ -5,9 +5,9 @@ partition whose leader does not answer are not counted (the trainer cannot fetch
 
 from __future__ import annotations
 
-from rftbus.kafka.clients import make_admin, make_producer
-from rftbus.kafka.inspect import backlog
-from rftbus.run.feed import trainer_positions
+from rftbus.ground.kafka.clients import make_admin, make_producer
+from rftbus.ground.kafka.inspect import backlog
+from rftbus.apps.run.feed import trainer_positions
 from tests.conftest import make_config
 from tests.explorer_kafka import fresh_config
 

@@ -167,10 +167,10 @@ def test_a_module_beside_the_config_named_like_the_library_never_replaces_it(tmp
     (cfg.parent / "json.py").write_text("raise SystemExit('the library was shadowed')\n")
     probe = ("import os, subprocess, sys\n"
              "from pathlib import Path\n"
-             "from rftbus.cli.context import user_code_on_path\n"
-             "from rftbus.run.children import child_env\n"
+             "from rftbus.apps.cli.context import user_code_on_path\n"
+             "from rftbus.apps.run.children import child_env\n"
              f"user_code_on_path(Path({str(cfg)!r}))\n"
-             "code = 'from rftbus.cli.context import user_code_on_path; user_code_on_path(None); import json, my_rewards;'"
+             "code = 'from rftbus.apps.cli.context import user_code_on_path; user_code_on_path(None); import json, my_rewards;'"
              " + ' print(json.__file__, my_rewards.__file__)'\n"
              "r = subprocess.run([sys.executable, '-c', code], env={**os.environ, **child_env()}, capture_output=True,"
              " text=True)\n"

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import torch
 
-from rftbus.config import TopicsConfig, write_config
-from rftbus.kafka.clients import make_admin, make_producer
-from rftbus.kafka.read import read_to_end
-from rftbus.kafka.retry import retry_kafka
-from rftbus.kafka.topics import create_topics
-from rftbus.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Source, WeightVersion,
+from rftbus.ground.config import TopicsConfig, write_config
+from rftbus.ground.kafka.clients import make_admin, make_producer
+from rftbus.ground.kafka.read import read_to_end
+from rftbus.ground.kafka.retry import retry_kafka
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, GateDecision, Source, WeightVersion,
                             make_codec)
-from rftbus.status import read_statuses
-from rftbus.weights import WeightStore
-from rftbus.weights.admit import store_url, version_uri
+from rftbus.ground.status import read_statuses
+from rftbus.ground.weights import WeightStore
+from rftbus.ground.weights.admit import store_url, version_uri
 from tests.conftest import make_config
 
 CODEC = make_codec(None)

@@ -15,14 +15,14 @@ import os
 import pytest
 import torch
 
-from rftbus.config import Config
-from rftbus.models.loading import load_policy, load_tokenizer
+from rftbus.ground.config import Config
+from rftbus.ground.models.loading import load_policy, load_tokenizer
 from rftbus.producers.engines.transformers import TransformersEngine
-from rftbus.models.prompt import PromptFormat
-from rftbus.schemas import Experience, ExperienceGroup
+from rftbus.ground.models.prompt import PromptFormat
+from rftbus.ground.schemas import Experience, ExperienceGroup
 from rftbus.streams.advantages.grpo import GRPO
 from rftbus.trainer.batch import collate, rows_of
-from rftbus.config.trainer import TrainerConfig
+from rftbus.ground.config.trainer import TrainerConfig
 from rftbus.trainer.losses import make_loss
 from rftbus.trainer.policy import PolicyWithValue, token_logp_entropy
 

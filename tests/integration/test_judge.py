@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from rftbus.config.explorer import RewardSpec
+from rftbus.ground.config.explorer import RewardSpec
 from rftbus.producers.rewards import make_rewards
 from rftbus.producers.rewards.base import Response
 from rftbus.producers.rewards.judge_llm import LLMJudge, parse_grade, parse_grades
-from rftbus.schemas import Task
+from rftbus.ground.schemas import Task
 from tests.integration.test_serve import INF, serving
 
 SHORT = "{answers}\nGrade {n}:"  # the tiny model's context is small: a short prompt, the same protocol

@@ -10,11 +10,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from rftbus.models.config import LoraSpec, ModelConfig
-from rftbus.models.lora import Adapter, apply, base_fingerprint, is_peft, load_version, version_payload, wrap
-from rftbus.models.loading import load_policy
-from rftbus.models.source import ModelError
-from rftbus.weights import WeightStore, load_weights
+from rftbus.ground.models.config import LoraSpec, ModelConfig
+from rftbus.ground.models.lora import Adapter, apply, base_fingerprint, is_peft, load_version, version_payload, wrap
+from rftbus.ground.models.loading import load_policy
+from rftbus.ground.models.source import ModelError
+from rftbus.ground.weights import WeightStore, load_weights
 
 SPEC = LoraSpec(r=8, alpha=16)
 
@@ -80,8 +80,8 @@ def test_bad_adapters_and_targets_are_one_line(smollm2_two_layers):
 def test_export_writes_the_merged_model_and_the_adapter_folder(smollm2_two_layers, tmp_path):
     from peft import PeftModel
 
-    from rftbus.config import load_config
-    from rftbus.weights.export import export_weights
+    from rftbus.ground.config import load_config
+    from rftbus.ground.weights.export import export_weights
 
     cfg = load_config(overrides={"state_dir": str(tmp_path / "state"), "model": {"name": "two",
                                  "path": str(smollm2_two_layers)}}, environ={})
@@ -111,7 +111,7 @@ def test_lora_dropout_reaches_the_adapter(smollm2_two_layers):
 def test_an_adapter_folded_into_the_base_weights_computes_what_peft_does(smollm2_two_layers):
     """merged_state (vLLM's CPU build serves LoRA versions as full weights): W + alpha/r·B·A loaded into a plain model
     gives the PEFT model's logits."""
-    from rftbus.models.lora import adapter_payload, from_payload, merged_state
+    from rftbus.ground.models.lora import adapter_payload, from_payload, merged_state
 
     trained = _trained(smollm2_two_layers)
     adapter = from_payload(*adapter_payload(trained))

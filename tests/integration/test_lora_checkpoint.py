@@ -1,5 +1,5 @@
 """A LoRA trainer's checkpoint holds what trains (the adapter, its optimizer state), not the frozen base model
-(trainer/checkpoint.py: 538 MB and ~2 s a step for SmolLM2-135M); a fresh engine restored from it continues
+(rftbus/trainer/checkpoint.py: 538 MB and ~2 s a step for SmolLM2-135M); a fresh engine restored from it continues
 exactly: same adapter, same optimizer moments, same base weights (rebuilt from the model folder). A tied
 embedding's alias stays in it (DeepSpeed drops frozen weights by parameter name; the alias has none)."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM
 
-from rftbus.config import Config
-from rftbus.models.config import LoraSpec
-from rftbus.models.lora import wrap
+from rftbus.ground.config import Config
+from rftbus.ground.models.config import LoraSpec
+from rftbus.ground.models.lora import wrap
 from rftbus.trainer.dist import prepare_env
 from tests.integration.test_grpo_direction import dist_env  # noqa: F401 - the fixture
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import time
 
-from rftbus.broker import embedded
-from rftbus.run.broker_watch import BrokerWatch
+from rftbus.ground.broker import embedded
+from rftbus.apps.run.broker_watch import BrokerWatch
 
 
 def _until(watch: BrokerWatch, cond, timeout: float = 120.0) -> list[str]:

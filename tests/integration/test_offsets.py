@@ -1,6 +1,6 @@
 """The streams checkpoint's two answers to Faust's delivery, each shown to be needed (and to work) on
-faust-streaming itself: the commit rule (streams/checkpoint/commit_rule.py, routed by streams/transport.py) and the
-hole finder (streams/checkpoint/holes.py)."""
+faust-streaming itself: the commit rule (rftbus/streams/checkpoint/commit_rule.py, routed by rftbus/streams/transport.py) and the
+hole finder (rftbus/streams/checkpoint/holes.py)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from faust.transport.consumer import Consumer
 from faust.types import TP
 from intervaltree import IntervalTree
 
-from rftbus.kafka.clients import make_admin, make_producer
-from rftbus.kafka.topics import create_topics
-from rftbus.schemas import make_codec
+from rftbus.ground.kafka.clients import make_admin, make_producer
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.schemas import make_codec
 from rftbus.streams.faust_conf import faust_settings
 from rftbus.streams.transport import Adaptation, WorkerApp
 from rftbus.streams.checkpoint.commit_rule import next_commit
-from rftbus.bench.processes import WorkerProcess, read_all
-from rftbus.bench.synthetic import make_group
+from rftbus.apps.bench.processes import WorkerProcess, read_all
+from rftbus.apps.bench.synthetic import make_group
 from tests.conftest import make_config
 
 RAW = TP("raw", 0)

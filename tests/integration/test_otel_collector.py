@@ -1,7 +1,7 @@
 """The real OpenTelemetry Collector in the loop (#59): built once from its Go modules by its own builder
-(rftbus/otel/build.py, cached like the Kafka jars), run with rftbus's configuration against the session broker; a
+(rftbus/ground/otel/build.py, cached like the Kafka jars), run with rftbus's configuration against the session broker; a
 plain opentelemetry-sdk client exports spans over OTLP/HTTP, the Collector's Kafka exporter writes them, and each
-record decodes (streams/traces) to the model call the agent made, keyed by its trace id. Skipped, with the reason,
+record decodes (rftbus/streams/traces) to the model call the agent made, keyed by its trace id. Skipped, with the reason,
 where there is no Go toolchain."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import uuid
 
 import pytest
 
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.read import read_to_end
-from rftbus.kafka.topics import create_new
-from rftbus.otel.build import ensure_collector
-from rftbus.otel.collector import Collector, CollectorSpec
+from rftbus.ground.kafka.clients import make_admin
+from rftbus.ground.kafka.read import read_to_end
+from rftbus.ground.kafka.topics import create_new
+from rftbus.ground.otel.build import ensure_collector
+from rftbus.ground.otel.collector import Collector, CollectorSpec
 from rftbus.streams.traces.genai import GenAICall, Refused, read_call
-from rftbus.otel.otlp import parse, spans
+from rftbus.ground.otel.otlp import parse, spans
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="no Go toolchain here to build the Collector "

@@ -1,4 +1,4 @@
-"""A partition's pass rates are state recovered with its committed inputs (streams/priority.py, the `rates` table):
+"""A partition's pass rates are state recovered with its committed inputs (rftbus/streams/priority.py, the `rates` table):
 after a kill -9 the restarted worker decides the task's next group with the rate the first worker learnt. In the
 worker's memory they started empty at every restart, so the same group took another lane than in a run without the
 crash. Here on the real broker and worker: a task's group (mean reward 0.5) is decided and committed, the worker is
@@ -10,13 +10,13 @@ from __future__ import annotations
 import time
 import uuid
 
-from rftbus.bench.processes import WorkerProcess
-from rftbus.bench.synthetic import make_group
-from rftbus.chaos.every_event import _produce, _read_outputs, _settled, case_config
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.committed import CommittedOffsets
-from rftbus.kafka.topics import create_topics
-from rftbus.schemas import make_codec
+from rftbus.apps.bench.processes import WorkerProcess
+from rftbus.apps.bench.synthetic import make_group
+from rftbus.apps.chaos.every_event import _produce, _read_outputs, _settled, case_config
+from rftbus.ground.kafka.clients import make_admin
+from rftbus.ground.kafka.committed import CommittedOffsets
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.schemas import make_codec
 from tests.conftest import make_config
 
 

@@ -10,18 +10,18 @@ import struct
 import pytest
 from conftest import SMOLLM2, make_config
 
-from rftbus.config.explorer import RewardSpec, SamplingConfig
-from rftbus.models.config import ModelConfig
-from rftbus.models.loading import load_policy, load_tokenizer
-from rftbus.models.prompt import PromptFormat, prompt_format
-from rftbus.models.source import ModelError, convert_gguf
+from rftbus.ground.config.explorer import RewardSpec, SamplingConfig
+from rftbus.ground.models.config import ModelConfig
+from rftbus.ground.models.loading import load_policy, load_tokenizer
+from rftbus.ground.models.prompt import PromptFormat, prompt_format
+from rftbus.ground.models.source import ModelError, convert_gguf
 from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.experience import expert_group
 from rftbus.producers.rewards import make_rewards
 from rftbus.producers.serve.protocol import ChatRequest, chat_prompt
 from rftbus.producers.workflows import RolloutContext, load_workflow
-from rftbus.schemas import Task
-from rftbus.tasksets import get_taskset
+from rftbus.ground.schemas import Task
+from rftbus.ground.tasksets import get_taskset
 from rftbus.trainer.evaluate import evaluate
 
 QUESTION = "What is 17 + 25? Answer with the number only."

@@ -12,8 +12,8 @@ from conftest import REPO
 from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 from confluent_kafka.schema_registry.error import SchemaRegistryError
 
-from rftbus.broker.registry import start_registry
-from rftbus.chaos.plan import free_port_pair
+from rftbus.ground.broker.registry import start_registry
+from rftbus.apps.chaos.plan import free_port_pair
 from test_bus import test_every_record_type_round_trips_through_kafka as round_trip_through_kafka
 
 HISTORY = REPO / "schemas" / "history" / "Experience"

@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForSequenceClassification
 
-from rftbus.models.tokenizer import build_char_tokenizer
-from rftbus.config.explorer import RewardSpec
+from rftbus.ground.models.tokenizer import build_char_tokenizer
+from rftbus.ground.config.explorer import RewardSpec
 from rftbus.producers.rewards import make_rewards
-from rftbus.schemas import Task
+from rftbus.ground.schemas import Task
 
 
 @pytest.mark.parametrize("response,ref,ok", [
@@ -77,7 +77,7 @@ def test_a_helper_that_is_slow_to_start_does_not_time_the_answer_out():
 
 def test_the_verifier_table_beats_the_old_verifier():
     """`rftbus bench verifiers`' hand-written cases: math-verify agrees with the person on more of them."""
-    from rftbus.bench.verifiers import CASES, run_cases, summary
+    from rftbus.apps.bench.verifiers import CASES, run_cases, summary
 
     assert len(CASES) >= 40
     sums = summary(run_cases())["all"]
@@ -126,12 +126,12 @@ def test_reward_model_judge(tmp_path):
     (" 182", "82", 0.0, 1 / 3),
 ])
 def test_place_value_credit_pays_ones_with_ones(response, answer, left, right):
-    from rftbus.tasksets.addition import digit_credit, place_value_credit
+    from rftbus.ground.tasksets.addition import digit_credit, place_value_credit
 
     assert digit_credit(response, answer)["reward"] == pytest.approx(left)
     assert place_value_credit(response, answer)["reward"] == pytest.approx(right)
     task = Task(taskset="addition", prompt="37+45=", answer=answer)
-    scored = make_rewards([RewardSpec(name="rftbus.tasksets.addition:PlaceValueReward")]).score(task, response)
+    scored = make_rewards([RewardSpec(name="rftbus.ground.tasksets.addition:PlaceValueReward")]).score(task, response)
     assert scored.reward == pytest.approx(right)
 
 

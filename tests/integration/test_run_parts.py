@@ -8,7 +8,7 @@ import subprocess
 
 from rich.console import Console
 
-from rftbus.run.job import MainJob
+from rftbus.apps.run.job import MainJob
 from tests.conftest import make_config
 
 
@@ -22,7 +22,7 @@ def test_trainer_threads_reach_the_trainer_child_and_torch_uses_them(tmp_path):
     assert specs["trainer"].env["OMP_NUM_THREADS"] == "2"
     assert {s.env["OMP_NUM_THREADS"] for n, s in specs.items() if n != "trainer"} == {"1"}
     auto = make_config(tmp_path, 9, **{"run.explorers": 2})
-    from rftbus.run.cores import split
+    from rftbus.apps.run.cores import split
 
     assert (split(auto, 2).trainer, split(auto, 2).explorer) == (1, 1)  # never fewer than one
     assert (split(auto, 16).trainer, split(auto, 16).explorer) == (8, 4)  # half to the explorers, the rest to it
@@ -35,7 +35,7 @@ def test_trainer_threads_reach_the_trainer_child_and_torch_uses_them(tmp_path):
 
 def test_the_summary_names_paths_under_the_working_directory_relatively(tmp_path, monkeypatch):
     """A summary kept in the repository (docs/runs/) must not carry the machine's folders."""
-    from rftbus.run.summary import shown
+    from rftbus.apps.run.summary import shown
 
     monkeypatch.chdir(tmp_path)
     assert shown(tmp_path / ".rftbus" / "r" / "run" / "eval_vs_time.png") == ".rftbus/r/run/eval_vs_time.png"
@@ -47,7 +47,7 @@ def test_the_summary_names_paths_under_the_working_directory_relatively(tmp_path
 def test_further_trainers_are_children_with_their_own_config(tmp_path):
     """run.trainers: one more trainer child each, its config the children's with that trainer's section (lineage,
     consumer group, checkpoints), its threads its own when set."""
-    from rftbus.config import load_config, write_config
+    from rftbus.ground.config import load_config, write_config
 
     cfg = make_config(tmp_path, 9, **{"gate.enabled": True, "trainer.lora": {"r": 2, "alpha": 4,
                                                                               "target_modules": ["q_proj"]},

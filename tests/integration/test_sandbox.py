@@ -15,7 +15,7 @@ from test_explorer import publish
 
 from rftbus.producers.explorer import Explorer
 from rftbus.producers.rewards.sandbox import SandboxLimits, run_sandboxed
-from rftbus.schemas import Task
+from rftbus.ground.schemas import Task
 
 LIMITS = SandboxLimits(wall_s=3.0, cpu_s=2, memory_mb=512, max_procs=8)
 HOSTILE = {
@@ -136,7 +136,7 @@ def test_a_pids_limit_is_seen_while_another_sandbox_holds_processes():
 
     import psutil
 
-    from rftbus.sandbox import make_pids_cgroup, remove_cgroup
+    from rftbus.ground.sandbox import make_pids_cgroup, remove_cgroup
 
     probe = make_pids_cgroup(8)
     if probe is None or os.geteuid() != 0:

@@ -15,15 +15,15 @@ from pydantic import SecretStr
 from conftest import make_config
 from serve_helpers import TOPIC_KEYS, free_port
 
-from rftbus.weights.admit import store_url
-from rftbus.kafka.clients import make_admin, make_producer
-from rftbus.kafka.read import read_to_end
-from rftbus.kafka.topics import create_topics
-from rftbus.models.loading import load_policy, load_tokenizer
-from rftbus.web.auth import OpenScopeRefused, Scope, TokenAuth
+from rftbus.ground.weights.admit import store_url
+from rftbus.ground.kafka.clients import make_admin, make_producer
+from rftbus.ground.kafka.read import read_to_end
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.models.loading import load_policy, load_tokenizer
+from rftbus.ground.web.auth import OpenScopeRefused, Scope, TokenAuth
 from rftbus.producers.serve.server import BackgroundServer
-from rftbus.schemas import ExperienceGroup, FeedbackKind, Source, WeightVersion, make_codec
-from rftbus.weights import WeightStore
+from rftbus.ground.schemas import ExperienceGroup, FeedbackKind, Source, WeightVersion, make_codec
+from rftbus.ground.weights import WeightStore
 
 INF, FB = "inf-" + uuid.uuid4().hex, "fb-" + uuid.uuid4().hex
 CODEC = make_codec(None)

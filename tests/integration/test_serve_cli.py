@@ -11,11 +11,11 @@ import httpx
 import pytest
 from conftest import make_config, rftbus_cli
 
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.read import read_to_end
-from rftbus.kafka.topics import create_topics
-from rftbus.bench.processes import ServeProcess
-from rftbus.schemas import FeedbackKind, make_codec
+from rftbus.ground.kafka.clients import make_admin
+from rftbus.ground.kafka.read import read_to_end
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.apps.bench.processes import ServeProcess
+from rftbus.ground.schemas import FeedbackKind, make_codec
 from serve_helpers import TOPIC_KEYS, free_port
 
 DECODE = make_codec(None).deserializer()

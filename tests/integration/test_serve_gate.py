@@ -15,16 +15,16 @@ import torch
 
 from rftbus.consumers.gate.audit import audit_log
 from rftbus.consumers.gate.service import Gate
-from rftbus.kafka.clients import make_producer
-from rftbus.models.config import LoraSpec
-from rftbus.models.lineage import weights_key
-from rftbus.models.loading import load_policy, load_tokenizer
-from rftbus.models.lora import adapter_payload, wrap
+from rftbus.ground.kafka.clients import make_producer
+from rftbus.ground.models.config import LoraSpec
+from rftbus.ground.models.lineage import weights_key
+from rftbus.ground.models.loading import load_policy, load_tokenizer
+from rftbus.ground.models.lora import adapter_payload, wrap
 from rftbus.producers.serve.gated import GatedVersions
 from rftbus.producers.serve.sessions import SESSION_HEADER
-from rftbus.schemas import WeightVersion
-from rftbus.weights import WeightStore
-from rftbus.weights.admit import store_url
+from rftbus.ground.schemas import WeightVersion
+from rftbus.ground.weights import WeightStore
+from rftbus.ground.weights.admit import store_url
 from tests.integration.test_gate import decisions, wait_for
 from tests.integration.test_serve import CODEC, FB, INF, recorded, serving
 
@@ -34,7 +34,7 @@ LORA = {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["q_proj", "v_proj
 def publish_adapter(cfg, version: int, scale: float, lineage: str = "", lora: dict = LORA,
                     seed: int | None = None) -> None:
     """Adapter version `version` of the config's model in the store and on the weights topic (scale 0: the seed's),
-    of `lineage` (another trainer's, rftbus/models/lineage.py); `seed` fixes the adapter's random A matrices."""
+    of `lineage` (another trainer's, rftbus/ground/models/lineage.py); `seed` fixes the adapter's random A matrices."""
     tok = load_tokenizer(cfg.model)
     if seed is not None:
         torch.manual_seed(seed)

@@ -17,14 +17,14 @@ from pathlib import Path
 
 import httpx
 
-from rftbus.config import write_config
+from rftbus.ground.config import write_config
 from rftbus.consumers.gate.state import GateState
-from rftbus.kafka.clients import make_admin, make_producer
-from rftbus.kafka.topics import create_topics
+from rftbus.ground.kafka.clients import make_admin, make_producer
+from rftbus.ground.kafka.topics import create_topics
 from rftbus.producers.serve.sessions import SESSION_HEADER
-from rftbus.schemas import GateDecision, now_ms
-from rftbus.status import read_statuses
-from rftbus.weights.admit import store_url, version_uri
+from rftbus.ground.schemas import GateDecision, now_ms
+from rftbus.ground.status import read_statuses
+from rftbus.ground.weights.admit import store_url, version_uri
 from tests.integration.test_serve import CODEC, INF, serve_config
 from tests.integration.test_serve_gate import LORA, publish_adapter
 

@@ -7,8 +7,8 @@ import uuid
 
 import httpx
 
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.topics import create_topics
+from rftbus.ground.kafka.clients import make_admin
+from rftbus.ground.kafka.topics import create_topics
 from rftbus.producers.serve.server import BackgroundServer
 from tests.integration.test_serve import serve_config
 

@@ -10,8 +10,8 @@ import pytest
 from conftest import make_config
 from prometheus_client.parser import text_string_to_metric_families
 
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.topics import create_topics
+from rftbus.ground.kafka.clients import make_admin
+from rftbus.ground.kafka.topics import create_topics
 from rftbus.producers.serve.server import BackgroundServer
 from tests.integration.test_serve import TOPIC_KEYS, free_port
 

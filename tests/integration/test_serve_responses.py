@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from rftbus.producers.serve.responses_api import body
 from rftbus.producers.serve.service import Answer
-from rftbus.schemas import Experience, ExperienceGroup, Source
+from rftbus.ground.schemas import Experience, ExperienceGroup, Source
 from tests.integration.test_serve import INF, serving, topic
 
 TOOLS_CHAT = [{"type": "function", "function": {"name": "add", "description": "Add.", "parameters": {

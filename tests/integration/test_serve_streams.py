@@ -9,11 +9,11 @@ import uuid
 import httpx
 from conftest import make_config
 
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.topics import create_topics
+from rftbus.ground.kafka.clients import make_admin
+from rftbus.ground.kafka.topics import create_topics
 from rftbus.producers.serve.server import BackgroundServer
-from rftbus.schemas import make_codec
-from rftbus.bench.processes import WorkerProcess, read_all
+from rftbus.ground.schemas import make_codec
+from rftbus.apps.bench.processes import WorkerProcess, read_all
 from serve_helpers import TOPIC_KEYS, free_port
 
 DECODE = make_codec(None).deserializer()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import random
 
-from rftbus.config.simulate import GradersConfig
-from rftbus.simulate import live_reward
-from rftbus.simulate.graders import Answer, delay, plan, rating_of
+from rftbus.ground.config.simulate import GradersConfig
+from rftbus.apps.simulate import live_reward
+from rftbus.apps.simulate.graders import Answer, delay, plan, rating_of
 
 import pytest
 
@@ -87,7 +87,7 @@ def test_live_reward_per_minute_and_summary():
 
 
 def _live_group(gid: str, task: str, rewards: list[float], cls: str | None = None):
-    from rftbus.schemas import Source
+    from rftbus.ground.schemas import Source
     from rftbus.streams.view import GroupView, SampleView
 
     samples = [SampleView(f"{gid}-{i}", r, 0, {}, 3, 3, 3, True) for i, r in enumerate(rewards)]
@@ -96,7 +96,7 @@ def _live_group(gid: str, task: str, rewards: list[float], cls: str | None = Non
 
 def test_lone_and_agreeing_live_answers_are_credited_against_their_class_baseline():
     """#20: a group of one (or two that agree) has no GRPO variance; its class's running mean decides."""
-    from rftbus.config.streams import StreamsConfig
+    from rftbus.ground.config.streams import StreamsConfig
     from rftbus.streams.curate import decide
     from rftbus.streams.priority import PassRates
 
@@ -140,8 +140,8 @@ def test_feedback_posts_in_flight_are_bounded_and_all_arrive(tmp_path):
 
     from fastapi import FastAPI
 
-    from rftbus.simulate.graders import Post
-    from rftbus.simulate.runner import Simulator
+    from rftbus.apps.simulate.graders import Post
+    from rftbus.apps.simulate.runner import Simulator
     from tests.conftest import make_config, uvicorn_thread
     from tests.integration.test_serve import free_port
 

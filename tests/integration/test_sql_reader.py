@@ -19,7 +19,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from rftbus.config import load_config
+from rftbus.ground.config import load_config
 from rftbus.consumers.analytics.backends import open_backend
 from rftbus.consumers.analytics.jail import JailError, JailedChdb, TooManyReaders
 from rftbus.consumers.analytics.query import run_query

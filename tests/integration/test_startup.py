@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from rftbus.kafka.clients import BrokerUnreachable, check_reachable
+from rftbus.ground.kafka.clients import BrokerUnreachable, check_reachable
 from tests.conftest import make_config
 
 
@@ -97,8 +97,8 @@ def test_creators_racing_on_fresh_topics_all_succeed(broker, tmp_path):
     import uuid
     from concurrent.futures import ThreadPoolExecutor
 
-    from rftbus.kafka.clients import make_admin
-    from rftbus.kafka.topics import create_topics
+    from rftbus.ground.kafka.clients import make_admin
+    from rftbus.ground.kafka.topics import create_topics
     from tests.explorer_kafka import KEYS
 
     for _ in range(3):

@@ -16,13 +16,13 @@ import pytest
 
 from weights_store import placeholder_version
 
-from rftbus.config import TopicsConfig
-from rftbus.kafka.clients import make_admin, make_producer
-from rftbus.kafka.topics import create_topics
-from rftbus.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, Source, Task, TrainerMetric,
+from rftbus.ground.config import TopicsConfig
+from rftbus.ground.kafka.clients import make_admin, make_producer
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.schemas import (Experience, ExperienceGroup, Feedback, FeedbackKind, Source, Task, TrainerMetric,
                             make_codec)
-from rftbus.bench.processes import WorkerProcess, read_all
-from rftbus.bench.synthetic import make_group
+from rftbus.apps.bench.processes import WorkerProcess, read_all
+from rftbus.apps.bench.synthetic import make_group
 from tests.conftest import make_config
 
 LATEST = 5  # published on the weights topic before the worker starts
@@ -121,7 +121,7 @@ def test_group_advantages_match_a_direct_computation(env):
 
 
 def test_a_worker_configured_for_drgrpo_centres_without_the_std(broker, tmp_path):
-    """streams.advantage: drgrpo reaches the worker: advantages are r - mean (streams/advantages/drgrpo.py)."""
+    """streams.advantage: drgrpo reaches the worker: advantages are r - mean (rftbus/streams/advantages/drgrpo.py)."""
     rewards = [0.5] * 7 + [0.625]  # nearly unanimous: GRPO would give the odd one out +2.65
     with streams_worker(broker.broker.port, tmp_path, **{"streams.advantage": "drgrpo"}) as (cfg, producer, _):
         group = make_group(rewards=rewards, model_version=LATEST, response_tokens=50, seed=2)

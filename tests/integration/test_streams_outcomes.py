@@ -11,9 +11,9 @@ import time
 
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from rftbus.bench.synthetic import make_group
-from rftbus.kafka.clients import make_admin
-from rftbus.schemas import Feedback, FeedbackKind, Rejection
+from rftbus.apps.bench.synthetic import make_group
+from rftbus.ground.kafka.clients import make_admin
+from rftbus.ground.schemas import Feedback, FeedbackKind, Rejection
 from rftbus.streams.checkpoint.deliveries import read_quarantine
 from tests.integration.test_streams import LATEST, curated_of, feedback, send, streams_worker, wait_outputs
 

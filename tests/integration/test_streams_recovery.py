@@ -1,6 +1,6 @@
 """No loss, no duplicate in the curated lanes across kill -9 of a worker and across two workers.
 
-Delivery here is at-least-once + output dedupe (streams/checkpoint/landed.py): the assertions are on the
+Delivery here is at-least-once + output dedupe (rftbus/streams/checkpoint/landed.py): the assertions are on the
 topics themselves, read back in full after the run. Each raw record is one group of N.
 """
 
@@ -13,12 +13,12 @@ from collections import Counter
 
 import pytest
 
-from rftbus.config import TopicsConfig
-from rftbus.kafka.clients import make_admin, make_producer
-from rftbus.kafka.topics import create_topics
-from rftbus.schemas import make_codec
-from rftbus.bench.processes import WorkerProcess, read_all
-from rftbus.bench.synthetic import make_group
+from rftbus.ground.config import TopicsConfig
+from rftbus.ground.kafka.clients import make_admin, make_producer
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.schemas import make_codec
+from rftbus.apps.bench.processes import WorkerProcess, read_all
+from rftbus.apps.bench.synthetic import make_group
 from tests.conftest import make_config
 from tests.explorer_kafka import committed, end_offsets
 
@@ -80,7 +80,7 @@ def _assert_exactly_once(cfg, groups, curated):
 
 def _where_missing(cfg) -> str:
     """Per raw partition: its end, the streams group's committed offset, and the raw offsets with no output."""
-    from rftbus.kafka.read import read_to_end
+    from rftbus.ground.kafka.read import read_to_end
 
     done: dict[int, set[int]] = {}
     for role in ("curated", "curated_priority", "rejected"):
@@ -93,7 +93,7 @@ def _where_missing(cfg) -> str:
     ends: dict[int, int] = {}
     for m in read_to_end(cfg, cfg.topics.raw.name, strict=False, timeout_s=30):
         ends[m.partition()] = max(ends.get(m.partition(), 0), m.offset() + 1)
-    from rftbus.kafka.committed import CommittedOffsets
+    from rftbus.ground.kafka.committed import CommittedOffsets
     from confluent_kafka import TopicPartition
     with CommittedOffsets(cfg) as read:
         committed = read(cfg.streams.app_id, [TopicPartition(cfg.topics.raw.name, p) for p in ends], timeout=10)
@@ -107,7 +107,7 @@ def _where_missing(cfg) -> str:
 
 def _wait_committed_to_end(cfg, timeout: float) -> None:
     """Until the streams group has committed raw to its end: a partition commits only once every output of what
-    it read was acknowledged (streams/checkpoint/), so anything duplicated is on the curated lanes by then."""
+    it read was acknowledged (rftbus/streams/checkpoint/), so anything duplicated is on the curated lanes by then."""
     deadline = time.monotonic() + timeout
     while True:
         ends, done = end_offsets(cfg, "raw"), committed(cfg, cfg.streams.app_id, "raw")
@@ -178,7 +178,7 @@ def test_two_workers_share_partitions_and_one_is_killed(broker, tmp_path):
                                                   f"{_where_missing(cfg)}; survivor: {st}")
         _assert_exactly_once(cfg, groups, curated)
         assert st["curated"] > 0
-        # Faust drops some records of a partition taken over in a rebalance (streams/checkpoint/holes.py):
+        # Faust drops some records of a partition taken over in a rebalance (rftbus/streams/checkpoint/holes.py):
         # when it did, the guard must have fetched them again, and nothing may be left unresolved.
         assert st["redelivery"]["gaps_accepted"] == 0, st["redelivery"]
     finally:

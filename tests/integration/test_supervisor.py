@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from rftbus.run.supervisor import ChildSpec, Supervisor
+from rftbus.apps.run.supervisor import ChildSpec, Supervisor
 
 
 def _term_handled(pid: int) -> bool:
@@ -75,9 +75,9 @@ def test_the_live_view_shows_restarts_and_causes():
     """The causes show as written, markup-like text included (a traceback's `[rank0]:` is no style)."""
     from rich.console import Console
 
-    from rftbus.run.display import render
-    from rftbus.run.job import child_state
-    from rftbus.run.supervisor import Child
+    from rftbus.apps.run.display import render
+    from rftbus.apps.run.job import child_state
+    from rftbus.apps.run.supervisor import Child
 
     dead = Child(ChildSpec("trainer", []), restarts=3, gave_up=True, causes=["exit code 1: [rank0]: IndexError: boom"])
     flaky = Child(ChildSpec("streams-0", []), restarts=1, causes=["signal 9"])
@@ -149,7 +149,7 @@ def test_deaths_further_apart_than_the_window_are_never_given_up_on():
 
 def test_a_cli_one_line_error_is_a_crash_cause(tmp_path):
     """rftbus commands print `error: ...` (one line, no traceback) for what they refuse: that is the cause."""
-    from rftbus.run.supervisor import crash_cause
+    from rftbus.apps.run.supervisor import crash_cause
 
     log = tmp_path / "t.log"
     log.write_text("step 3\nerror: reading the offsets of raw[0]: Broker: Not leader for partition\n")

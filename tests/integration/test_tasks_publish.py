@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 from conftest import make_config, rftbus_cli
 from explorer_kafka import fresh_config, read_topic
 
-from rftbus.config.explorer import FieldMap
+from rftbus.ground.config.explorer import FieldMap
 from rftbus.producers.tasks.publish import publish_tasks
 from rftbus.producers.tasks.sources import read_source
-from rftbus.schemas import Source
+from rftbus.ground.schemas import Source
 
 
 def _env(cfg):
@@ -126,7 +126,7 @@ def test_publishes_sharing_a_producer_each_count_their_own(broker, tmp_path):
     two may be awaiting Kafka at once: each report counts its own records, not the other's."""
     import threading
 
-    from rftbus.kafka.clients import make_producer
+    from rftbus.ground.kafka.clients import make_producer
 
     cfg = fresh_config(make_config, tmp_path, broker)
     producer = make_producer(cfg)

@@ -3,7 +3,7 @@ SmolLM2-135M-Instruct: every call is recorded as the conversation its chat templ
 `role: tool` results included, and read back with fastavro alone; the loss mask covers the answer only.
 
 SmolLM2-135M's template ignores `tools`, so the conversation is written in the Hermes convention
-(rftbus/models/tool_calls.py); this test spells that conversation out by hand and compares byte for byte.
+(rftbus/ground/models/tool_calls.py); this test spells that conversation out by hand and compares byte for byte.
 The model itself never emitted a `<tool_call>` in 16 samples (two-shot included), so the agent calls the tools
 the model called, else the ones the script names: parsing is tested on strings (tests/unit/test_tool_calls.py).
 """
@@ -18,10 +18,10 @@ import fastavro
 import pytest
 from conftest import make_config
 
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.read import read_to_end
-from rftbus.kafka.topics import create_topics
-from rftbus.models.loading import load_tokenizer
+from rftbus.ground.kafka.clients import make_admin
+from rftbus.ground.kafka.read import read_to_end
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.models.loading import load_tokenizer
 from rftbus.producers.serve.server import BackgroundServer
 from tests.conftest import REPO
 from tests.integration.test_serve import TOPIC_KEYS, free_port

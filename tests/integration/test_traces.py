@@ -16,15 +16,15 @@ import httpx
 import pytest
 from conftest import make_config
 
-from rftbus.bench.processes import WorkerProcess, read_all
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.topics import create_topics
-from rftbus.models.loading import load_tokenizer
-from rftbus.models.prompt import prompt_format
-from rftbus.otel.build import ensure_collector
-from rftbus.otel.collector import Collector, CollectorSpec
+from rftbus.apps.bench.processes import WorkerProcess, read_all
+from rftbus.ground.kafka.clients import make_admin
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.models.loading import load_tokenizer
+from rftbus.ground.models.prompt import prompt_format
+from rftbus.ground.otel.build import ensure_collector
+from rftbus.ground.otel.collector import Collector, CollectorSpec
 from rftbus.producers.serve.server import BackgroundServer
-from rftbus.schemas import ExperienceGroup, Rejection, Source, make_codec
+from rftbus.ground.schemas import ExperienceGroup, Rejection, Source, make_codec
 from serve_helpers import TOPIC_KEYS, free_port
 from tests.conftest import REPO
 

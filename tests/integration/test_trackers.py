@@ -1,4 +1,4 @@
-"""`run.report_to` (consumers/trackers): TrainerMetric records from the metrics topic reach TensorBoard, W&B
+"""`run.report_to` (rftbus/consumers/trackers): TrainerMetric records from the metrics topic reach TensorBoard, W&B
 (offline) and MLflow (its SQLite store) through the real libraries, and each is read back with that library's own
 reader. The whole path inside `rftbus run` is tests/system/test_run_metrics.py."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rftbus.config import Config
-from rftbus.schemas import TrainerMetric, make_codec
+from rftbus.ground.config import Config
+from rftbus.ground.schemas import TrainerMetric, make_codec
 
 pytest.importorskip("wandb", reason="the `track` extra (make install installs it)")
 pytest.importorskip("mlflow", reason="the `track` extra (make install installs it)")

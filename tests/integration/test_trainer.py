@@ -22,13 +22,13 @@ import pytest
 import yaml
 from confluent_kafka import TopicPartition
 
-from rftbus.config import TopicsConfig
-from rftbus.kafka.clients import make_admin, make_consumer, make_producer
-from rftbus.kafka.read import read_to_end
-from rftbus.kafka.topics import create_topics
-from rftbus.models.loading import load_tokenizer
-from rftbus.models.config import ModelConfig
-from rftbus.schemas import Experience, ExperienceGroup, Source, make_codec
+from rftbus.ground.config import TopicsConfig
+from rftbus.ground.kafka.clients import make_admin, make_consumer, make_producer
+from rftbus.ground.kafka.read import read_to_end
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.models.loading import load_tokenizer
+from rftbus.ground.models.config import ModelConfig
+from rftbus.ground.schemas import Experience, ExperienceGroup, Source, make_codec
 from rftbus.trainer.checkpoint import read_lineage
 from tests.conftest import JARS, make_config
 

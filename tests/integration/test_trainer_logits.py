@@ -7,13 +7,13 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM
 
-from rftbus.models.config import LoraSpec, ModelConfig
-from rftbus.models.loading import load_tokenizer
-from rftbus.models.lora import wrap
-from rftbus.models.prompt import prompt_format
-from rftbus.schemas import Experience, ExperienceGroup
+from rftbus.ground.models.config import LoraSpec, ModelConfig
+from rftbus.ground.models.loading import load_tokenizer
+from rftbus.ground.models.lora import wrap
+from rftbus.ground.models.prompt import prompt_format
+from rftbus.ground.schemas import Experience, ExperienceGroup
 from rftbus.trainer.batch import collate, rows_of
-from rftbus.models.loading import takes_logits_to_keep
+from rftbus.ground.models.loading import takes_logits_to_keep
 from rftbus.trainer.policy import PolicyWithValue, first_trained, reference_logp, token_logp_entropy
 
 
@@ -78,7 +78,7 @@ def test_bench_step_times_both_ways_on_the_trainers_engine(tmp_path):
 
 
 def test_a_shared_prompt_read_once_changes_nothing_that_trains(smollm2_two_layers):
-    """trainer/shared_prompt.py: two groups whose prompts differ in length, three answers each; the prompts read
+    """rftbus/trainer/shared_prompt.py: two groups whose prompts differ in length, three answers each; the prompts read
     once give the trained tokens' logprobs, entropy and LoRA gradients of the one-pass forward."""
     from rftbus.trainer.shared_prompt import plan, prompt_lengths
 

@@ -11,8 +11,8 @@ import pytest
 from dataclasses import replace
 
 from rftbus.trainer.batch_source import BatchConsumer
-from rftbus.kafka.clients import make_consumer, make_producer
-from rftbus.schemas import ExperienceGroup, Rejection, Source, TrainerMetric, WeightVersion
+from rftbus.ground.kafka.clients import make_consumer, make_producer
+from rftbus.ground.schemas import ExperienceGroup, Rejection, Source, TrainerMetric, WeightVersion
 from rftbus.trainer.checkpoint import read_lineage
 from rftbus.trainer.publish import protected_versions
 from tests.integration.test_trainer import CODEC, committed, curated_group, produce_groups, read_topic, trainer_config
@@ -184,10 +184,10 @@ def test_positions_are_plain_offsets_and_records_finish_in_order(broker, tmp_pat
 
 
 def test_a_recovery_fence_is_read_past(broker, tmp_path):
-    """A streams recovery fence (an aborted record and its marker, rftbus/kafka/fence.py) after the last
+    """A streams recovery fence (an aborted record and its marker, rftbus/ground/kafka/fence.py) after the last
     group: the trainer never sees it, and its position, the lanes' drained check and so the committed
     offset go past it (else a lane holding a fence at its end would never count as drained)."""
-    from rftbus.kafka.fence import fence
+    from rftbus.ground.kafka.fence import fence
 
     cfg, _ = trainer_config(tmp_path, broker, **{"topics.curated.partitions": 1})
     topic = cfg.topics.curated.name

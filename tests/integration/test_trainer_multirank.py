@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import uuid
 
-from rftbus.kafka.clients import make_producer
-from rftbus.schemas import ExperienceGroup
+from rftbus.ground.kafka.clients import make_producer
+from rftbus.ground.schemas import ExperienceGroup
 from rftbus.trainer.checkpoint import read_lineage
 from tests.integration.test_trainer import CODEC, curated_group, start_trainer, trainer_config
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 
-from rftbus.schemas import ExperienceGroup, Rejection, bound_id
+from rftbus.ground.schemas import ExperienceGroup, Rejection, bound_id
 from rftbus.trainer.checkpoint import read_lineage
 from tests.integration.test_trainer import curated_group, read_topic, start_trainer, trainer_config, wait_for
 from tests.integration.test_trainer_modes import expert_demo, produce

@@ -14,15 +14,15 @@ import torch
 from pydantic import SecretStr
 from conftest import make_config
 
-from rftbus.weights.admit import store_url
-from rftbus.kafka.clients import make_admin, make_producer
-from rftbus.kafka.topics import create_topics
-from rftbus.models.config import LoraSpec
-from rftbus.models.loading import load_policy, load_tokenizer
-from rftbus.models.lora import version_payload, wrap
+from rftbus.ground.weights.admit import store_url
+from rftbus.ground.kafka.clients import make_admin, make_producer
+from rftbus.ground.kafka.topics import create_topics
+from rftbus.ground.models.config import LoraSpec
+from rftbus.ground.models.loading import load_policy, load_tokenizer
+from rftbus.ground.models.lora import version_payload, wrap
 from rftbus.producers.serve.server import BackgroundServer
-from rftbus.schemas import WeightVersion, make_codec
-from rftbus.weights import WeightStore
+from rftbus.ground.schemas import WeightVersion, make_codec
+from rftbus.ground.weights import WeightStore
 from tests.integration.test_serve import TOPIC_KEYS, flat, free_port, topic
 
 KEY = "k-" + uuid.uuid4().hex
@@ -90,7 +90,7 @@ def test_each_published_lora_version_is_pushed_to_the_upstream_and_served(broker
         assert sorted(p.name for p in (tmp_path / "lora").iterdir()) == ["tiny-v2", "tiny-v3"]
         # behind the gate with two trainers (run.trainers), another lineage's v3 is pushed under a name of its own,
         # and the first one's v3, still loaded, is served again without a push
-        from rftbus.models.lora import Adapter, base_fingerprint
+        from rftbus.ground.models.lora import Adapter, base_fingerprint
 
         eng = front.service.engine
         spec, base = LoraSpec(r=4, alpha=8), base_fingerprint(model)

@@ -15,12 +15,12 @@ from conftest import make_config
 from explorer_kafka import fresh_config
 from probe_server import probe_server
 
-from rftbus.kafka.clients import make_producer
-from rftbus.models.loading import load_policy, load_tokenizer
-from rftbus.schemas import WeightVersion, make_codec
-from rftbus.weights import WeightStore
-from rftbus.weights.admit import store_url, version_uri
-from rftbus.weights.follower import WeightFollower, latest_published
+from rftbus.ground.kafka.clients import make_producer
+from rftbus.ground.models.loading import load_policy, load_tokenizer
+from rftbus.ground.schemas import WeightVersion, make_codec
+from rftbus.ground.weights import WeightStore
+from rftbus.ground.weights.admit import store_url, version_uri
+from rftbus.ground.weights.follower import WeightFollower, latest_published
 
 ENC = make_codec(None)
 

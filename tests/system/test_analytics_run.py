@@ -14,13 +14,13 @@ import time
 import uuid
 from pathlib import Path
 
-from rftbus.config import load_config
+from rftbus.ground.config import load_config
 from rftbus.consumers.analytics.query import run_query
 from rftbus.consumers.analytics.reader import open_reader
 from rftbus.consumers.analytics.tally import table_counts
-from rftbus.kafka.clients import make_producer
-from rftbus.kafka.read import read_to_end
-from rftbus.schemas import ExperienceGroup, Feedback, FeedbackKind
+from rftbus.ground.kafka.clients import make_producer
+from rftbus.ground.kafka.read import read_to_end
+from rftbus.ground.schemas import ExperienceGroup, Feedback, FeedbackKind
 from rftbus.trainer.checkpoint import read_lineage
 from tests.conftest import REPO, stop_run
 from tests.integration.test_analytics import CODEC, DECODE, TOPIC_KEYS, assert_counts_match, kafka_truth

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rftbus.bench.async_speedup import _period
+from rftbus.apps.bench.async_speedup import _period
 from tests.conftest import rftbus_cli
 
 

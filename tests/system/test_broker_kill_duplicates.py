@@ -2,7 +2,7 @@
 
 Its own broker (it is killed five times), a real Faust worker, a producer writing valid groups to raw the
 whole time. A batch the broker had appended but not yet acknowledged when it died is sent again by the
-worker's producer; only an idempotent producer (streams/transport.py, `idempotent_producer`) has the broker drop the copy. The
+worker's producer; only an idempotent producer (rftbus/streams/transport.py, `idempotent_producer`) has the broker drop the copy. The
 kills are counted, every group must come out exactly once, and every batch on the output topics must carry
 a producer id (the idempotent form: Kafka's own DumpLogSegments reads it from the log), so the test fails
 without the patch even on a run where no kill happened to land inside a write.
@@ -19,11 +19,11 @@ from collections import Counter
 
 import pytest
 
-from rftbus.bench.processes import read_all
-from rftbus.bench.synthetic import make_group
-from rftbus.broker import embedded, node_config
-from rftbus.broker.java import find_java
-from rftbus.chaos.faults import kill_broker, start_broker
+from rftbus.apps.bench.processes import read_all
+from rftbus.apps.bench.synthetic import make_group
+from rftbus.ground.broker import embedded, node_config
+from rftbus.ground.broker.java import find_java
+from rftbus.apps.chaos.faults import kill_broker, start_broker
 from tests.conftest import JARS, _free_pair, make_config
 from tests.integration.test_streams import CODEC, DECODE, LATEST, streams_worker
 

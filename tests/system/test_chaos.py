@@ -14,10 +14,10 @@ from collections import Counter
 import pytest
 from rich.console import Console
 
-from rftbus.chaos.driver import ChaosDriver
-from rftbus.chaos.settle import available
-from rftbus.chaos.plan import free_port_pair, get_plan, run_overrides, with_overrides
-from rftbus.config import load_config
+from rftbus.apps.chaos.driver import ChaosDriver
+from rftbus.apps.chaos.settle import available
+from rftbus.apps.chaos.plan import free_port_pair, get_plan, run_overrides, with_overrides
+from rftbus.ground.config import load_config
 from tests.conftest import JARS, REPO
 
 KEYS = ["tasks", "raw", "curated", "curated_priority", "expert", "rejected", "feedback", "weights", "metrics"]

@@ -9,9 +9,9 @@ import uuid
 
 import pytest
 
-from rftbus.bench.processes import read_all
-from rftbus.config import load_config
-from rftbus.schemas import make_codec
+from rftbus.apps.bench.processes import read_all
+from rftbus.ground.config import load_config
+from rftbus.ground.schemas import make_codec
 from tests.conftest import REPO, rftbus_cli
 from tests.system.test_lora_run import _run
 from tests.system.test_run import _env

@@ -16,12 +16,12 @@ import httpx
 import pytest
 from conftest import REPO, make_config, stop_run
 
-from rftbus.bench.processes import WorkerProcess, read_all
-from rftbus.kafka.clients import make_admin
-from rftbus.kafka.topics import create_topics
+from rftbus.apps.bench.processes import WorkerProcess, read_all
+from rftbus.ground.kafka.clients import make_admin
+from rftbus.ground.kafka.topics import create_topics
 from rftbus.producers.serve.server import BackgroundServer
-from rftbus.schemas import make_codec
-from rftbus.status import read_statuses
+from rftbus.ground.schemas import make_codec
+from rftbus.ground.status import read_statuses
 from test_run import _env
 from serve_helpers import TOPIC_KEYS, free_port
 
@@ -102,7 +102,7 @@ def test_feedback_joins_after_a_streams_kill9_and_late_feedback_has_its_reason(b
 def test_a_grade_for_a_released_group_names_the_answer_it_was_for(tmp_path):
     """A grade that reaches its group after the TTL released it is rejected `feedback_expired`; the detail names
     the experience (what a person grading looks up), not only the group (found by a CI run)."""
-    from rftbus.schemas import Feedback, FeedbackKind, make_codec
+    from rftbus.ground.schemas import Feedback, FeedbackKind, make_codec
     from rftbus.streams.live import DONE, Held, Late, LiveGroups, pack
 
     codec = make_codec(None)
@@ -126,12 +126,12 @@ def test_a_write_lost_to_kill9_between_the_join_writes_still_joins(broker, tmp_p
     from aiokafka.partitioner import murmur2
     from confluent_kafka import Producer
 
-    from rftbus.kafka.clients import producer_conf
+    from rftbus.ground.kafka.clients import producer_conf
     from rftbus.streams.join import DONE, index_value, pack_done
     from rftbus.streams.join import pack as pack_join
     from rftbus.streams.live import WAITING, Held, pack
     from rftbus.streams.outputs import H_T0
-    from rftbus.kafka.registry import LIVE_CHANGELOG, PENDING_CHANGELOG
+    from rftbus.ground.kafka.registry import LIVE_CHANGELOG, PENDING_CHANGELOG
     from rftbus.streams.topology import prepare
 
     tag = uuid.uuid4().hex[:6]

@@ -108,7 +108,7 @@ def test_a_start_up_error_is_one_message_and_starts_no_broker(broker, tmp_path):
     """A taskset too small for run.tasks: `rftbus run` runs `rftbus check` first, so the error is one line before
     anything starts, and no broker is left behind (none was started). (Ctrl-C during start-up, after the broker
     started, stopping it: test_ctrl_c_during_start_up_stops_cleanly.)"""
-    from rftbus.broker import embedded
+    from rftbus.ground.broker import embedded
     from tests.conftest import _free_pair, make_config
 
     cfg = make_config(tmp_path / "state", _free_pair(), **{"taskset.name": "reverse",
@@ -134,8 +134,8 @@ def test_curriculum_stage_runs_first_then_the_configured_taskset(broker, tmp_pat
     the trainer's step 2, then the configured length-4 taskset; the books still balance."""
     import yaml
 
-    from rftbus.kafka.read import read_to_end
-    from rftbus.schemas import make_codec
+    from rftbus.ground.kafka.read import read_to_end
+    from rftbus.ground.schemas import make_codec
 
     tag = uuid.uuid4().hex[:6]
     cfg = yaml.safe_load((REPO / "configs" / "toy-grpo-reverse.yaml").read_text())
@@ -191,8 +191,8 @@ def test_kill9_of_the_embedded_broker_is_recovered_without_help(tmp_path):
     and nobody but the gate (not a client without a password, not serve's user) writes the decisions topic."""
     import time
 
-    from rftbus.broker import embedded
-    from rftbus.status import read_statuses
+    from rftbus.ground.broker import embedded
+    from rftbus.ground.status import read_statuses
     from tests.conftest import JARS, _free_pair, make_config
 
     state = tmp_path / "state"

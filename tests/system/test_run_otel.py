@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from rftbus.bench.processes import read_all
-from rftbus.otel.build import ensure_collector
-from rftbus.schemas import ExperienceGroup, Source, make_codec
+from rftbus.apps.bench.processes import read_all
+from rftbus.ground.otel.build import ensure_collector
+from rftbus.ground.schemas import ExperienceGroup, Source, make_codec
 from serve_helpers import free_port
 from tests.conftest import REPO, stop_run
 from tests.system.test_run import _env

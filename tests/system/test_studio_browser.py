@@ -21,11 +21,11 @@ from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from rftbus.bench.processes import read_all
-from rftbus.bench.studio import chrome, load_ms
+from rftbus.apps.bench.processes import read_all
+from rftbus.apps.bench.studio import chrome, load_ms
 from confluent_kafka import Producer
 
-from rftbus.schemas import GateDecision, make_codec
+from rftbus.ground.schemas import GateDecision, make_codec
 from test_run import _env
 from serve_helpers import free_port
 

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from rftbus.config import load_config
-from rftbus.kafka.inspect import Lag
+from rftbus.ground.config import load_config
+from rftbus.ground.kafka.inspect import Lag
 from rftbus.producers.admission import Admission, AdmissionUnavailable
 
 

@@ -1,4 +1,4 @@
-"""Bisecting a non-finite loss to the samples that caused it (trainer/bisect.py): pure logic, no model."""
+"""Bisecting a non-finite loss to the samples that caused it (rftbus/trainer/bisect.py): pure logic, no model."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
-"""Rejections bounded by construction (schemas/bounds.py): whatever the input carried, the rejection encodes
+"""Rejections bounded by construction (rftbus/ground/schemas/bounds.py): whatever the input carried, the rejection encodes
 under the rejected topic's limit, names the input the same way every time, and keeps small inputs as they are."""
 
 from __future__ import annotations
 
-from rftbus.schemas import bound_id, bound_key, fitted_rejection, make_codec, topic_context
-from rftbus.schemas.records import Rejection
+from rftbus.ground.schemas import bound_id, bound_key, fitted_rejection, make_codec, topic_context
+from rftbus.ground.schemas.records import Rejection
 
 ENCODE = make_codec(None).serializer(Rejection)
 LIMIT = 1_000_000

@@ -3,8 +3,8 @@ flags (the lean defaults are measured by `rftbus bench broker`)."""
 
 from __future__ import annotations
 
-from rftbus.broker import embedded, node_config
-from rftbus.config import BrokerConfig, Config
+from rftbus.ground.broker import embedded, node_config
+from rftbus.ground.config import BrokerConfig, Config
 
 
 def _props(cfg: Config, tmp_path) -> dict[str, str]:
@@ -38,7 +38,7 @@ def test_clients_give_up_on_a_silent_node_when_the_embedded_cluster_fences_it(tm
     """#46: a frozen node (its connections stay open) held each request sent to it for the clients' whole request
     timeout (10 s), a killed one only until the controllers fenced it (4 s): the trainer stalled 2.5x as long. On
     the embedded cluster the clients' default timeout is the cluster's fencing time, read from its own settings."""
-    from rftbus.config import KafkaConfig
+    from rftbus.ground.config import KafkaConfig
 
     cluster = Config(broker=BrokerConfig(nodes=3))
     props = _props(cluster, tmp_path)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rftbus.chaos.failover import freeze_vs_kill, interleave
-from rftbus.chaos.faults import Fault
-from rftbus.chaos.plan import get_plan, run_overrides
+from rftbus.apps.chaos.failover import freeze_vs_kill, interleave
+from rftbus.apps.chaos.faults import Fault
+from rftbus.apps.chaos.plan import get_plan, run_overrides
 
 
 def test_the_cluster_plan_has_at_least_eight_node_faults_spread_over_the_run():
@@ -35,8 +35,8 @@ def test_the_step_watch_takes_exact_step_times_from_the_status_not_the_second_it
     gap reads 0.3 s and a restart's repeated steps (resumed from a checkpoint) still count as steps."""
     import time
 
-    from rftbus.chaos.failover import StepWatch
-    from rftbus.status import write_status
+    from rftbus.apps.chaos.failover import StepWatch
+    from rftbus.ground.status import write_status
 
     now = time.time()
     steps = [(now - 5.0, 10), (now - 4.7, 11), (now - 2.2, 12), (now - 2.0, 13)]

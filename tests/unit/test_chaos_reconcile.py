@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from rftbus.run.ledger import Checkpoint, LaneRecord, Ledger, RawRecord, RejRecord
-from rftbus.chaos.poison import Poison
-from rftbus.chaos.reconcile import reconcile
+from rftbus.apps.run.ledger import Checkpoint, LaneRecord, Ledger, RawRecord, RejRecord
+from rftbus.apps.chaos.poison import Poison
+from rftbus.apps.chaos.reconcile import reconcile
 
 RAW, CUR, EXP = "raw", "cur", "exp"
 
@@ -174,7 +174,7 @@ def test_a_replayed_record_the_trainer_rejected_as_a_duplicate_is_no_duplicate()
 
 
 def test_a_rejection_that_lists_the_first_4096_ids_accounts_for_the_whole_group():
-    from rftbus.schemas.bounds import MAX_IDS, fitted_rejection
+    from rftbus.ground.schemas.bounds import MAX_IDS, fitted_rejection
 
     led = ledger(n_raw=0)
     big = [f"x{i}" for i in range(10_000)]

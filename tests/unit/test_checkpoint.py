@@ -1,4 +1,4 @@
-"""The streams checkpoint (streams/checkpoint) as logic: a partition commits nothing while one of its writes is
+"""The streams checkpoint (rftbus/streams/checkpoint) as logic: a partition commits nothing while one of its writes is
 being retried, then the commit rule's run of acked offsets; what a worker knew of a revoked partition is
 forgotten. Faust's bookkeeping and the producer's delivery futures are scripted here; the same object runs
 through a real worker and broker in tests/integration/test_offsets.py and test_streams_outcomes.py."""
@@ -12,7 +12,7 @@ from types import SimpleNamespace
 from faust.types import TP
 from intervaltree import IntervalTree
 
-from rftbus.config import load_config
+from rftbus.ground.config import load_config
 from rftbus.streams.checkpoint import Checkpoint, Deliveries, Landed, Write
 from rftbus.streams.checkpoint.deliveries import read_quarantine
 from rftbus.streams.checkpoint.landed import Recent

@@ -13,7 +13,7 @@ from confluent_kafka.schema_registry.avro import AvroSerializer as ConfluentAvro
 from confluent_kafka.serialization import MessageField, SerializationContext
 from fastavro import schemaless_writer
 
-from rftbus.schemas import (
+from rftbus.ground.schemas import (
     AvroDeserializer, AvroSerializer, DecodeError, EncodeError, Experience, ExperienceGroup, Feedback, FeedbackKind,
     Rejection, Source, Task, TrainerMetric, WeightVersion, get_store, make_codec, registry_client,
 )

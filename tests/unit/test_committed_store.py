@@ -1,4 +1,4 @@
-"""streams/store.py on a real rocksdb (Faust's store over rocksdict): a change is read at once but reaches the disk
+"""rftbus/streams/store.py on a real rocksdb (Faust's store over rocksdict): a change is read at once but reaches the disk
 only once its input is committed and its changelog record acknowledged, with that record's offset beside it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Each compose service would start (#35): its command's start-up checks (rftbus/cli/preflight.py, the same
+"""Each compose service would start (#35): its command's start-up checks (rftbus/apps/cli/preflight.py, the same
 function the command runs) pass on the settings the compose file gives it. No Docker needed: YAML only."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from rftbus.config import Config, load_config
+from rftbus.ground.config import Config, load_config
 from tests.unit.test_compose import COMPOSE, RFTBUS_SERVICES, dockerfile_instructions, rftbus_env
 
 
@@ -24,15 +24,15 @@ def service_config(services, name: str, monkeypatch, tmp_path, drop: tuple[str, 
 @pytest.mark.parametrize("name", sorted(RFTBUS_SERVICES))
 def test_each_service_passes_the_checks_its_command_runs_at_start(services, name, monkeypatch, tmp_path):
     """The serve service once refused to start (the studio it mounts adds the read scope, which had no
-    tokens): the same checks the command runs at start (rftbus/cli/preflight.py) run here on its settings."""
-    from rftbus.cli.preflight import preflight
+    tokens): the same checks the command runs at start (rftbus/apps/cli/preflight.py) run here on its settings."""
+    from rftbus.apps.cli.preflight import preflight
 
     preflight(service_config(services, name, monkeypatch, tmp_path), RFTBUS_SERVICES[name])
 
 
 def test_the_start_up_checks_refuse_serve_without_read_tokens(services, monkeypatch, tmp_path):
-    from rftbus.cli.preflight import preflight
-    from rftbus.errors import RftbusError
+    from rftbus.apps.cli.preflight import preflight
+    from rftbus.ground.errors import RftbusError
 
     cfg = service_config(services, "serve", monkeypatch, tmp_path, drop=("RFTBUS_SERVE__READ_TOKENS",))
     with pytest.raises(RftbusError, match="read"):
@@ -40,5 +40,5 @@ def test_the_start_up_checks_refuse_serve_without_read_tokens(services, monkeypa
 
 
 def test_the_image_has_the_code_sandbox():
-    """The `code` reward runs answers in bubblewrap (producers/rewards/sandbox.py)."""
+    """The `code` reward runs answers in bubblewrap (rftbus/producers/rewards/sandbox.py)."""
     assert any("bubblewrap" in rest for word, rest in dockerfile_instructions() if word == "RUN")

@@ -1,4 +1,4 @@
-"""Config keys (rftbus/config/keys.py): every key described, a suggestion for a typo, lists and maps from variables
+"""Config keys (rftbus/ground/config/keys.py): every key described, a suggestion for a typo, lists and maps from variables
 as JSON. No broker."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel, Field
 
-from rftbus.config import Config, ConfigError, load_config
-from rftbus.config.keys import did_you_mean, takes_json, undescribed
+from rftbus.ground.config import Config, ConfigError, load_config
+from rftbus.ground.config.keys import did_you_mean, takes_json, undescribed
 
 
 def test_every_config_key_has_a_description():

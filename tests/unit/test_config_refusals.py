@@ -10,7 +10,7 @@ import typing
 import pytest
 from pydantic import BaseModel
 
-from rftbus.config import Config, ConfigError, load_config
+from rftbus.ground.config import Config, ConfigError, load_config
 
 
 def _float_fields(model: type[BaseModel], prefix: str = "") -> list[str]:

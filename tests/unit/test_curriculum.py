@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from rftbus.config import Config
+from rftbus.ground.config import Config
 from rftbus.producers.tasks.sources import SourceError
-from rftbus.run.curriculum import Curriculum
+from rftbus.apps.run.curriculum import Curriculum
 
 
 def _cfg(*stages: dict) -> Config:

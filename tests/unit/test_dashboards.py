@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from prometheus_client import CollectorRegistry
 
-from rftbus.status import write_status
+from rftbus.ground.status import write_status
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "rftbus.json"
@@ -28,7 +28,7 @@ def exported(registry: CollectorRegistry) -> set[str]:
 
 def every_exported_metric(tmp_path) -> set[str]:
     from rftbus.producers.serve.metrics import ServeMetrics
-    from rftbus.run.metrics import StatusCollector
+    from rftbus.apps.run.metrics import StatusCollector
 
     write_status(tmp_path, "trainer", "0", {"role": "trainer", "id": "0", "step": 3, "staleness": 0.5, "version": 3,
                                             "throughput_tokens_s": 100.0, "last_loss": 0.1})

@@ -1,4 +1,4 @@
-"""Tasksets from data (rftbus/tasksets/data.py, files.py): formats, the column mapping, messages, a system
+"""Tasksets from data (rftbus/ground/tasksets/data.py, files.py): formats, the column mapping, messages, a system
 prompt and a template, the eval split and its checks, and bad input named by `file:line`. No broker."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from rftbus.config.explorer import TasksetConfig
-from rftbus.tasksets import get_taskset
-from rftbus.tasksets.data import DataTaskset, held_out, open_taskset
-from rftbus.tasksets.files import SourceError
+from rftbus.ground.config.explorer import TasksetConfig
+from rftbus.ground.tasksets import get_taskset
+from rftbus.ground.tasksets.data import DataTaskset, held_out, open_taskset
+from rftbus.ground.tasksets.files import SourceError
 
 ROWS = [{"q": f"What is {i} plus {i}?", "a": str(2 * i), "level": i % 3} for i in range(1, 61)]
 

@@ -1,4 +1,4 @@
-"""The decision rules every reader of topics.decisions applies (rftbus/weights/decision_rules.py): the gate's own
+"""The decision rules every reader of topics.decisions applies (rftbus/ground/weights/decision_rules.py): the gate's own
 moves pass, and each class of forged record from issue #63 is refused with its reason and changes nothing."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import pytest
 
 from rftbus.consumers.gate.state import GateState
-from rftbus.config.gate import GateConfig
-from rftbus.schemas import GateDecision
-from rftbus.weights.decision_rules import DecisionBook
+from rftbus.ground.config.gate import GateConfig
+from rftbus.ground.schemas import GateDecision
+from rftbus.ground.weights.decision_rules import DecisionBook
 
 
 def book() -> DecisionBook:

@@ -1,4 +1,4 @@
-"""The trainer's exactly-once (trainer/dedupe.py), as pure logic: ids decided or pending are repeats."""
+"""The trainer's exactly-once (rftbus/trainer/dedupe.py), as pure logic: ids decided or pending are repeats."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""trainer/deepspeed_patches.py: upstream DeepSpeed builds its shared-memory inference op at every CPU process
+"""rftbus/trainer/deepspeed_patches.py: upstream DeepSpeed builds its shared-memory inference op at every CPU process
 group start; the trainer's engine does not. Each half runs in its own process (a process group starts once per
 process), on the real DeepSpeed engine of a one-layer model, with an empty torch extensions folder."""
 
@@ -23,7 +23,7 @@ def jit_load(self, verbose=True):  # what upstream would compile (~60 CPU-s): re
     raise RuntimeError("not compiled in this test")
 ds_builder.OpBuilder.jit_load = jit_load
 from transformers import LlamaConfig, LlamaForCausalLM
-from rftbus.config import load_config
+from rftbus.ground.config import load_config
 from rftbus.trainer.engine import build_engine
 if sys.argv[1] == "upstream":
     os.environ["DS_ACCELERATOR"] = "cpu-unpatched"  # build_engine patches only for "cpu"

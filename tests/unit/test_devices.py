@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rftbus.errors import RftbusError
-from rftbus.models.devices import check_spec, indices, problem, resolve, show_only
+from rftbus.ground.errors import RftbusError
+from rftbus.ground.models.devices import check_spec, indices, problem, resolve, show_only
 
 
 @pytest.mark.parametrize("spec", ["auto", "cpu", "mps", "cuda", "cuda:0", "cuda:3", "cuda:0,1"])
@@ -24,7 +24,7 @@ def test_a_device_that_is_not_one_names_what_is_accepted(spec):
 def test_the_config_refuses_a_bad_device_for_each_role():
     from pydantic import ValidationError
 
-    from rftbus.config import Config
+    from rftbus.ground.config import Config
 
     for section, key in (("trainer", "device"), ("run", "eval_device")):
         with pytest.raises(ValidationError, match=f"{section}.{key}"):
@@ -91,11 +91,11 @@ def test_a_rank_without_a_listed_gpu_is_refused(monkeypatch):
 def test_eval_on_the_explorers_engine_gives_the_policy_s_greedy_answers():
     """run.eval_engine: explorer scores through engine.generate at top-k 1: the same answers, token for token,
     as the policy's own greedy generate (one eval, two ways of decoding)."""
-    from rftbus.config import Config
-    from rftbus.models.loading import load_policy, load_tokenizer
-    from rftbus.models.prompt import prompt_format
+    from rftbus.ground.config import Config
+    from rftbus.ground.models.loading import load_policy, load_tokenizer
+    from rftbus.ground.models.prompt import prompt_format
     from rftbus.producers.engines.transformers import TransformersEngine
-    from rftbus.tasksets import get_taskset
+    from rftbus.ground.tasksets import get_taskset
     from rftbus.trainer.evaluate import engine_greedy, evaluate, policy_greedy
 
     cfg = Config.model_validate({"explorer": {"engine": {"device": "cpu"}}})

@@ -1,4 +1,4 @@
-"""streams/eager.py: eager delivery keeps a coroutine's semantics; the stream's sleep yields every n-th time."""
+"""rftbus/streams/eager.py: eager delivery keeps a coroutine's semantics; the stream's sleep yields every n-th time."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """When the run's evaluator scores a version (`run.eval_every_versions`): logic only, the loop's own
 evals are exercised by tests/system/test_run.py through the real trainer and weights topic."""
 
-from rftbus.run.evaluator import due
+from rftbus.apps.run.evaluator import due
 
 
 def test_a_mark_passed_between_two_looks_is_scored_at_the_next_version():

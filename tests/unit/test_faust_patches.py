@@ -1,4 +1,4 @@
-"""streams/faust_patches.py and streams/transport.py: each change does what it says on faust-streaming 0.15.3 /
+"""rftbus/streams/faust_patches.py and rftbus/streams/transport.py: each change does what it says on faust-streaming 0.15.3 /
 aiokafka 0.14.0 (and the check fails without it: a plain Faust app, or aiokafka unpatched), install is applied once,
 uninstall restores every original, and the worker's aiokafka clients wait as long as `kafka.request_timeout_s`. The
 commit rule's own test is tests/integration/test_offsets.py."""
@@ -15,8 +15,8 @@ import pytest
 from aiokafka.conn import AIOKafkaConnection
 from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest
 
-from rftbus.config import load_config
-from rftbus.errors import RftbusError
+from rftbus.ground.config import load_config
+from rftbus.ground.errors import RftbusError
 from rftbus.streams import faust_patches as fp
 from rftbus.streams.faust_conf import faust_settings, join_timeout_s
 from rftbus.streams.transport import Adaptation, WorkerApp
@@ -290,7 +290,7 @@ def test_a_connection_whose_answer_timed_out_marks_its_node_silent(unpatched):
 def test_rftbus_streams_patches_lists_every_change(tmp_path):
     from typer.testing import CliRunner
 
-    from rftbus.cli.main import app
+    from rftbus.apps.cli.main import app
 
     out = CliRunner().invoke(app, ["--state-dir", str(tmp_path), "streams", "--patches"], terminal_width=250,
                              env={"COLUMNS": "250"})

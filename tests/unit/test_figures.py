@@ -1,4 +1,4 @@
-"""Every plot goes through rftbus/figures.py: a palette PNG, smaller than matplotlib's own and the same size in
+"""Every plot goes through rftbus/ground/figures.py: a palette PNG, smaller than matplotlib's own and the same size in
 pixels. No broker."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from rftbus.figures import save_png  # noqa: E402
+from rftbus.ground.figures import save_png  # noqa: E402
 
 
 def test_a_plot_is_saved_as_a_smaller_palette_png_of_the_same_size(tmp_path):

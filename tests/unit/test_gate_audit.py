@@ -1,9 +1,9 @@
-"""The gate's audit (consumers/gate/audit.py): pure over records, no broker."""
+"""The gate's audit (rftbus/consumers/gate/audit.py): pure over records, no broker."""
 
 from __future__ import annotations
 
 from rftbus.consumers.gate.audit import Answer, audit
-from rftbus.schemas import GateDecision
+from rftbus.ground.schemas import GateDecision
 
 
 def dec(decision: str, version: int, at: int, lineage: str = "", serving: int = 0) -> GateDecision:

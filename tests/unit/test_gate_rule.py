@@ -1,4 +1,4 @@
-"""The promotion gate's statistics and state (consumers/gate/rule.py, state.py): pure logic, no broker."""
+"""The promotion gate's statistics and state (rftbus/consumers/gate/rule.py, state.py): pure logic, no broker."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from rftbus.config.gate import GateConfig
+from rftbus.ground.config.gate import GateConfig
 from rftbus.consumers.gate.rule import Arm, decide
 from rftbus.consumers.gate.state import GateState, Ref
 

@@ -1,4 +1,4 @@
-"""GenAI spans read as model calls (streams/traces): bodies built by the OpenTelemetry SDK and its own OTLP encoder,
+"""GenAI spans read as model calls (rftbus/streams/traces): bodies built by the OpenTelemetry SDK and its own OTLP encoder,
 in each form the semantic conventions use; spans that are no model call, or lack content, refused with a reason;
 OTLP/JSON with hex ids. No broker."""
 
@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from rftbus.streams.traces.genai import GenAICall, Refused, model_version, read_call
-from rftbus.otel.otlp import JSON, OtlpError, parse, spans
+from rftbus.ground.otel.otlp import JSON, OtlpError, parse, spans
 
 INPUT = [{"role": "system", "parts": [{"type": "text", "content": "Answer with the number."}]},
          {"role": "user", "parts": [{"type": "text", "content": "What is 7 times 8?"}]}]

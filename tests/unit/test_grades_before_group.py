@@ -1,4 +1,4 @@
-"""A grade that reaches the ingest before its group (streams/live.py EARLY): after a kill -9 the live table is recovered
+"""A grade that reaches the ingest before its group (rftbus/streams/live.py EARLY): after a kill -9 the live table is recovered
 as of the committed inputs, so a hold whose raw record is read again is not in it while the grade the join made from
 its index records is already on `joined`; the restarted agent may read joined first. The grade waits for its group
 (found by `rftbus chaos --every-event`: it was rejected `feedback_expired` and the group lost the sample's grade)."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from rftbus.bench.synthetic import make_group
-from rftbus.schemas import Feedback, FeedbackKind, Source, make_codec
+from rftbus.apps.bench.synthetic import make_group
+from rftbus.ground.schemas import Feedback, FeedbackKind, Source, make_codec
 from rftbus.streams import live as L
 from rftbus.streams.telemetry import Counters
 from rftbus.streams.view import GroupReader

@@ -1,4 +1,4 @@
-"""The hole finder (streams/checkpoint/holes.py) as logic: which offsets count as a hole, where the fetch
+"""The hole finder (rftbus/streams/checkpoint/holes.py) as logic: which offsets count as a hole, where the fetch
 position is sought back to, when a gap is accepted. Fetch positions and the clock are scripted.
 
 The end-to-end case (a worker taking over partitions after a kill, through Faust and the broker) is

@@ -1,4 +1,4 @@
-"""rftbus/kafka/in_flight.py: a sink waits for its own records, not for everything a shared producer holds (the
+"""rftbus/ground/kafka/in_flight.py: a sink waits for its own records, not for everything a shared producer holds (the
 trainer's checkpoint waited for metrics and weight records to a frozen leader), and a failed delivery is raised
 naming the record. Through the real trainer sinks (Rejector, WeightPublisher) over a producer whose partitions
 answer or hang as the test says (the real broker's frozen leader: rftbus chaos --nodes 3, docs/RELIABILITY.md)."""
@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from rftbus.kafka.in_flight import DeliveryError, InFlight
-from rftbus.schemas import Rejection, WeightVersion, make_codec
+from rftbus.ground.kafka.in_flight import DeliveryError, InFlight
+from rftbus.ground.schemas import Rejection, WeightVersion, make_codec
 from rftbus.trainer.batch_source import Polled
 from rftbus.trainer.publish import WeightPublisher
 from rftbus.trainer.rejects import Rejector

@@ -7,11 +7,11 @@ import random
 
 import pytest
 
-from rftbus.bench.late_feedback import arm_config, arm_figures, verdict
-from rftbus.config import load_config
-from rftbus.config.simulate import GradersConfig
-from rftbus.simulate.graders import Answer, plan
-from rftbus.weights.staleness import bound
+from rftbus.apps.bench.late_feedback import arm_config, arm_figures, verdict
+from rftbus.ground.config import load_config
+from rftbus.ground.config.simulate import GradersConfig
+from rftbus.apps.simulate.graders import Answer, plan
+from rftbus.ground.weights.staleness import bound
 from tests.conftest import REPO
 
 
@@ -75,8 +75,8 @@ def test_the_verdict_checks_both_targets_and_the_books():
 
 
 def test_repeats_pool_to_the_mean_gain_and_one_bad_run_spoils_the_books(tmp_path):
-    from rftbus.bench.arms import plot_evals
-    from rftbus.bench.late_feedback import pooled
+    from rftbus.apps.bench.arms import plot_evals
+    from rftbus.apps.bench.late_feedback import pooled
 
     def run(gain, lost=0, p50=None):
         return arm_figures({"eval_reward_initial": 0.25, "eval_reward_final": 0.25 + gain, "experiences_lost": lost,
@@ -84,7 +84,7 @@ def test_repeats_pool_to_the_mean_gain_and_one_bad_run_spoils_the_books(tmp_path
                             "eval_points": [{"seconds": 20.0, "version": 0, "reward": 0.25},
                                             {"seconds": 400.0, "version": 40, "reward": 0.25 + gain}]})
 
-    from rftbus.bench.late_feedback import eval_mean_over_time
+    from rftbus.apps.bench.late_feedback import eval_mean_over_time
 
     assert eval_mean_over_time([{"seconds": 0.0, "reward": 0.2}, {"seconds": 10.0, "reward": 0.4},
                                 {"seconds": 30.0, "reward": 0.4}]) == pytest.approx((3.0 + 8.0) / 30, abs=1e-4)
@@ -111,7 +111,7 @@ def test_rollouts_past_eta_train_only_up_to_their_own_bound_when_one_is_set():
 
 
 def test_stale_rollout_arms_differ_only_in_the_rollout_bound(tmp_path):
-    from rftbus.bench import stale_rollouts as SR
+    from rftbus.apps.bench import stale_rollouts as SR
 
     base = load_config(REPO / "configs" / "real-times.yaml", environ={})
     a, b = (SR.arm_config(base, arm, tmp_path, 3, 8) for arm in SR.ARMS)
@@ -124,8 +124,8 @@ def test_stale_rollout_arms_differ_only_in_the_rollout_bound(tmp_path):
 
 
 def test_slow_rollouts_share_by_generation_time():
-    from rftbus.run.durations import by_generation_time
-    from rftbus.run.ledger import Ledger, RawRecord, RejRecord
+    from rftbus.apps.run.durations import by_generation_time
+    from rftbus.apps.run.ledger import Ledger, RawRecord, RejRecord
 
     led = Ledger("raw")
     for i in range(8):  # generation 100..800 ms; the two slowest went stale, the rest trained

@@ -1,13 +1,16 @@
-"""The import layers (docs/DESIGN.md, "The loop"), read from the source with `ast`, so a violation fails here:
+"""The import layers (docs/DESIGN.md, "The loop"), read from the folders and the source with `ast`, so a violation
+fails here:
 
-- the ground (config, kafka, schemas, weights, models and the small shared modules) imports no component
-  and no app code;
-- the components (producers, consumers, streams, trainer) import no app code (cli, run, chaos, bench);
+- rftbus/ holds three layers as folders: rftbus/ground/ (config, kafka, schemas, weights, models, rewards and the
+  small shared modules), the components (every other folder of rftbus/ but apps/: producers, consumers, streams,
+  trainer) and rftbus/apps/ (the CLI, run, simulate, and the bench and chaos harnesses);
+- the ground imports no component and no app code;
+- the components import no app code;
 - nothing on a runtime path imports the benchmarks or the chaos harness: only their own CLI commands do;
-- no import cycle between packages: the components, each package of the ground and each of the app are nodes, and
+- no import cycle between packages: the components, each package of the ground and each of the apps are nodes, and
   no two of them import each other, directly or round a cycle (the studio mounts into serve through an entry point,
-  producers/serve/mounts.py; both take their HTTP auth and errors from the ground's rftbus/web; the benchmarks
-  see the CLI's state through an interface, bench/context.py).
+  rftbus/producers/serve/mounts.py; both take their HTTP auth and errors from the ground's rftbus/ground/web; the
+  benchmarks see the CLI's state through an interface, rftbus/apps/bench/context.py).
 Relative imports count as what they resolve to.
 """
 
@@ -16,16 +19,22 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-ROOTS = {"rftbus": "rftbus", "rftbus.producers": "producers", "rftbus.consumers": "consumers",
-         "rftbus.streams": "streams", "rftbus.schemas": "schemas", "rftbus.trainer": "trainer"}
-GROUND = ("rftbus.config", "rftbus.kafka", "rftbus.schemas", "rftbus.weights", "rftbus.models", "rftbus.errors",
-          "rftbus.sandbox", "rftbus.profile", "rftbus.web",
-          "rftbus.status", "rftbus.broker", "rftbus.tasksets", "rftbus.figures", "rftbus.otel", "rftbus.once")
-COMPONENTS = ("rftbus.producers", "rftbus.consumers", "rftbus.streams", "rftbus.trainer")
-APP = ("rftbus.cli", "rftbus.run", "rftbus.chaos", "rftbus.bench", "rftbus.bus_check", "rftbus.simulate")
-HARNESSES = ("rftbus.chaos", "rftbus.bench")
-HARNESS_ENTRIES = ("rftbus.cli.bench_cmd", "rftbus.cli.chaos_cmd")  # the commands that start them
+PKG = Path(__file__).resolve().parents[2] / "rftbus"
+LAYER_FOLDERS = ("ground", "apps")
+
+
+def _nodes(folder: Path, prefix: str) -> tuple[str, ...]:
+    """A folder's packages and modules, as dotted names: the nodes of the import graph."""
+    return tuple(sorted(f"{prefix}.{p.stem}" for p in folder.iterdir()
+                        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.stem != "__init__")))
+
+
+GROUND = _nodes(PKG / "ground", "rftbus.ground")
+APP = _nodes(PKG / "apps", "rftbus.apps")
+COMPONENTS = tuple(n for n in _nodes(PKG, "rftbus")
+                   if n.rpartition(".")[2] not in (*LAYER_FOLDERS, "__main__"))
+HARNESSES = ("rftbus.apps.chaos", "rftbus.apps.bench")
+HARNESS_ENTRIES = ("rftbus.apps.cli.bench_cmd", "rftbus.apps.cli.chaos_cmd")  # the commands that start them
 
 
 def _in(module: str, prefixes: tuple[str, ...]) -> bool:
@@ -33,15 +42,18 @@ def _in(module: str, prefixes: tuple[str, ...]) -> bool:
 
 
 def modules() -> dict[str, Path]:
-    out = {}
-    for pkg, folder in ROOTS.items():
-        for f in (REPO / folder).rglob("*.py"):
-            parts = [p for p in f.relative_to(REPO / folder).with_suffix("").parts if p != "__init__"]
-            name = ".".join([pkg, *parts])
-            if pkg == "rftbus" and parts and parts[0] in ("producers", "consumers", "streams", "schemas", "trainer"):
-                continue  # (not a folder of rftbus/)
-            out[name] = f
-    return out
+    return {".".join(["rftbus", *[q for q in f.relative_to(PKG).with_suffix("").parts if q != "__init__"]]): f
+            for f in PKG.rglob("*.py")}
+
+
+def test_the_package_is_its_three_layers():
+    """Nothing sits in rftbus/ beside the layers: new code picks its layer by where it is put."""
+    loose = sorted(p.name for p in PKG.iterdir()
+                   if p.suffix == ".py" and p.stem not in ("__init__", "__main__"))
+    assert loose == [], f"modules outside a layer folder: {loose}"
+    assert set(COMPONENTS) == {"rftbus.producers", "rftbus.consumers", "rftbus.streams", "rftbus.trainer"}
+    assert {"rftbus.ground.config", "rftbus.ground.kafka", "rftbus.ground.schemas", "rftbus.ground.weights"} <= set(GROUND)
+    assert {"rftbus.apps.cli", "rftbus.apps.run", "rftbus.apps.bench", "rftbus.apps.chaos"} <= set(APP)
 
 
 def imports(path: Path, module: str = "") -> set[str]:
@@ -114,15 +126,15 @@ def test_import_layers_hold():
 def test_the_check_finds_a_violation(tmp_path, monkeypatch):
     """The rule is not vacuous: a ground module importing a component is reported."""
     fake = tmp_path / "kafka_extra.py"
-    fake.write_text("from rftbus.streams.app import build\nfrom rftbus.bench.processes import WorkerProcess\n")
+    fake.write_text("from rftbus.streams.app import build\nfrom rftbus.apps.bench.processes import WorkerProcess\n")
     real = modules()
-    monkeypatch.setattr(__import__(__name__), "modules", lambda: {**real, "rftbus.kafka.extra": fake})
+    monkeypatch.setattr(__import__(__name__), "modules", lambda: {**real, "rftbus.ground.kafka.extra": fake})
     found = violations()
     assert [v for v in found if not v.startswith("import cycle")] == [
-        "ground rftbus.kafka.extra imports rftbus.bench.processes",
-        "ground rftbus.kafka.extra imports rftbus.streams.app",
-        "runtime module rftbus.kafka.extra imports the harness rftbus.bench.processes"]
-    assert "import cycle rftbus.kafka -> rftbus.streams -> rftbus.kafka" in found  # (streams reads with kafka)
+        "ground rftbus.ground.kafka.extra imports rftbus.apps.bench.processes",
+        "ground rftbus.ground.kafka.extra imports rftbus.streams.app",
+        "runtime module rftbus.ground.kafka.extra imports the harness rftbus.apps.bench.processes"]
+    assert "import cycle rftbus.ground.kafka -> rftbus.streams -> rftbus.ground.kafka" in found  # (streams reads with kafka)
 
 
 def test_the_check_finds_a_cycle_through_a_relative_import(tmp_path, monkeypatch):
@@ -143,20 +155,20 @@ def test_the_check_finds_a_cycle_inside_the_ground(tmp_path, monkeypatch):
     """The weights store imports the models; a models module importing the weights closes a cycle in the ground
     (as models/export.py did before it moved to weights/)."""
     extra = tmp_path / "models_extra.py"
-    extra.write_text("from rftbus.weights.follower import published\n")
+    extra.write_text("from rftbus.ground.weights.follower import published\n")
     real = modules()
-    monkeypatch.setattr(__import__(__name__), "modules", lambda: {**real, "rftbus.models.extra": extra})
+    monkeypatch.setattr(__import__(__name__), "modules", lambda: {**real, "rftbus.ground.models.extra": extra})
     found = violations()
-    assert "import cycle rftbus.models -> rftbus.weights -> rftbus.models" in found
-    assert all(v.startswith("import cycle") and "rftbus.models -> rftbus.weights" in v for v in found)
+    assert "import cycle rftbus.ground.models -> rftbus.ground.weights -> rftbus.ground.models" in found
+    assert all(v.startswith("import cycle") and "rftbus.ground.models -> rftbus.ground.weights" in v for v in found)
 
 
 def test_the_check_finds_a_cycle_between_app_packages(tmp_path, monkeypatch):
     """The CLI imports the benchmarks (its bench command); a benchmark importing the CLI closes a cycle."""
     extra = tmp_path / "bench_extra.py"
-    extra.write_text("from rftbus.cli.context import state\n")
+    extra.write_text("from rftbus.apps.cli.context import state\n")
     real = modules()
-    monkeypatch.setattr(__import__(__name__), "modules", lambda: {**real, "rftbus.bench.extra": extra})
+    monkeypatch.setattr(__import__(__name__), "modules", lambda: {**real, "rftbus.apps.bench.extra": extra})
     found = violations()  # (and through the chaos harness, which reuses the benchmarks' process helpers)
-    assert "import cycle rftbus.bench -> rftbus.cli -> rftbus.bench" in found
-    assert all(v.startswith("import cycle rftbus.bench -> rftbus.cli") for v in found)
+    assert "import cycle rftbus.apps.bench -> rftbus.apps.cli -> rftbus.apps.bench" in found
+    assert all(v.startswith("import cycle rftbus.apps.bench -> rftbus.apps.cli") for v in found)

@@ -1,15 +1,15 @@
-"""Weight lineages (rftbus/models/lineage.py) and run.trainers: a second trainer on the same stream is its own
+"""Weight lineages (rftbus/ground/models/lineage.py) and run.trainers: a second trainer on the same stream is its own
 consumer group, status, checkpoints, books and weights key."""
 
 from __future__ import annotations
 
 import pytest
 
-from rftbus.config import Config, ConfigError, load_config
-from rftbus.models.lineage import check_lineage, label, lineage_of, weights_key
-from rftbus.schemas import GateDecision
+from rftbus.ground.config import Config, ConfigError, load_config
+from rftbus.ground.models.lineage import check_lineage, label, lineage_of, weights_key
+from rftbus.ground.schemas import GateDecision
 from rftbus.trainer.rejects import rejection_id
-from rftbus.weights.decisions import ServedVersions
+from rftbus.ground.weights.decisions import ServedVersions
 
 
 def test_keys_labels_and_names():

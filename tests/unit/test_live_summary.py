@@ -1,7 +1,7 @@
 """The live part of a run's summary: the feedback join latency survives a streams worker's restart (its window is
 in the killed process's memory; the run keeps each process's last status)."""
 
-from rftbus.run.live import _join_latency
+from rftbus.apps.run.live import _join_latency
 
 
 def test_join_latency_is_the_busiest_process_window_even_after_a_restart():

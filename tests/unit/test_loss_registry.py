@@ -1,4 +1,4 @@
-"""Losses are registered like rewards (trainer/losses/__init__.py): a built-in name, or a Loss subclass of one's own
+"""Losses are registered like rewards (rftbus/trainer/losses/__init__.py): a built-in name, or a Loss subclass of one's own
 by dotted path, made with the config's correction; what is not a Loss, or a loss that cannot read what the config
 asks of it, is said in one line. No broker."""
 
@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from rftbus.config.trainer import TrainerConfig
-from rftbus.errors import RftbusError
+from rftbus.ground.config.trainer import TrainerConfig
+from rftbus.ground.errors import RftbusError
 from rftbus.trainer.losses import BUILTIN, Loss, loss_class, make_loss, mixes
 
 OWN = '''

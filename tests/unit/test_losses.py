@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from rftbus.schemas import Experience, ExperienceGroup
+from rftbus.ground.schemas import Experience, ExperienceGroup
 from rftbus.trainer.batch import Row, collate, whiten_advantages
-from rftbus.config.trainer import TrainerConfig
+from rftbus.ground.config.trainer import TrainerConfig
 from rftbus.trainer.losses import make_loss, resolve_off_policy
 from rftbus.trainer.losses.base import PolicyOut, TrainBatch
 from rftbus.trainer.losses.dpo import DPOLoss
@@ -204,8 +204,8 @@ def test_collate_aligns_response_tokens():
 def test_recomputed_logprobs_match_generation_at_the_same_weights():
     """The trainer's recompute (right-padded, temperature from metadata) equals what `generate`
     sampled from (left-padded, as the explorer does): the alignment every ratio depends on."""
-    from rftbus.models.config import ModelConfig
-    from rftbus.models.loading import load_policy, load_tokenizer
+    from rftbus.ground.models.config import ModelConfig
+    from rftbus.ground.models.loading import load_policy, load_tokenizer
     from rftbus.trainer.policy import PolicyWithValue, token_logp_entropy
 
     tok = load_tokenizer(ModelConfig())
@@ -235,10 +235,10 @@ def test_recomputed_logprobs_match_generation_at_the_same_weights():
 
 
 def test_evaluate_scores_greedy_generations_on_the_eval_split():
-    from rftbus.models.config import ModelConfig
-    from rftbus.models.prompt import PromptFormat
-    from rftbus.models.loading import load_policy, load_tokenizer
-    from rftbus.tasksets import get_taskset
+    from rftbus.ground.models.config import ModelConfig
+    from rftbus.ground.models.prompt import PromptFormat
+    from rftbus.ground.models.loading import load_policy, load_tokenizer
+    from rftbus.ground.tasksets import get_taskset
     from rftbus.trainer.evaluate import evaluate
 
     tok = load_tokenizer(ModelConfig())

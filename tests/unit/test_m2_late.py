@@ -1,11 +1,11 @@
-"""The late-row correction (M2PO's second-moment mask, trainer/losses/m2.py): pure tensor logic."""
+"""The late-row correction (M2PO's second-moment mask, rftbus/trainer/losses/m2.py): pure tensor logic."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from rftbus.config.trainer import TrainerConfig
+from rftbus.ground.config.trainer import TrainerConfig
 from rftbus.trainer.batch import Row, late_rows
 from rftbus.trainer.losses.grpo import GRPOLoss
 from rftbus.trainer.losses.m2 import m2_keep
@@ -77,7 +77,7 @@ def test_without_late_rows_the_objective_is_unchanged():
 
 
 def test_late_rows_of_a_batch():
-    from rftbus.schemas import Experience, ExperienceGroup
+    from rftbus.ground.schemas import Experience, ExperienceGroup
 
     def row(v: int, expert: bool = False) -> Row:
         e = Experience(experience_id=f"e{v}", response_ids=[1], logprobs=[-1.0], loss_mask=[True], model_version=v)

@@ -1,4 +1,4 @@
-"""Micro-batches by a token budget (trainer/micro.py): the plan's units and bounds, and through DeepSpeed's
+"""Micro-batches by a token budget (rftbus/trainer/micro.py): the plan's units and bounds, and through DeepSpeed's
 real engine, a step cut into micro-batches takes the same gradient and lands on the same weights as the
 whole batch."""
 
@@ -57,7 +57,7 @@ def test_every_rank_runs_the_agreed_count():
 
 
 def test_micro_batches_take_the_whole_batch_gradient(dist_env):  # noqa: F811
-    from rftbus.config.trainer import TrainerConfig
+    from rftbus.ground.config.trainer import TrainerConfig
     from rftbus.trainer.engine import build_engine
     from rftbus.trainer.step import train_step
 

@@ -1,12 +1,12 @@
-"""model.dtype auto (rftbus/models/loading.py::dtype_name): the checkpoint's own dtype where a model generates on a
+"""model.dtype auto (rftbus/ground/models/loading.py::dtype_name): the checkpoint's own dtype where a model generates on a
 GPU, float32 on the CPU and in the trainer; a dtype set is kept. Reads config.json only: no GPU, no broker."""
 
 from __future__ import annotations
 
 from transformers import LlamaConfig
 
-from rftbus.models.config import ModelConfig
-from rftbus.models.loading import dtype_name, load_policy
+from rftbus.ground.models.config import ModelConfig
+from rftbus.ground.models.loading import dtype_name, load_policy
 
 
 def test_auto_is_the_checkpoints_dtype_on_a_gpu_and_float32_elsewhere(tmp_path):

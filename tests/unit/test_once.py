@@ -1,4 +1,4 @@
-"""rftbus/once.py: a cached folder is made by one process however many ask at once, and never again once its
+"""rftbus/ground/once.py: a cached folder is made by one process however many ask at once, and never again once its
 marker is there. No broker."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import multiprocessing
 import time
 from pathlib import Path
 
-from rftbus.once import once
+from rftbus.ground.once import once
 
 
 def _make(folder: Path, log: Path) -> None:

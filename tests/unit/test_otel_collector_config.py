@@ -1,11 +1,11 @@
-"""The configuration rftbus gives the OpenTelemetry Collector (rftbus/otel/collector.py) and the builder's pins
-(rftbus/otel/builder-config.yaml): one traces pipeline, OTLP over HTTP and gRPC in, the Kafka exporter out with
+"""The configuration rftbus gives the OpenTelemetry Collector (rftbus/ground/otel/collector.py) and the builder's pins
+(rftbus/ground/otel/builder-config.yaml): one traces pipeline, OTLP over HTTP and gRPC in, the Kafka exporter out with
 otlp_proto keyed by trace id; every module at one release. No broker (the Collector itself: tests/integration)."""
 
 from __future__ import annotations
 
-from rftbus.otel.build import binary_path, builder_config, release
-from rftbus.otel.collector import CollectorSpec, collector_config
+from rftbus.ground.otel.build import binary_path, builder_config, release
+from rftbus.ground.otel.collector import CollectorSpec, collector_config
 
 
 def test_one_traces_pipeline_from_otlp_to_kafka_keyed_by_trace_id():
@@ -30,7 +30,7 @@ def test_the_builder_pins_every_module_at_one_release(tmp_path):
 
 def test_spans_are_partitioned_as_every_rftbus_producer_partitions():
     """murmur2 (Kafka's), not the exporter's default Sarama FNV-1a: a grade serve writes for a trace (keyed by its hex
-    id, rftbus/otel/grade.py) must land in the partition of the trace's spans, where the traces stage joins them."""
+    id, rftbus/ground/otel/grade.py) must land in the partition of the trace's spans, where the traces stage joins them."""
     kafka = collector_config(CollectorSpec(brokers=["b:9092"], topic="t"))["exporters"]["kafka"]
     assert kafka["record_partitioner"] == {"sticky_key": {"hasher": "murmur2"}}
 
@@ -51,8 +51,8 @@ def test_the_compose_collector_config_is_what_rftbus_generates():
 def test_check_says_in_one_line_when_run_could_not_start_the_collector(tmp_path, monkeypatch):
     """otel.collector on a machine with no Collector built and no Go: `rftbus check` refuses it, naming both ways
     out; a collector_binary that is not there is named."""
-    from rftbus.config import load_config
-    from rftbus.run.check import Report, check_otel
+    from rftbus.ground.config import load_config
+    from rftbus.apps.run.check import Report, check_otel
 
     monkeypatch.setenv("PATH", str(tmp_path))  # (no `go` on it)
     cfg = load_config(overrides={"state_dir": str(tmp_path), "otel": {"collector": True}}, environ={})
@@ -70,7 +70,7 @@ def test_check_says_in_one_line_when_run_could_not_start_the_collector(tmp_path,
 def test_a_secured_broker_gives_the_collector_its_role_login_by_the_environment():
     """rftbus run's embedded broker takes SASL users per role: the Collector logs in as the `otel` role, its
     password by an environment variable, never written in the YAML."""
-    from rftbus.otel.collector import PASSWORD_ENV
+    from rftbus.ground.otel.collector import PASSWORD_ENV
 
     spec = CollectorSpec.for_client({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanisms": "PLAIN",
                                      "sasl.username": "rftbus-otel", "sasl.password": "s3cret"},

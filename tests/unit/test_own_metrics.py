@@ -6,9 +6,9 @@ from __future__ import annotations
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from rftbus.cli.own_metrics import serve_own
-from rftbus.config import Config
-from rftbus.status import write_status
+from rftbus.apps.cli.own_metrics import serve_own
+from rftbus.ground.config import Config
+from rftbus.ground.status import write_status
 
 
 def samples(url: str) -> dict[str, list]:

@@ -1,4 +1,4 @@
-"""`rftbus run`'s passes over the taskset (rftbus/run/passes.py): a later pass does not wait for the previous one's
+"""`rftbus run`'s passes over the taskset (rftbus/apps/run/passes.py): a later pass does not wait for the previous one's
 acknowledgements (#46: a frozen leader held a third of every pass's records, and the trainer, which takes a pass
 of demonstrations in seconds, ran dry), but only one pass is produced at a time and at most IN_FLIGHT await
 Kafka at once. Publishing is replaced by a function that holds its acknowledgements until released; publishing
@@ -9,11 +9,11 @@ from __future__ import annotations
 import threading
 import time
 
-from rftbus.config import load_config
-from rftbus.kafka import clients as clients_mod
+from rftbus.ground.config import load_config
+from rftbus.ground.kafka import clients as clients_mod
 from rftbus.producers.tasks import publish as publish_mod
 from rftbus.producers.tasks.publish import PublishReport
-from rftbus.run import passes as passes_mod
+from rftbus.apps.run import passes as passes_mod
 
 
 def _until(cond, timeout: float = 5.0) -> None:
@@ -67,7 +67,7 @@ def test_a_pass_waiting_for_acknowledgements_does_not_hold_the_next(monkeypatch)
 def test_demonstrations_are_kept_ahead_of_the_trainer_for_its_next_seconds(monkeypatch):
     """#46: with one pass as the only mark the toy trainer took each pass as it landed, so every node failover
     (4-6 s) emptied its lane: the feed keeps what the trainer takes in RUN_AHEAD_S waiting, at its recent rate."""
-    from rftbus.run.feed import RUN_AHEAD_S, TakeRate
+    from rftbus.apps.run.feed import RUN_AHEAD_S, TakeRate
 
     now = [0.0]
     rate = TakeRate(clock=lambda: now[0])

@@ -4,14 +4,14 @@ the real broker: tests/integration/test_explorer.py (batch_tasks)."""
 
 from __future__ import annotations
 
-from rftbus.config import Config
-from rftbus.models.loading import load_tokenizer
+from rftbus.ground.config import Config
+from rftbus.ground.models.loading import load_tokenizer
 from rftbus.producers.engines.primed import PrimedEngine
 from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.rewards import make_rewards
 from rftbus.producers.workflows import RolloutContext
 from rftbus.producers.workflows.single_turn import SingleTurn
-from rftbus.tasksets import get_taskset
+from rftbus.ground.tasksets import get_taskset
 
 
 class Counting(TransformersEngine):

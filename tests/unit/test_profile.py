@@ -1,4 +1,4 @@
-"""rftbus/profile.py and the run's table of it (run/profile_table.py): phases add up wall and CPU seconds,
+"""rftbus/ground/profile.py and the run's table of it (run/profile_table.py): phases add up wall and CPU seconds,
 ride along in every status file, and the run's table names every process of this run only."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 
 from rich.console import Console
 
-from rftbus import profile
-from rftbus.run.profile_table import collect, proc_usage, table
-from rftbus.status import write_status
+from rftbus.ground import profile
+from rftbus.apps.run.profile_table import collect, proc_usage, table
+from rftbus.ground.status import write_status
 
 
 def test_phases_count_wall_and_cpu_and_ride_in_status_files(tmp_path):
@@ -44,7 +44,7 @@ def test_phases_count_wall_and_cpu_and_ride_in_status_files(tmp_path):
 
 def test_a_headless_run_prints_one_plain_progress_line():
     """#45: with output to a file the live view's frames never show; a line does."""
-    from rftbus.run.display import progress_line
+    from rftbus.apps.run.display import progress_line
 
     line = progress_line(started=time.time() - 95, lags={"raw": 3, "curated": 0}, events=[],
                          statuses=[{"role": "trainer", "step": 12, "version": 12},

@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from rftbus.config.streams import StreamsConfig
+from rftbus.ground.config.streams import StreamsConfig
 from rftbus.producers.acks import AckTracker, DeliveryFailed
 from rftbus.producers.admission import AcceptanceRate, ConsumptionRate, admission_bound
-from rftbus.schemas import Source
+from rftbus.ground.schemas import Source
 from rftbus.streams.curate import decide
 from rftbus.streams.priority import PassRates
 from rftbus.streams.verify import Drop
 from rftbus.streams.view import GroupView, SampleView
-from rftbus.weights.staleness import is_stale, staleness
+from rftbus.ground.weights.staleness import is_stale, staleness
 
 
 def view(rewards: list[float | None], versions: list[int] | None = None, source: Source = Source.explorer,
@@ -48,8 +48,8 @@ def test_a_group_with_varied_rewards_keeps_every_sample_with_centred_advantages(
 def test_graded_answers_have_the_feedback_bound_and_rollouts_keep_eta():
     """A grade that came back hours later (live, human) is judged against rl.max_feedback_staleness, an
     explorer rollout against η; the bound is never tighter than η."""
-    from rftbus.config import RLConfig
-    from rftbus.weights.staleness import bound
+    from rftbus.ground.config import RLConfig
+    from rftbus.ground.weights.staleness import bound
 
     rl = RLConfig(max_staleness=1, max_feedback_staleness=100)
     assert bound(rl, Source.live) == bound(rl, "human") == 100 and bound(rl, Source.explorer) == 1

@@ -50,7 +50,7 @@ def test_off_by_default_and_clients_are_keyed_without_their_token():
         lim.admit("a", 10_000)
     from pydantic import SecretStr
 
-    from rftbus.web.auth import TokenAuth
+    from rftbus.ground.web.auth import TokenAuth
 
     auth = TokenAuth([SecretStr("secret-token")], [])
     key = auth.identity("Bearer secret-token", "1.2.3.4")

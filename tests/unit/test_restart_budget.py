@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rftbus.run.restart_budget import RestartBudget
+from rftbus.apps.run.restart_budget import RestartBudget
 
 
 def test_a_budget_refills_as_restarts_leave_the_window():

@@ -1,4 +1,4 @@
-"""The run's plots (rftbus/run/plots.py) are scaled to their data: rewards in [0, 1] on [0, 1], a reward of one's
+"""The run's plots (rftbus/apps/run/plots.py) are scaled to their data: rewards in [0, 1] on [0, 1], a reward of one's
 own past it in full. No broker."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from rftbus.run.plots import plot_eval, scale_y  # noqa: E402
+from rftbus.apps.run.plots import plot_eval, scale_y  # noqa: E402
 
 
 def _ylim(ys):

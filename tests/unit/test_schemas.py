@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from rftbus.schemas import (
+from rftbus.ground.schemas import (
     RECORD_TYPES, SCHEMA_DIR, AvroDeserializer, Experience, ExperienceGroup, FeedbackKind, SchemaStore, Source,
     fingerprint64, get_store, record_class,
 )
-from rftbus.schemas.store import strip_logical_types
+from rftbus.ground.schemas.store import strip_logical_types
 
 STORE = get_store()
 NAMES = ["Task", "Experience", "ExperienceGroup", "Feedback", "WeightVersion", "TrainerMetric", "Rejection", "GateDecision"]
@@ -196,8 +196,8 @@ def test_history_is_published_and_compatible(name):
     history = STORE.history(name)
     assert [e.version for e in history] == list(range(1, len(history) + 1)), "history must be v1..vN"
     assert history[-1].raw == STORE.current(name).raw, (
-        f"schemas/{name}.avsc changed but was not published: copy it to "
-        f"schemas/history/{name}/v{len(history) + 1}.avsc (after checking it is backward-compatible)")
+        f"rftbus/ground/schemas/{name}.avsc changed but was not published: copy it to "
+        f"rftbus/ground/schemas/history/{name}/v{len(history) + 1}.avsc (after checking it is backward-compatible)")
     current = STORE.current(name)
     for old in history:
         assert_backward_compatible(old.raw, current.raw)

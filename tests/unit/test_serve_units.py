@@ -6,20 +6,20 @@ from __future__ import annotations
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from rftbus.config import load_config
-from rftbus.models.config import ModelConfig
-from rftbus.models.prompt import PromptFormat
-from rftbus.models.tokenizer import build_char_tokenizer
+from rftbus.ground.config import load_config
+from rftbus.ground.models.config import ModelConfig
+from rftbus.ground.models.prompt import PromptFormat
+from rftbus.ground.models.tokenizer import build_char_tokenizer
 from rftbus.producers.engines.base import Completion
-from rftbus.web.auth import Scope, TokenAuth
-from rftbus.web.errors import BadRequest, Forbidden, Unauthorized
+from rftbus.ground.web.auth import Scope, TokenAuth
+from rftbus.ground.web.errors import BadRequest, Forbidden, Unauthorized
 from rftbus.producers.serve.feedback import FeedbackRequest
-from rftbus.models.prompt import default_task_id
+from rftbus.ground.models.prompt import default_task_id
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, chat_prompt, completion_prompt,
                                              cut_at_stop)
 from rftbus.producers.serve.records import LivePrompt, RecentPrompts, live_group
 from rftbus.producers.serve.responses import TextStream
-from rftbus.schemas import FeedbackKind, Source
+from rftbus.ground.schemas import FeedbackKind, Source
 from rftbus.streams.feedback import grades
 
 TOK = build_char_tokenizer()
@@ -87,7 +87,7 @@ def test_rating_scale_check():
 
 
 def test_the_simulated_follow_up_turn_is_one_serve_takes():
-    from rftbus.simulate.runner import follow_up
+    from rftbus.apps.simulate.runner import follow_up
 
     turns = follow_up([{"role": "user", "content": "1+2="}], "4")
     assert chat_prompt(FMT, ChatRequest.model_validate({"messages": turns}))[1].endswith("user: wrong\nassistant: ")
@@ -171,7 +171,7 @@ def test_live_group_and_recent_prompts():
 def test_record_budget_is_all_or_none(tmp_path):
     """A real librdkafka producer pointed at nothing: records wait, the byte budget fills, a batch that
     does not fit is refused whole."""
-    from rftbus.kafka.clients import make_producer
+    from rftbus.ground.kafka.clients import make_producer
     from rftbus.producers.serve.recorder import BufferFull, Recorder
 
     cfg = load_config(overrides={"state_dir": str(tmp_path), "kafka": {"bootstrap_servers": "127.0.0.1:9"}}, environ={})
@@ -189,7 +189,7 @@ def test_record_budget_is_all_or_none(tmp_path):
 
 
 def test_one_rating_rule_over_http_and_kafka():
-    from rftbus.schemas import Feedback
+    from rftbus.ground.schemas import Feedback
     from rftbus.streams.feedback import BadFeedback
 
     scale = (1.0, 5.0)
@@ -205,7 +205,7 @@ def test_an_episode_grade_is_credited_to_each_call_and_an_ungraded_episode_is_na
     from rftbus.producers.serve.sessions import Sessions
     from rftbus.streams.verify import check_limits
     from rftbus.streams.view import GroupView, SampleView
-    from rftbus.config.streams import StreamsConfig
+    from rftbus.ground.config.streams import StreamsConfig
 
     s = Sessions(max_sessions=2, max_calls=3)
     for turn in range(3):
@@ -234,7 +234,7 @@ def test_an_episode_grade_is_credited_to_each_call_and_an_ungraded_episode_is_na
 
 
 def test_a_session_belongs_to_the_client_that_opened_it():
-    from rftbus.web.errors import Forbidden
+    from rftbus.ground.web.errors import Forbidden
     from rftbus.producers.serve.sessions import Sessions
 
     s = Sessions(max_sessions=4, max_calls=2)
@@ -256,7 +256,7 @@ class _Loads:
         self.missing = set(missing)
 
     def load(self, version):
-        from rftbus.errors import RftbusError
+        from rftbus.ground.errors import RftbusError
 
         if version in self.missing:
             raise RftbusError(f"no file for v{version}")
@@ -277,7 +277,7 @@ def _gated(tmp_path, max_sessions=3, missing=()):
 
 
 def _decide(gv, decision, version, serving, candidate=None):
-    from rftbus.schemas import GateDecision
+    from rftbus.ground.schemas import GateDecision
 
     gv._fold(GateDecision(decision_id=f"{decision}:{version}", model=gv.model, decision=decision, version=version,
                           serving=serving, candidate=candidate, canary_share=0.5 if candidate is not None else 0.0,

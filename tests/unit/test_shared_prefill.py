@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rftbus.config import Config
-from rftbus.models.loading import load_tokenizer
+from rftbus.ground.config import Config
+from rftbus.ground.models.loading import load_tokenizer
 from rftbus.producers.engines.transformers import TransformersEngine
-from rftbus.tasksets import get_taskset
+from rftbus.ground.tasksets import get_taskset
 
 
 def _sample(eng: TransformersEngine, prompts, sampling, shared: bool):

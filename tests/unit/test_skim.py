@@ -1,4 +1,4 @@
-"""Skim + splice (schemas/skim.py, streams/view.py): the curated bytes are exactly a full re-encode, and
+"""Skim + splice (rftbus/ground/schemas/skim.py, rftbus/streams/view.py): the curated bytes are exactly a full re-encode, and
 bad or unusual bytes get exactly the verdict a full decode gives."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from fastavro import schemaless_writer
 
-from rftbus.schemas import Codec, Experience, ExperienceGroup, SchemaStore, Source, Task, get_store, make_codec
-from rftbus.schemas.skim import Skimmer
-from rftbus.schemas.store import SCHEMA_DIR
-from rftbus.config.streams import StreamsConfig
+from rftbus.ground.schemas import Codec, Experience, ExperienceGroup, SchemaStore, Source, Task, get_store, make_codec
+from rftbus.ground.schemas.skim import Skimmer
+from rftbus.ground.schemas.store import SCHEMA_DIR
+from rftbus.ground.config.streams import StreamsConfig
 from rftbus.streams.verify import read_group, sample_drops
 from rftbus.streams.view import GroupReader, GroupView
 

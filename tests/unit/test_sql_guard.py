@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rftbus.config import load_config
+from rftbus.ground.config import load_config
 from rftbus.consumers.analytics import report_sql as R
 from rftbus.consumers.analytics.backends import QueryError
 from rftbus.consumers.analytics.backends.base import read_limits

@@ -1,4 +1,4 @@
-"""A trainer step's metrics values and lineage line (trainer/step_record.py): staleness and reward are the RL
+"""A trainer step's metrics values and lineage line (rftbus/trainer/step_record.py): staleness and reward are the RL
 samples' only (a demonstration has no policy version), the lineage names every id with its staleness."""
 
 from __future__ import annotations

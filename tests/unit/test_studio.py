@@ -6,11 +6,11 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from pydantic import SecretStr
 
-from rftbus.config import load_config
+from rftbus.ground.config import load_config
 from rftbus.consumers.studio import charts, dashboard, data
 from rftbus.consumers.studio.app import create_studio
 from rftbus.producers.serve.feedback import FeedbackRequest
-from rftbus.schemas import Feedback
+from rftbus.ground.schemas import Feedback
 
 GRADER, READER = "grader-token-1", "reader-token-1"
 
@@ -105,7 +105,7 @@ def test_open_scopes_on_loopback_need_no_token(tmp_path):
 def test_open_read_scope_on_a_public_address_is_refused():
     import pytest
 
-    from rftbus.web.auth import OpenScopeRefused, Scope, TokenAuth
+    from rftbus.ground.web.auth import OpenScopeRefused, Scope, TokenAuth
 
     auth = TokenAuth([SecretStr("i")], [SecretStr("f")], [])
     auth.check_exposure("0.0.0.0", False, {Scope.inference, Scope.feedback})  # read not served: fine

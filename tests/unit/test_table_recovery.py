@@ -1,4 +1,4 @@
-"""The tables' recovery rule (streams/state.py): a changelog record whose input will be read again is not recovered."""
+"""The tables' recovery rule (rftbus/streams/state.py): a changelog record whose input will be read again is not recovered."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from rftbus.run.ticker import Ticker
+from rftbus.apps.run.ticker import Ticker
 
 
 def test_an_error_in_one_call_is_reported_and_the_ticker_goes_on():

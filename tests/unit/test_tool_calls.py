@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from rftbus.models.config import ModelConfig
-from rftbus.models.prompt import PromptFormat
-from rftbus.models.tokenizer import build_char_tokenizer
-from rftbus.models.tool_calls import ToolCallError, for_template, parse
+from rftbus.ground.models.config import ModelConfig
+from rftbus.ground.models.prompt import PromptFormat
+from rftbus.ground.models.tokenizer import build_char_tokenizer
+from rftbus.ground.models.tool_calls import ToolCallError, for_template, parse
 from rftbus.producers.engines.base import Completion
 from rftbus.producers.serve.records import LivePrompt, RecordIds, live_group
 from rftbus.producers.serve.responses import stream

@@ -1,4 +1,4 @@
-"""The topic registry (rftbus/kafka/registry.py) is the one description of every topic, and the tables that used to
+"""The topic registry (rftbus/ground/kafka/registry.py) is the one description of every topic, and the tables that used to
 keep their own view (ACLs, the streams' outputs, the analytics sink, the books) read it."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import ast
 import re
 
-from rftbus.config import Config, TopicsConfig
-from rftbus.kafka import registry
-from rftbus.schemas import SCHEMA_DIR
+from rftbus.ground.config import Config, TopicsConfig
+from rftbus.ground.kafka import registry
+from rftbus.ground.schemas import SCHEMA_DIR
 from tests.conftest import REPO
 
 RUNTIME = ("rftbus", "streams", "trainer", "producers", "consumers", "schemas")
@@ -33,8 +33,8 @@ def test_the_tables_read_the_registry():
     from rftbus.consumers.analytics.kafka_engine import SOURCES
     from rftbus.consumers.analytics.rows import CURATED, TOPIC_RECORDS
     from rftbus.consumers.analytics.schema import TOPIC_TABLES
-    from rftbus.kafka.acls import WRITERS
-    from rftbus.run.ledger import LANES
+    from rftbus.ground.kafka.acls import WRITERS
+    from rftbus.apps.run.ledger import LANES
     from rftbus.streams.topology import OUTPUT_ROLES
 
     assert WRITERS == {t.key: t.writers for t in registry.TOPICS}
@@ -76,7 +76,7 @@ def test_a_topic_table_is_defined_once_and_names_are_spelt_in_the_config_only():
                 consts = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
                 if len(consts) >= 2 and len(consts) == len(node.elts) and frozenset(consts) in facts:
                     tables.append(f"{rel}:{node.lineno} {consts}")
-            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and rel != "rftbus/config/bus.py"
+            if (isinstance(node, ast.Constant) and isinstance(node.value, str) and rel != "rftbus/ground/config/bus.py"
                     and re.fullmatch(r"rft\.[a-z.]+", node.value)):
                 names.append(f"{rel}:{node.lineno} {node.value!r}")
     assert not names, names
@@ -86,7 +86,7 @@ def test_a_topic_table_is_defined_once_and_names_are_spelt_in_the_config_only():
 def test_topics_list_prints_the_registry_with_this_configs_names(tmp_path):
     from typer.testing import CliRunner
 
-    from rftbus.cli.main import app
+    from rftbus.apps.cli.main import app
 
     out = CliRunner().invoke(app, ["--state-dir", str(tmp_path), "topics", "list"], terminal_width=250,
                              env={"RFTBUS_TOPICS__RAW__NAME": "team.raw", "RFTBUS_STREAMS__APP_ID": "team-streams",

@@ -1,7 +1,7 @@
-"""Traced model calls become experience groups (streams/traces/episodes.py) with SmolLM2's real tokenizer and chat
+"""Traced model calls become experience groups (rftbus/streams/traces/episodes.py) with SmolLM2's real tokenizer and chat
 template: the prompt is the one renderer's, ids are the trace's, the version the one the span names, a grade on
 another span becomes a Feedback for the trace's root call; and the trainer takes the current policy's logprobs for an
-answer that came without any (trainer/step.py). No broker."""
+answer that came without any (rftbus/trainer/step.py). No broker."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from rftbus.models.config import ModelConfig
-from rftbus.models.prompt import PromptFormat, default_task_id
-from rftbus.otel.ids import episode_id
-from rftbus.schemas import ExperienceGroup, FeedbackKind, Source, make_codec
+from rftbus.ground.models.config import ModelConfig
+from rftbus.ground.models.prompt import PromptFormat, default_task_id
+from rftbus.ground.otel.ids import episode_id
+from rftbus.ground.schemas import ExperienceGroup, FeedbackKind, Source, make_codec
 from rftbus.streams.traces.episodes import Episodes
-from rftbus.otel.otlp import OtlpError
+from rftbus.ground.otel.otlp import OtlpError
 from rftbus.trainer.batch import Row, collate
 from rftbus.trainer.step import with_behaviour
 
@@ -138,8 +138,8 @@ def test_the_stage_joins_a_trace_grade_to_its_calls_in_either_order(fmt):
 
     from opentelemetry import trace as otel_trace
 
-    from rftbus.config import load_config
-    from rftbus.schemas import Feedback
+    from rftbus.ground.config import load_config
+    from rftbus.ground.schemas import Feedback
     from rftbus.streams.outputs import Emitter
     from rftbus.streams.telemetry import Counters
     from rftbus.streams.traces.stage import Traces

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from rftbus.trainer.batch_source import Polled
-from rftbus.schemas import Experience, ExperienceGroup, Source
+from rftbus.ground.schemas import Experience, ExperienceGroup, Source
 from rftbus.trainer.checks import Limits, check_record
 
 LIMITS = Limits(vocab=100, context=32)

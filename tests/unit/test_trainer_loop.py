@@ -1,8 +1,8 @@
 """The trainer loop with no broker: its batches come from memory through the BatchSource protocol
-(trainer/batch_source.py), everything else is real (a tiny pretrained-shape model in DeepSpeed's engine, the
+(rftbus/trainer/batch_source.py), everything else is real (a tiny pretrained-shape model in DeepSpeed's engine, the
 checkpoints, the weight store, the rejector and publisher writing to an in-memory producer).
 
-What the loop promises (trainer/loop.py's docstring) is checked here on its own: whole groups in offset order,
+What the loop promises (rftbus/trainer/loop.py's docstring) is checked here on its own: whole groups in offset order,
 a record that cannot train rejected at its lane's head, an experience id never trained twice, each commit only
 after the checkpoint that holds the same positions is on disk, each version published after that checkpoint,
 and a restart resuming from the checkpoint's positions with nothing trained again. The same loop against Kafka:
@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from rftbus.bench.synthetic import make_group
-from rftbus.config import Config
-from rftbus.schemas import ExperienceGroup, Rejection, TrainerMetric, WeightVersion, make_codec
-from rftbus.status import StatusFile
+from rftbus.apps.bench.synthetic import make_group
+from rftbus.ground.config import Config
+from rftbus.ground.schemas import ExperienceGroup, Rejection, TrainerMetric, WeightVersion, make_codec
+from rftbus.ground.status import StatusFile
 from rftbus.trainer.batch_source import BatchConsumer, Polled
 from rftbus.trainer.checkpoint import Checkpoints, read_lineage
 from rftbus.trainer.components import Components
@@ -119,8 +119,8 @@ class MemoryComponents(Components):
 
 def _components(cfg: Config, producer: MemoryProducer, log) -> MemoryComponents:
     """What build_components wires, with the Kafka clients left out: the real model, engine, loss and sinks."""
-    from rftbus.models.loading import load_policy, load_tokenizer
-    from rftbus.models.prompt import prompt_format
+    from rftbus.ground.models.loading import load_policy, load_tokenizer
+    from rftbus.ground.models.prompt import prompt_format
     from rftbus.trainer.checks import Limits
     from rftbus.trainer.engine import build_engine
     from rftbus.trainer.losses import make_loss

@@ -25,8 +25,8 @@ def pytest_collection_modifyitems(config, items):
 def smollm2_folder() -> str:
     """SmolLM2-135M-Instruct as a Hugging Face folder (the preset's GGUF, converted once into the repo's cache,
     which the main suite shares)."""
-    from rftbus.models.config import ModelConfig
-    from rftbus.models.source import model_folder
+    from rftbus.ground.models.config import ModelConfig
+    from rftbus.ground.models.source import model_folder
 
     folder = model_folder(ModelConfig(name="smollm2-135m-instruct", cache_dir=str(REPO / ".rftbus" / "models")))
     assert folder is not None

@@ -9,12 +9,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rftbus.config import Config
-from rftbus.config.explorer import SamplingConfig
-from rftbus.errors import RftbusError
-from rftbus.models.loading import load_policy, load_tokenizer
-from rftbus.models.lora import Adapter, adapter_payload, from_payload, wrap
-from rftbus.models.prompt import prompt_format
+from rftbus.ground.config import Config
+from rftbus.ground.config.explorer import SamplingConfig
+from rftbus.ground.errors import RftbusError
+from rftbus.ground.models.loading import load_policy, load_tokenizer
+from rftbus.ground.models.lora import Adapter, adapter_payload, from_payload, wrap
+from rftbus.ground.models.prompt import prompt_format
 from rftbus.producers.engines import make_engine
 from rftbus.trainer.evaluate import engine_greedy, policy_greedy
 from recompute import trainer_logp

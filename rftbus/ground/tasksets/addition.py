@@ -1,0 +1,59 @@
+"""k-digit addition: "37+45=" -> "82". Partial credit per correct digit, so learning has a gradient."""
+
+from __future__ import annotations
+
+import random
+
+from rftbus.ground.tasksets.base import BuiltinTaskset
+
+
+def digit_credit(response: str, answer: str) -> dict[str, float]:
+    """exact: 1 if the answer is right; digits: share of answer positions right (extra length costs)."""
+    pred = response.strip()
+    width = max(len(pred), len(answer), 1)
+    hits = sum(1 for p, a in zip(pred, answer) if p == a)
+    digits = hits / width
+    exact = 1.0 if pred == answer else 0.0
+    return {"reward": 0.5 * digits + 0.5 * exact, "digits": digits, "exact": exact}
+
+
+def place_value_credit(response: str, answer: str) -> dict[str, float]:
+    """Like digit_credit but aligned from the right (ones with ones): a training-only shaping reward.
+
+    Left-aligned credit pays for a leading "1" whatever the prompt says (half of all 2-digit sums start
+    with 1), a plateau GRPO from scratch settles on; place value pays for the ones digit first, which is
+    a function of the prompt's last digits. Eval keeps the taskset's own score.
+    """
+    pred = response.strip()
+    width = max(len(pred), len(answer), 1)
+    hits = sum(1 for p, a in zip(reversed(pred), reversed(answer)) if p == a)
+    exact = 1.0 if pred == answer else 0.0
+    return {"reward": 0.5 * hits / width + 0.5 * exact, "digits": hits / width, "exact": exact}
+
+
+class PlaceValueReward:
+    """`explorer.rewards: [{name: "rftbus.ground.tasksets.addition:PlaceValueReward"}]`."""
+
+    name = "place_value"
+
+    def __call__(self, task, response: str) -> dict[str, float]:
+        if task.answer is None:
+            raise ValueError(f"task {task.task_id} has no answer to score against")
+        return place_value_credit(response, task.answer)
+
+
+class Addition(BuiltinTaskset):
+    name = "addition"
+
+    def __init__(self, digits: int = 2):
+        if not 1 <= digits <= 9:
+            raise ValueError("addition digits must be 1..9")
+        self.digits = digits
+
+    def problem(self, rng: random.Random) -> tuple[str, str, dict[str, str]]:
+        hi = 10 ** self.digits - 1
+        a, b = rng.randint(0, hi), rng.randint(0, hi)
+        return f"{a}+{b}=", str(a + b), {"a": str(a), "b": str(b)}
+
+    def score(self, response: str, answer: str) -> dict[str, float]:
+        return digit_credit(response, answer)

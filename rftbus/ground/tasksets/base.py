@@ -1,0 +1,73 @@
+"""The built-in taskset interface: problems, a scorer with partial credit, and expert answers."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+
+from rftbus.ground.schemas import Task
+
+EVAL_EVERY = 10  # one problem in ten (by hash) is held out for eval; train never sees it
+
+
+def stable_task_id(taskset: str, prompt: str) -> str:
+    """Same problem, same id: re-publishing a taskset never creates a second task."""
+    return hashlib.sha1(f"{taskset}\x00{prompt}".encode()).hexdigest()[:20]
+
+
+def is_eval(taskset: str, prompt: str) -> bool:
+    return int(stable_task_id(taskset, prompt), 16) % EVAL_EVERY == 0
+
+
+class BuiltinTaskset(ABC):
+    name: str
+
+    @abstractmethod
+    def problem(self, rng: random.Random) -> tuple[str, str, dict[str, str]]:
+        """One random (prompt, answer, metadata)."""
+
+    @abstractmethod
+    def score(self, response: str, answer: str) -> dict[str, float]:
+        """Reward components in [0, 1]; must include "reward", the combined value."""
+
+    def expert(self, task: Task) -> str:
+        """The demonstration an expert would give (the reference answer)."""
+        return task.answer or ""
+
+    def tasks(self, split: str, n: int, seed: int = 0) -> Iterator[Task]:
+        """`n` distinct tasks of `split` ("train" or "eval"), deterministic for a seed."""
+        if split not in ("train", "eval"):
+            raise ValueError(f"split must be 'train' or 'eval', not {split!r}")
+        rng = random.Random(f"{self.name}:{split}:{seed}")
+        seen: set[str] = set()
+        attempts = 0
+        while len(seen) < n:
+            attempts += 1
+            if attempts > 50 * n + 1000:
+                raise ValueError(f"taskset {self.name} has fewer than {n} distinct {split} problems")
+            prompt, answer, meta = self.problem(rng)
+            if prompt in seen or is_eval(self.name, prompt) != (split == "eval"):
+                continue
+            seen.add(prompt)
+            yield Task(task_id=stable_task_id(self.name, prompt), taskset=self.name, split=split,
+                       prompt=prompt, answer=answer, metadata=meta)
+
+
+def _registry() -> dict[str, type[BuiltinTaskset]]:
+    from rftbus.ground.tasksets.addition import Addition
+    from rftbus.ground.tasksets.reverse import Reverse
+    from rftbus.ground.tasksets.times import Times
+    return {"addition": Addition, "reverse": Reverse, "times": Times}
+
+
+def taskset_names() -> list[str]:
+    return sorted(_registry())
+
+
+def get_taskset(name: str, **params) -> BuiltinTaskset:
+    reg = _registry()
+    if name not in reg:
+        raise KeyError(f"no built-in taskset {name!r}; choose one of {', '.join(sorted(reg))}")
+    return reg[name](**params)

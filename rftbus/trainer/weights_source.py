@@ -1,0 +1,34 @@
+"""Which weights an eval-only run loads: the newest published version (verified by its sha256),
+else the newest file in the store, else version 0 from the seed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rftbus.ground.config import Config
+from rftbus.ground.errors import RftbusError
+
+
+def newest_weights(cfg: Config, model: Any) -> tuple[Any, int, str]:
+    """(the model holding those weights, version, where from); with LoRA versions the model returned is the
+    PEFT wrapper around the one given."""
+    from rftbus.ground.kafka.clients import check_reachable
+    from rftbus.ground.models.lora import load_version
+    from rftbus.ground.weights import WeightStore, decode_payload, load_weights
+    from rftbus.ground.weights.follower import latest_published
+
+    try:
+        check_reachable(cfg, timeout=3)
+        rec = latest_published(cfg)
+    except RftbusError:  # no broker: fall back to the store on disk
+        rec = None
+    if rec is not None:
+        return load_version(model, load_weights(rec.uri, rec.sha256)), rec.version, rec.uri
+    store = WeightStore(cfg.trainer.store_url or str(cfg.state_dir / "weights"))
+    versions = store.versions(cfg.model.name)
+    if versions:
+        uri = store.uri(cfg.model.name, versions[-1])
+        with store.fs.open(uri.removeprefix("file://") if store.local else uri, "rb") as f:
+            model = load_version(model, decode_payload(f.read(), uri))
+        return model, versions[-1], uri + " (unverified: no broker)"
+    return model, 0, "seed"
