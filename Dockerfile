@@ -10,7 +10,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 
-# bubblewrap: the sandbox the `code` reward runs untrusted answers in (rftbus/producers/rewards/sandbox.py).
+# bubblewrap: the sandbox the `code` reward runs untrusted answers in (rftbus/ground/rewards/sandbox.py).
 RUN apt-get update \
     && apt-get install -y --no-install-recommends bubblewrap \
     && rm -rf /var/lib/apt/lists/*

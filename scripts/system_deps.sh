@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # System packages rftbus needs beyond Python and the JDK, from Debian's archive (run by `make install`):
-#   bubblewrap                the code-execution sandbox (rftbus/producers/rewards/sandbox.py)
+#   bubblewrap                the code-execution sandbox (rftbus/ground/rewards/sandbox.py)
 #   chromium, chromium-driver  the studio's browser tests (tests/system/test_studio_browser.py, headless)
 # Installs what is missing when it may (root, or passwordless sudo) and apt-get exists; otherwise says
 # what to install and goes on (only the code reward and the browser tests need them; each says so).

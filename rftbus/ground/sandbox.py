@@ -1,6 +1,6 @@
 """What every bubblewrap sandbox shares: finding bwrap, the read-only system view, and killing a run's tree.
 
-Two things run untrusted input this way: a policy's program (rftbus/producers/rewards/sandbox.py) and a user's SQL
+Two things run untrusted input this way: a policy's program (rftbus/ground/rewards/sandbox.py) and a user's SQL
 (rftbus/consumers/analytics/jail.py). Each builds its own mounts; this module holds the parts they have in common so
 neither imports the other's component.
 """

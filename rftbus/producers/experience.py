@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rftbus.ground.models.prompt import PromptFormat
 from rftbus.producers.workflows.base import Sample
-from rftbus.ground.schemas import Experience, ExperienceGroup, Source, Task
+from rftbus.ground.schemas import Experience, ExperienceGroup, Feedback, Source, Task
 from rftbus.ground.schemas.records import new_id
 
 
@@ -60,3 +60,15 @@ def demonstration(*, prompt_ids: list[int], prompt_text: str, text: str, fmt: Pr
                     prompt_text=prompt_text, response_text=text, finish_reason="stop", experience_id=eid)
     return build_group([sample], source=Source.expert, task_id=task_id, producer_id=producer_id, version=0,
                        metadata={**metadata, "policy_free": "1"}, group_id=f"{eid}:demo")
+
+
+def correction_group(fb: Feedback, prompt_ids: list[int], prompt_text: str, task_id: str, fmt: PromptFormat,
+                     producer_id: str) -> ExperienceGroup:
+    """The corrected response as a demonstration. Its id derives from the feedback id, so a retried
+    feedback (same feedback_id) yields the same expert record, not a second one."""
+    meta = {"corrected_from": fb.experience_id, "feedback_id": fb.feedback_id, "origin": "correction"}
+    if fb.annotator:
+        meta["annotator"] = fb.annotator
+    return demonstration(prompt_ids=prompt_ids, prompt_text=prompt_text, text=fb.correction or "",
+                         fmt=fmt, task_id=task_id, producer_id=producer_id, metadata=meta,
+                         experience_id=f"{fb.feedback_id}:correction")

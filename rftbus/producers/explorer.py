@@ -28,7 +28,7 @@ from rftbus.producers.engines import RolloutEngine, make_engine
 from rftbus.producers.engines.primed import PrimedEngine
 from rftbus.producers.experience import expert_group, group_of
 from rftbus.producers.no_signal import NoSignalMemory
-from rftbus.producers.rewards import make_rewards
+from rftbus.ground.rewards import make_rewards
 from rftbus.producers.rollout import run_task
 from rftbus.producers.task_intake import TaskIntake
 from rftbus.ground.status import StatusFile

@@ -7,7 +7,7 @@
         fb.preference(preferred_id=a, rejected_id=b)
         fb.correction(experience_id, "the right answer", prompt="the prompt")
 
-Same validation and records as `POST /v1/feedback` (rftbus/producers/serve/feedback.py); each call returns
+Same validation and records as `POST /v1/feedback` (rftbus/ground/grades/request.py); each call returns
 only after Kafka acknowledged the record(s), else raises FeedbackNotAccepted. A correction here needs
 `prompt` (to become an expert experience; only the proxy that recorded the experience knows its
 prompt tokens, so through the proxy it is optional).
@@ -24,7 +24,7 @@ from rftbus.ground.config import Config
 from rftbus.ground.errors import RftbusError
 from rftbus.ground.kafka.clients import make_producer
 from rftbus.ground.web.errors import field_path
-from rftbus.producers.serve.feedback import FeedbackRequest, correction_group
+from rftbus.ground.grades.request import FeedbackRequest
 from rftbus.ground.models.prompt import default_task_id
 from rftbus.ground.schemas import ExperienceGroup, Feedback, make_codec, topic_context
 
@@ -85,6 +85,8 @@ class FeedbackClient:
                                           "proxy that recorded the experience knows it: post through it instead)")
             fmt = self._prompt_format()
             ids = fmt.task(req.prompt)
+            from rftbus.producers.experience import correction_group  # torch via the workflows: only for corrections
+
             expert = correction_group(fb, ids, req.prompt, default_task_id(ids), fmt, self.producer_id)
         errors: list[str] = []
 

@@ -14,8 +14,8 @@ from rftbus.streams.advantages import MeanBaseline, make_estimator
 from rftbus.streams.advantages.grpo import group_std
 from rftbus.ground.config.streams import StreamsConfig
 from rftbus.streams.priority import Rates, difficulty_bonus, priorities
-from rftbus.streams.verify import Drop
-from rftbus.streams.view import GroupView
+from rftbus.ground.schemas.verify import Drop
+from rftbus.ground.schemas.view import GroupView
 from rftbus.ground.weights.staleness import is_stale, stale_detail
 
 GRADED = (Source.live, Source.human, Source.trace)  # rewards from feedback: a lone answer still has a baseline

@@ -19,8 +19,8 @@ from rftbus.streams.join import ScanClock
 from rftbus.streams.live import Late, LiveGroups
 from rftbus.streams.outputs import H_EXP, H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T0, Output
 from rftbus.streams.topology import OUTPUT_ROLES
-from rftbus.streams.verify import Drop, Verdict, needs_feedback, placement, read_group, sample_drops
-from rftbus.streams.view import GroupReader, GroupView
+from rftbus.ground.schemas.verify import Drop, Verdict, needs_feedback, placement, read_group, sample_drops
+from rftbus.ground.schemas.view import GroupReader, GroupView
 from rftbus.ground.weights.staleness import bound, is_stale
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from rftbus.ground.schemas import DecodeError, Feedback
 from rftbus.ground.schemas.bounds import MAX_ID
 from rftbus.streams.checkpoint.landed import Landed, done_key
-from rftbus.streams.feedback import BadFeedback, grades
+from rftbus.ground.grades.rules import BadFeedback, grades
 from rftbus.streams.outputs import H_EXP, H_FBID, H_IN, H_K, H_KIND, H_N, H_RESEND, H_SAMPLE, H_SRC, H_T0
 
 EXP, FB, DONE, EXPIRED = 1, 2, 3, 4

@@ -21,11 +21,11 @@ import struct
 from dataclasses import dataclass, field
 
 from rftbus.ground.schemas import DecodeError, ExperienceGroup, Feedback, topic_context
-from rftbus.streams.feedback import apply_grade, grades
+from rftbus.ground.grades.rules import apply_grade, grades
 from rftbus.streams.headers import H_HELD
 from rftbus.streams.join import index_value, now_ms
 from rftbus.streams.outputs import H_KIND, H_SRC
-from rftbus.streams.view import GroupView
+from rftbus.ground.schemas.view import GroupView
 
 WAITING, DONE, EARLY = 1, 2, 3
 

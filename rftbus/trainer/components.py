@@ -100,7 +100,7 @@ class Components:
         """The explorers' rewards, which score the trainer's eval too; built once (a reward may hold a helper
         process or an HTTP client)."""
         if self._scorer is None:
-            from rftbus.producers.rewards import make_rewards
+            from rftbus.ground.rewards import make_rewards
 
             self._scorer = make_rewards(self.cfg.explorer.rewards)
         return self._scorer

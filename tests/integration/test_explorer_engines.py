@@ -12,7 +12,7 @@ from rftbus.ground.models.loading import load_tokenizer
 from rftbus.ground.config.explorer import RewardSpec, SamplingConfig
 from rftbus.producers.engines import make_engine
 from rftbus.producers.engines.transformers import TransformersEngine
-from rftbus.producers.rewards import make_rewards
+from rftbus.ground.rewards import make_rewards
 from rftbus.producers.workflows import RolloutContext, load_workflow
 from rftbus.producers.workflows.envs import CalculatorEnv
 from rftbus.ground.schemas import Task

@@ -24,7 +24,7 @@ HEAVY = set(MODULES.values()) | {"aiokafka"}  # (aiokafka comes with faust-strea
 ROLES = {  # role -> the modules a process of that role starts from
     "core": ["rftbus.apps.cli.main", "rftbus.ground.schemas", "rftbus.ground.kafka.inspect", "rftbus.apps.bus_check",
              "rftbus.producers.tasks.publish", "rftbus.ground.tasksets.data", "rftbus.ground.weights.follower"],
-    "explorer": ["rftbus.producers.explorer", "rftbus.producers.rewards.math_verify"],
+    "explorer": ["rftbus.producers.explorer", "rftbus.ground.rewards.math_verify"],
     "streams": ["rftbus.streams.app", "rftbus.streams.worker"],
     "trainer": ["rftbus.trainer.loop", "rftbus.trainer.components"],
     "serve": ["rftbus.producers.serve.server", "rftbus.producers.serve.service", "rftbus.producers.engines.openai"],

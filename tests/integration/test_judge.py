@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from rftbus.ground.config.explorer import RewardSpec
-from rftbus.producers.rewards import make_rewards
-from rftbus.producers.rewards.base import Response
-from rftbus.producers.rewards.judge_llm import LLMJudge, parse_grade, parse_grades
+from rftbus.ground.rewards import make_rewards
+from rftbus.ground.rewards.base import Response
+from rftbus.ground.rewards.judge_llm import LLMJudge, parse_grade, parse_grades
 from rftbus.ground.schemas import Task
 from tests.integration.test_serve import INF, serving
 
@@ -38,7 +38,7 @@ def test_a_group_of_8_is_ranked_in_one_call(judge_server):
     judge = LLMJudge(f"{server.url}/v1", cfg.model.name, api_key=INF, mode="group", template=SHORT, max_tokens=24)
     task = Task(taskset="t", prompt="1+1=", answer="2")
     before = server.service.counts["completions"]
-    from rftbus.producers.rewards.aio import resolve
+    from rftbus.ground.rewards.aio import resolve
 
     scores = resolve(judge.score_group(task, [Response(str(i)) for i in range(8)]))
     assert judge.calls == 1 and server.service.counts["completions"] == before + 1

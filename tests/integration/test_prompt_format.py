@@ -17,7 +17,7 @@ from rftbus.ground.models.prompt import PromptFormat, prompt_format
 from rftbus.ground.models.source import ModelError, convert_gguf
 from rftbus.producers.engines.transformers import TransformersEngine
 from rftbus.producers.experience import expert_group
-from rftbus.producers.rewards import make_rewards
+from rftbus.ground.rewards import make_rewards
 from rftbus.producers.serve.protocol import ChatRequest, chat_prompt
 from rftbus.producers.workflows import RolloutContext, load_workflow
 from rftbus.ground.schemas import Task

@@ -8,7 +8,7 @@ from transformers import LlamaConfig, LlamaForSequenceClassification
 
 from rftbus.ground.models.tokenizer import build_char_tokenizer
 from rftbus.ground.config.explorer import RewardSpec
-from rftbus.producers.rewards import make_rewards
+from rftbus.ground.rewards import make_rewards
 from rftbus.ground.schemas import Task
 
 
@@ -47,7 +47,7 @@ def test_math_verify_is_timed_in_a_helper_process_and_never_hangs():
     import threading
     import time
 
-    from rftbus.producers.rewards.math_verify import MathVerifyReward
+    from rftbus.ground.rewards.math_verify import MathVerifyReward
 
     fn = MathVerifyReward(timeout_s=2)
     out: dict = {}
@@ -68,7 +68,7 @@ def test_math_verify_is_timed_in_a_helper_process_and_never_hangs():
 def test_a_helper_that_is_slow_to_start_does_not_time_the_answer_out():
     """The helper's start (python, math-verify and sympy imported: over a second) is not the answer's time: a
     bound shorter than the start still scores the first answer (it timed out when the start counted)."""
-    from rftbus.producers.rewards.math_verify import MathVerifyReward
+    from rftbus.ground.rewards.math_verify import MathVerifyReward
 
     fn = MathVerifyReward(timeout_s=0.5)
     out = fn(Task(taskset="m", prompt="?", answer="7"), "so \\boxed{7}")

@@ -14,7 +14,7 @@ from explorer_kafka import fresh_config, read_topic
 from test_explorer import publish
 
 from rftbus.producers.explorer import Explorer
-from rftbus.producers.rewards.sandbox import SandboxLimits, run_sandboxed
+from rftbus.ground.rewards.sandbox import SandboxLimits, run_sandboxed
 from rftbus.ground.schemas import Task
 
 LIMITS = SandboxLimits(wall_s=3.0, cpu_s=2, memory_mb=512, max_procs=8)
@@ -91,7 +91,7 @@ def test_the_sandbox_sees_no_home_and_writes_only_its_own_dirs(tmp_path):
 def test_a_limit_hit_is_recorded_and_the_reward_function_decides():
     """#18: a program that tries to fork 1,000 times, is stopped, catches the error and exits 0 does not
     score 1: the limit is in the components, and `on_limit` (default 0) is what it is worth."""
-    from rftbus.producers.rewards.code_exec import CodeExecReward
+    from rftbus.ground.rewards.code_exec import CodeExecReward
 
     greedy = ("import os, time\nfor i in range(1000):\n    try:\n        if os.fork() == 0:\n            time.sleep(3)\n"
               "            os._exit(0)\n    except OSError:\n        pass\n"

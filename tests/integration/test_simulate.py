@@ -88,7 +88,7 @@ def test_live_reward_per_minute_and_summary():
 
 def _live_group(gid: str, task: str, rewards: list[float], cls: str | None = None):
     from rftbus.ground.schemas import Source
-    from rftbus.streams.view import GroupView, SampleView
+    from rftbus.ground.schemas.view import GroupView, SampleView
 
     samples = [SampleView(f"{gid}-{i}", r, 0, {}, 3, 3, 3, True) for i, r in enumerate(rewards)]
     return GroupView(gid, task, Source.live, "serve", 4, samples, {"task_class": cls} if cls else {}, b"")

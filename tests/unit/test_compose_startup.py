@@ -40,5 +40,5 @@ def test_the_start_up_checks_refuse_serve_without_read_tokens(services, monkeypa
 
 
 def test_the_image_has_the_code_sandbox():
-    """The `code` reward runs answers in bubblewrap (rftbus/producers/rewards/sandbox.py)."""
+    """The `code` reward runs answers in bubblewrap (rftbus/ground/rewards/sandbox.py)."""
     assert any("bubblewrap" in rest for word, rest in dockerfile_instructions() if word == "RUN")

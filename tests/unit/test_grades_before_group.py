@@ -11,7 +11,7 @@ from rftbus.apps.bench.synthetic import make_group
 from rftbus.ground.schemas import Feedback, FeedbackKind, Source, make_codec
 from rftbus.streams import live as L
 from rftbus.streams.telemetry import Counters
-from rftbus.streams.view import GroupReader
+from rftbus.ground.schemas.view import GroupReader
 from tests.conftest import make_config
 
 

@@ -8,7 +8,7 @@ from rftbus.ground.config import Config
 from rftbus.ground.models.loading import load_tokenizer
 from rftbus.producers.engines.primed import PrimedEngine
 from rftbus.producers.engines.transformers import TransformersEngine
-from rftbus.producers.rewards import make_rewards
+from rftbus.ground.rewards import make_rewards
 from rftbus.producers.workflows import RolloutContext
 from rftbus.producers.workflows.single_turn import SingleTurn
 from rftbus.ground.tasksets import get_taskset

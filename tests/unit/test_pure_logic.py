@@ -12,8 +12,8 @@ from rftbus.producers.admission import AcceptanceRate, ConsumptionRate, admissio
 from rftbus.ground.schemas import Source
 from rftbus.streams.curate import decide
 from rftbus.streams.priority import PassRates
-from rftbus.streams.verify import Drop
-from rftbus.streams.view import GroupView, SampleView
+from rftbus.ground.schemas.verify import Drop
+from rftbus.ground.schemas.view import GroupView, SampleView
 from rftbus.ground.weights.staleness import is_stale, staleness
 
 

@@ -1,11 +1,11 @@
-"""The reward contract (rftbus/producers/rewards/base.py, docs/REWARDS.md): a number, a dict with "reward", a list per
+"""The reward contract (rftbus/ground/rewards/base.py, docs/REWARDS.md): a number, a dict with "reward", a list per
 group, TRL's f(prompts, completions, **columns); anything else is an error naming the reward and the contract."""
 
 from __future__ import annotations
 
 import pytest
 
-from rftbus.producers.rewards.base import RewardSet, components_of, trl_style
+from rftbus.ground.rewards.base import RewardSet, components_of, trl_style
 from rftbus.ground.schemas import Task
 
 TASK = Task(taskset="t", prompt="2+2?", answer="4", metadata={"level": "easy"})

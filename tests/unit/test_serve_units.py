@@ -13,14 +13,14 @@ from rftbus.ground.models.tokenizer import build_char_tokenizer
 from rftbus.producers.engines.base import Completion
 from rftbus.ground.web.auth import Scope, TokenAuth
 from rftbus.ground.web.errors import BadRequest, Forbidden, Unauthorized
-from rftbus.producers.serve.feedback import FeedbackRequest
+from rftbus.ground.grades.request import FeedbackRequest
 from rftbus.ground.models.prompt import default_task_id
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, chat_prompt, completion_prompt,
                                              cut_at_stop)
 from rftbus.producers.serve.records import LivePrompt, RecentPrompts, live_group
 from rftbus.producers.serve.responses import TextStream
 from rftbus.ground.schemas import FeedbackKind, Source
-from rftbus.streams.feedback import grades
+from rftbus.ground.grades.rules import grades
 
 TOK = build_char_tokenizer()
 FMT = PromptFormat.for_model(TOK, ModelConfig())
@@ -190,7 +190,7 @@ def test_record_budget_is_all_or_none(tmp_path):
 
 def test_one_rating_rule_over_http_and_kafka():
     from rftbus.ground.schemas import Feedback
-    from rftbus.streams.feedback import BadFeedback
+    from rftbus.ground.grades.rules import BadFeedback
 
     scale = (1.0, 5.0)
     for rating in (6.0, 0.5, float("nan")):
@@ -203,8 +203,8 @@ def test_one_rating_rule_over_http_and_kafka():
 
 def test_an_episode_grade_is_credited_to_each_call_and_an_ungraded_episode_is_named():
     from rftbus.producers.serve.sessions import Sessions
-    from rftbus.streams.verify import check_limits
-    from rftbus.streams.view import GroupView, SampleView
+    from rftbus.ground.schemas.verify import check_limits
+    from rftbus.ground.schemas.view import GroupView, SampleView
     from rftbus.ground.config.streams import StreamsConfig
 
     s = Sessions(max_sessions=2, max_calls=3)

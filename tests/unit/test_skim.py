@@ -1,4 +1,4 @@
-"""Skim + splice (rftbus/ground/schemas/skim.py, rftbus/streams/view.py): the curated bytes are exactly a full re-encode, and
+"""Skim + splice (rftbus/ground/schemas/skim.py, rftbus/ground/schemas/view.py): the curated bytes are exactly a full re-encode, and
 bad or unusual bytes get exactly the verdict a full decode gives."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from rftbus.ground.schemas import Codec, Experience, ExperienceGroup, SchemaStor
 from rftbus.ground.schemas.skim import Skimmer
 from rftbus.ground.schemas.store import SCHEMA_DIR
 from rftbus.ground.config.streams import StreamsConfig
-from rftbus.streams.verify import read_group, sample_drops
-from rftbus.streams.view import GroupReader, GroupView
+from rftbus.ground.schemas.verify import read_group, sample_drops
+from rftbus.ground.schemas.view import GroupReader, GroupView
 
 _MOCK = itertools.count()
 TEXT = ["", "a", "héllo wörld", "🙂 emoji", "日本語のテキスト", "e\u0301", "x" * 300, "\u2028 \x00 nul"]

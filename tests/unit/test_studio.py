@@ -9,7 +9,7 @@ from pydantic import SecretStr
 from rftbus.ground.config import load_config
 from rftbus.consumers.studio import charts, dashboard, data
 from rftbus.consumers.studio.app import create_studio
-from rftbus.producers.serve.feedback import FeedbackRequest
+from rftbus.ground.grades.request import FeedbackRequest
 from rftbus.ground.schemas import Feedback
 
 GRADER, READER = "grader-token-1", "reader-token-1"

@@ -17,8 +17,8 @@ from rftbus.apps.bench.context import state
 
 
 def _run(judge, tasks, answers, group: int) -> tuple[float, int]:
-    from rftbus.producers.rewards.aio import resolve
-    from rftbus.producers.rewards.base import Response
+    from rftbus.ground.rewards.aio import resolve
+    from rftbus.ground.rewards.base import Response
 
     t0 = time.perf_counter()
     for i, task in enumerate(tasks):
@@ -38,7 +38,7 @@ def judge(
     json_out: bool = typer.Option(False, "--json", help="print one JSON line"),
 ) -> None:
     """Answers graded per second by judge_llm, pointwise at each concurrency and in group mode."""
-    from rftbus.producers.rewards.judge_llm import LLMJudge
+    from rftbus.ground.rewards.judge_llm import LLMJudge
     from rftbus.ground.schemas import Task
 
     st = state(ctx)

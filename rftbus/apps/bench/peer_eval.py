@@ -67,7 +67,7 @@ class Scorer:
         from rftbus.ground.models.loading import load_policy, load_tokenizer
         from rftbus.ground.models.lora import wrap
         from rftbus.ground.models.prompt import prompt_format
-        from rftbus.producers.rewards import make_rewards
+        from rftbus.ground.rewards import make_rewards
         from rftbus.ground.tasksets.data import open_taskset
 
         if threads:

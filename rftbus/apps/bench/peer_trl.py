@@ -50,7 +50,7 @@ def run(config: Path, out: Path, minutes: float, t0: float) -> None:
     from rftbus.ground.config import load_config
     from rftbus.ground.models.loading import load_policy, load_tokenizer
     from rftbus.ground.models.prompt import prompt_format
-    from rftbus.producers.rewards import make_rewards
+    from rftbus.ground.rewards import make_rewards
 
     cfg = load_config(config)
     tok = load_tokenizer(cfg.model)

@@ -85,7 +85,7 @@ def _new(fn, answer: str, response: str) -> str:
 
 
 def run_cases() -> list[dict]:
-    from rftbus.producers.rewards.math_verify import MathVerifyReward
+    from rftbus.ground.rewards.math_verify import MathVerifyReward
 
     fn = MathVerifyReward()
     rows = []

@@ -62,7 +62,7 @@ def _launch_ranks(ranks: int) -> None:
 def _eval(cfg, n: int, as_json: bool, console) -> None:
     from rftbus.ground.models.loading import load_policy, load_tokenizer
     from rftbus.ground.models.prompt import prompt_format
-    from rftbus.producers.rewards import make_rewards
+    from rftbus.ground.rewards import make_rewards
     from rftbus.ground.tasksets.data import open_taskset
     from rftbus.trainer.evaluate import evaluate
     from rftbus.trainer.weights_source import newest_weights

@@ -162,7 +162,7 @@ def _drawable(ts: Any, n: int, seed: int, split: str = "train") -> int:
 
 def check_rewards(cfg: Config, ts: Any, tasks: list, rep: Report) -> None:
     """Every reward imported and scoring one real train row: its reference answer where the taskset has one."""
-    from rftbus.producers.rewards import make_rewards
+    from rftbus.ground.rewards import make_rewards
     from rftbus.ground.tasksets.data import DataTaskset
 
     if isinstance(ts, DataTaskset) and any(r.name == "taskset" for r in cfg.explorer.rewards):

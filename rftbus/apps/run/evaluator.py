@@ -35,7 +35,7 @@ from rftbus.ground.models.loading import load_policy, load_tokenizer
 from rftbus.ground.models.devices import resolve
 from rftbus.ground.models.lora import Adapter, load_version, stored, version_payload
 from rftbus.ground.models.prompt import prompt_format
-from rftbus.producers.rewards import make_rewards
+from rftbus.ground.rewards import make_rewards
 from rftbus.ground.profile import phase
 from rftbus.ground.tasksets.data import open_taskset
 from rftbus.apps.run.pace import BEST_META, BEST_WEIGHTS

@@ -33,9 +33,9 @@ from rftbus.ground.models.lineage import label, lineage_of
 from rftbus.ground.schemas import DecodeError, Feedback, GateDecision, TrainerMetric, WeightVersion
 from rftbus.ground.schemas import make_codec, topic_context
 from rftbus.ground.status import write_status
-from rftbus.streams.feedback import BadFeedback, grades
-from rftbus.streams.verify import live_answers, reward_refusal
-from rftbus.streams.view import GroupReader
+from rftbus.ground.grades.rules import BadFeedback, grades
+from rftbus.ground.schemas.verify import live_answers, reward_refusal
+from rftbus.ground.schemas.view import GroupReader
 from rftbus.ground.weights.admit import refusal
 from rftbus.ground.weights.decisions import decisions_so_far
 

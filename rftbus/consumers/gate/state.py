@@ -1,7 +1,7 @@
 """The gate's state, fed by what the log says (pure: no Kafka here, so it is tested on its own).
 
 What it is fed: served answers (a live group's samples: experience id, version and its lineage, when), their
-grades (feedback turned into rewards by the streams' one rule, `rftbus.streams.feedback.grades`), published
+grades (feedback turned into rewards by the streams' one rule, `rftbus.ground.grades.rules.grades`), published
 versions, held-out eval points, and its own earlier decisions (`adopt`), which are the truth after a restart: a
 gate that was killed reads them back and never decides again what it already decided.
 

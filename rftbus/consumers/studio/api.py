@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from rftbus.ground.config import Config
 from rftbus.consumers.analytics.backends import AnalyticsError
 from rftbus.consumers.analytics.jail import TooManyReaders
-from rftbus.producers.serve.feedback import FeedbackRequest
+from rftbus.ground.grades.request import FeedbackRequest
 from rftbus.ground.web.auth import Scope
 from rftbus.ground.web.errors import BadRequest, TooManyRequests, Unauthorized, parse
 

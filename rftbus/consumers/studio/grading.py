@@ -14,7 +14,7 @@ import anyio
 
 from rftbus.ground.config import Config
 from rftbus.ground.web.errors import BadRequest, Unavailable
-from rftbus.producers.serve.feedback import FeedbackRequest
+from rftbus.ground.grades.request import FeedbackRequest
 from rftbus.ground.schemas import Feedback
 
 if TYPE_CHECKING:

@@ -222,7 +222,7 @@ def rating_problem(rating: float | None, scale: tuple[float, float]) -> str | No
 
 
 def rating_reward(rating: float, scale: tuple[float, float]) -> float:
-    """The one rating -> reward map: the scale onto 0..1 (rftbus/streams/feedback.py, serve's episode credit)."""
+    """The one rating -> reward map: the scale onto 0..1 (rftbus/ground/grades/rules.py, serve's episode credit)."""
     lo, hi = scale
     return (rating - lo) / (hi - lo)
 

@@ -20,5 +20,5 @@ def make_engine(cfg: Config, tokenizer) -> RolloutEngine:
     if kind == "openai":
         from rftbus.producers.engines.openai import OpenAIEngine
         return OpenAIEngine(cfg, tokenizer)
-    from rftbus.producers.plugins import load_object
+    from rftbus.ground.plugins import load_object
     return load_object(kind, group="rftbus.engines", what="rollout engine")(cfg, tokenizer)

@@ -20,7 +20,7 @@ from rftbus.producers.serve import responses
 from rftbus.producers.serve.answering import Answering, retry_after
 from rftbus.ground.web.auth import Scope
 from rftbus.ground.web.errors import ApiError, BadRequest, BodyLimit, NotFound, parse
-from rftbus.producers.serve.feedback import FeedbackRequest, valid_id
+from rftbus.ground.grades.request import FeedbackRequest, valid_id
 from rftbus.producers.serve.mounts import mounted, mounted_scopes
 from rftbus.producers.serve.responses_api import ResponsesRequest, as_chat, body as responses_body
 from rftbus.producers.serve.protocol import (ChatRequest, CompletionRequest, LoadAdapter, UnloadAdapter, chat_prompt,

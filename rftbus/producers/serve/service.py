@@ -31,7 +31,8 @@ from rftbus.producers.engines.base import Completion
 from rftbus.ground.web.auth import TokenAuth
 from rftbus.ground.errors import RftbusError
 from rftbus.ground.web.errors import BadRequest, EngineFailed, Unavailable
-from rftbus.producers.serve.feedback import FeedbackRequest, correction_group
+from rftbus.ground.grades.request import FeedbackRequest
+from rftbus.producers.experience import correction_group
 from rftbus.producers.serve.generator import Generated, Generator, GenRequest, TokenListener
 from rftbus.ground.models.prompt import default_task_id
 from rftbus.producers.serve.protocol import cut_at_stop

@@ -110,7 +110,3 @@ class Sessions:
                                code="session_not_found")
             return list(ep.calls)
 
-
-def credit(value: float, turns: int, index: int, mode: str, discount: float) -> float:
-    """The share of an episode's grade that call `index` of `turns` gets."""
-    return value if mode == "same" else value * discount ** (turns - 1 - index)

@@ -55,7 +55,7 @@ def load_workflow(kind: str) -> Workflow:
             from rftbus.producers.workflows.multi_turn import MultiTurn
             cls = MultiTurn
         else:
-            from rftbus.producers.plugins import load_object
+            from rftbus.ground.plugins import load_object
             cls = load_object(kind, group="rftbus.workflows", what="workflow")
         wf = cls() if isinstance(cls, type) else cls
         if not hasattr(wf, "run"):

@@ -14,7 +14,7 @@ from rftbus.ground.config.explorer import SamplingConfig, WorkflowConfig
 from rftbus.ground.models.config import ModelConfig
 from rftbus.ground.models.prompt import PromptFormat
 from rftbus.producers.engines.base import RolloutEngine
-from rftbus.producers.rewards.base import RewardSet
+from rftbus.ground.rewards.base import RewardSet
 from rftbus.ground.schemas import Task
 
 

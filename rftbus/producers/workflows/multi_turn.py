@@ -21,7 +21,7 @@ def make_env(spec: str | None, params: dict) -> Environment:
         raise ValueError("the multi_turn workflow needs explorer.workflow.env (e.g. calculator)")
     if spec in BUILTIN_ENVS:
         return BUILTIN_ENVS[spec](**params)
-    from rftbus.producers.plugins import load_object
+    from rftbus.ground.plugins import load_object
     return load_object(spec, group="rftbus.envs", what="environment")(**params)
 
 

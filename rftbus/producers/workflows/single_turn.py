@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from rftbus.producers.rewards.base import Response
+from rftbus.ground.rewards.base import Response
 from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow
 from rftbus.ground.schemas import Task
 

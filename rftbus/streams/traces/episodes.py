@@ -27,7 +27,7 @@ from rftbus.ground.otel.ids import PREFIX, episode_id
 from rftbus.ground.models.tool_calls import ToolCallError, arguments, call_text
 from rftbus.ground.schemas import Experience, ExperienceGroup, Feedback, FeedbackKind, Source
 from rftbus.ground.otel.otlp import OtlpError, Span, parse, spans
-from rftbus.streams.feedback import Grade, apply_grade
+from rftbus.ground.grades.rules import Grade, apply_grade
 from rftbus.streams.traces.genai import GenAICall, Refused, model_version, read_call, span_grade
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from rftbus.ground.schemas import topic_context
 from rftbus.streams.checkpoint.landed import Landed
 from rftbus.streams.outputs import Output
-from rftbus.streams.feedback import Grade, apply_grade
+from rftbus.ground.grades.rules import Grade, apply_grade
 from rftbus.streams.join import ScanClock
 from rftbus.streams.traces.episodes import Episodes, OtlpError, TraceGrade
 

@@ -21,7 +21,7 @@ BUILTIN = {
 
 def loss_class(name: str) -> type[Loss]:
     """The Loss subclass `trainer.loss` names; an error that says what it is instead."""
-    from rftbus.producers.plugins import load_object
+    from rftbus.ground.plugins import load_object
 
     obj = load_object(BUILTIN.get(name, name), group="rftbus.losses", what="loss")
     if not (isinstance(obj, type) and issubclass(obj, Loss)):

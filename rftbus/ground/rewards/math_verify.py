@@ -22,7 +22,7 @@ import subprocess
 import sys
 import threading
 
-from rftbus.producers.rewards.base import RewardFn
+from rftbus.ground.rewards.base import RewardFn
 from rftbus.ground.schemas import Task
 
 
@@ -44,7 +44,7 @@ def check(answer: str, response: str, timeout_s: int | None = None) -> dict[str,
 
 
 def _serve() -> None:
-    """The helper process (`python -m rftbus.producers.rewards.math_verify`): a JSON request per line on
+    """The helper process (`python -m rftbus.ground.rewards.math_verify`): a JSON request per line on
     stdin, a JSON answer per line on stdout; no alarm (the parent times each request)."""
     logging.getLogger("math_verify").setLevel(logging.ERROR)  # (its "timeout is disabled" warning: timed here)
     check("1", "\\boxed{1}")  # imports math-verify and sympy and warms their parsers before the first answer

@@ -15,7 +15,7 @@ from aiokafka.partitioner import murmur2
 from rftbus.ground.schemas import DecodeError, ExperienceGroup
 from rftbus.ground.schemas.bounds import bound_key
 from rftbus.ground.config.streams import StreamsConfig
-from rftbus.streams.view import GroupReader, GroupView
+from rftbus.ground.schemas.view import GroupReader, GroupView
 
 # DecodeError reasons that mean "these bytes name a schema we cannot use" rather than "garbage".
 SCHEMA_DECODE_REASONS = frozenset({"unknown_schema", "no_registry", "wrong_record_type"})

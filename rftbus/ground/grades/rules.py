@@ -74,3 +74,8 @@ def apply_grade(e: Experience, g: Grade) -> Experience:
     e.reward_components = {**e.reward_components, "feedback": g.reward}
     e.metadata = {**e.metadata, **g.metadata}
     return e
+
+
+def credit(value: float, turns: int, index: int, mode: str, discount: float) -> float:
+    """The share of an episode's grade that call `index` of `turns` gets."""
+    return value if mode == "same" else value * discount ** (turns - 1 - index)

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rftbus.producers.rewards.aio import resolve
+from rftbus.ground.rewards.aio import resolve
 from rftbus.ground.schemas import Task
 from rftbus.ground.profile import phase
 

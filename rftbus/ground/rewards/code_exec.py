@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import re
 
-from rftbus.producers.rewards.base import RewardFn
-from rftbus.producers.rewards.sandbox import SandboxLimits, SandboxResult, check_sandbox, run_sandboxed
+from rftbus.ground.rewards.base import RewardFn
+from rftbus.ground.rewards.sandbox import SandboxLimits, SandboxResult, check_sandbox, run_sandboxed
 from rftbus.ground.schemas import Task
 
 _FENCE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)

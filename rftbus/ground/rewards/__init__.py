@@ -3,24 +3,24 @@
 from __future__ import annotations
 
 from rftbus.ground.config.explorer import RewardSpec
-from rftbus.producers.rewards.base import GroupRewardFn, Response, RewardFn, RewardSet, Scored
+from rftbus.ground.rewards.base import GroupRewardFn, Response, RewardFn, RewardSet, Scored
 
 __all__ = ["BUILTIN", "GroupRewardFn", "Response", "RewardFn", "RewardSet", "Scored", "build_reward", "make_rewards"]
 
 # Built-in names -> "module:Class" (imported on use: the judge pulls in transformers/httpx).
 BUILTIN = {
-    "taskset": "rftbus.producers.rewards.taskset:TasksetReward",
-    "math": "rftbus.producers.rewards.math_verify:MathVerifyReward",
-    "math_verify": "rftbus.producers.rewards.math_verify:MathVerifyReward",
-    "code": "rftbus.producers.rewards.code_exec:CodeExecReward",
-    "format": "rftbus.producers.rewards.format_rules:FormatReward",
-    "judge_model": "rftbus.producers.rewards.judge_model:RewardModelJudge",
-    "judge_llm": "rftbus.producers.rewards.judge_llm:LLMJudge",
+    "taskset": "rftbus.ground.rewards.taskset:TasksetReward",
+    "math": "rftbus.ground.rewards.math_verify:MathVerifyReward",
+    "math_verify": "rftbus.ground.rewards.math_verify:MathVerifyReward",
+    "code": "rftbus.ground.rewards.code_exec:CodeExecReward",
+    "format": "rftbus.ground.rewards.format_rules:FormatReward",
+    "judge_model": "rftbus.ground.rewards.judge_model:RewardModelJudge",
+    "judge_llm": "rftbus.ground.rewards.judge_llm:LLMJudge",
 }
 
 
 def build_reward(spec: RewardSpec) -> RewardFn | GroupRewardFn:
-    from rftbus.producers.plugins import load_object
+    from rftbus.ground.plugins import load_object
     target = BUILTIN.get(spec.name, spec.name)
     obj = load_object(target, group="rftbus.rewards", what="reward function")
     fn = obj(**spec.params) if isinstance(obj, type) else obj

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from rftbus.producers.rewards.base import RewardFn
+from rftbus.ground.rewards.base import RewardFn
 from rftbus.ground.schemas import Task
 
 

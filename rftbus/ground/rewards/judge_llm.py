@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import SecretStr
 
-from rftbus.producers.rewards.base import Components, GroupRewardFn, Response
+from rftbus.ground.rewards.base import Components, GroupRewardFn, Response
 from rftbus.ground.schemas import Task
 
 SYSTEM = "You are a strict grader. You grade answers to a task against its reference answer."

@@ -1,9 +1,9 @@
-"""The feedback request (HTTP body, CLI flags, Python API all validate through it) and the records it
-becomes: one Feedback for `rft.feedback` (keyed by experience_id, which is what rftbus/streams/join.py
-joins on) and, for a correction, a demonstration for `rft.experiences.expert`.
+"""The feedback request (serve's HTTP body, the studio's form, CLI flags, Python API all validate through it) and
+the record it becomes: one Feedback for `rft.feedback` (keyed by experience_id, which is what rftbus/streams/join.py
+joins on); a correction also becomes a demonstration for `rft.experiences.expert` (rftbus/producers/experience.py).
 
 Exactly one signal per request: reward | rating | thumbs | preferred_id+rejected_id | correction.
-The mapping to a reward is the streams' (rftbus/streams/feedback.py); checks here mirror it so a bad
+The mapping to a reward is the streams' (rftbus/ground/grades/rules.py); checks here mirror it so a bad
 request is a 400 naming the field instead of a `bad_feedback` rejection later.
 """
 
@@ -11,17 +11,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rftbus.ground.otel.ids import TRACE_ID
-from rftbus.ground.schemas import ExperienceGroup, Feedback, FeedbackKind
-from rftbus.producers.serve.sessions import credit
+from rftbus.ground.schemas import Feedback, FeedbackKind
+from rftbus.ground.grades.rules import credit
 from rftbus.ground.schemas.records import new_id, rating_problem, rating_reward
-
-if TYPE_CHECKING:
-    from rftbus.ground.models.prompt import PromptFormat
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9:._-]{0,127}$"
 _ID = re.compile(ID_PATTERN)
@@ -144,20 +141,6 @@ class FeedbackRequest(BaseModel):
         if self.feedback_id:
             fb.feedback_id = self.feedback_id
         return fb
-
-
-def correction_group(fb: Feedback, prompt_ids: list[int], prompt_text: str, task_id: str, fmt: PromptFormat,
-                     producer_id: str) -> ExperienceGroup:
-    """The corrected response as a demonstration. Its id derives from the feedback id, so a retried
-    feedback (same feedback_id) yields the same expert record, not a second one."""
-    from rftbus.producers.experience import demonstration  # torch via the workflows: only for corrections
-
-    meta = {"corrected_from": fb.experience_id, "feedback_id": fb.feedback_id, "origin": "correction"}
-    if fb.annotator:
-        meta["annotator"] = fb.annotator
-    return demonstration(prompt_ids=prompt_ids, prompt_text=prompt_text, text=fb.correction or "",
-                         fmt=fmt, task_id=task_id, producer_id=producer_id, metadata=meta,
-                         experience_id=f"{fb.feedback_id}:correction")
 
 
 def valid_id(s: str) -> bool:

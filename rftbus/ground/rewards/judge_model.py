@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-from rftbus.producers.rewards.base import RewardFn
+from rftbus.ground.rewards.base import RewardFn
 from rftbus.ground.schemas import Task
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rftbus.producers.rewards.base import RewardFn
+from rftbus.ground.rewards.base import RewardFn
 from rftbus.ground.schemas import Task
 from rftbus.ground.tasksets import get_taskset
 
