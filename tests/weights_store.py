@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rftbus.ground.config import Config
 from rftbus.ground.schemas import WeightVersion
-from rftbus.ground.weights.admit import store_url, version_uri
+from rftbus.ground.weights.store_transport import store_url, version_uri
 
 
 def placeholder_version(cfg: Config, version: int, model: str | None = None) -> WeightVersion:

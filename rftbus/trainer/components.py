@@ -22,6 +22,7 @@ from rftbus.trainer.losses import Loss, make_loss
 from rftbus.trainer.metrics import MetricsSink
 from rftbus.trainer.publish import WeightPublisher
 from rftbus.ground.weights.decisions import ServedVersions
+from rftbus.ground.weights.transport import make_transport
 from rftbus.ground.models.lineage import trainer_stage, weights_key
 from rftbus.ground.weights.follower import WeightFollower, latest_published
 from rftbus.trainer.rejects import Rejector
@@ -172,9 +173,8 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     weights_model = weights_key(cfg.model.name, tc.lineage)  # this trainer's versions (rftbus/ground/models/lineage.py)
     publisher = metrics = None
     if rank == 0:
-        store_url = tc.store_url or str(cfg.state_dir / "weights")
         served = ServedVersions(cfg, tc.lineage).start() if cfg.gate.enabled else None
-        publisher = WeightPublisher(store_url, weights_model, producer, codec.serializer(WeightVersion),
+        publisher = WeightPublisher(make_transport(cfg), weights_model, producer, codec.serializer(WeightVersion),
                                     topics.weights.name, cfg.rl.max_staleness, tc.keep_versions, tc.gc_grace_s,
                                     served.versions if served is not None else set)
         metrics = MetricsSink(producer, codec.serializer(TrainerMetric), topics.metrics.name, weights_model,

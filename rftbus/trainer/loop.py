@@ -9,7 +9,7 @@ Order inside a step is what makes the guarantees hold:
    then are offsets committed to Kafka (not waited for while training, the last one at a stop is);
 4. every `sync_interval` steps the new version is published — after the checkpoint that holds it, so
    a restart never re-trains a step whose weights explorers already used.
-Ranks move in lockstep: each loop turn they exchange (ready, stop, at_end) and train only together.
+Ranks move in lockstep: each turn of the loop they agree on one `Turn` (train, wait, stop) and train only together.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import signal
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Literal
 
 from rftbus.ground.config import Config
 from rftbus.trainer.batch_source import BatchSource, Polled
@@ -26,6 +27,7 @@ from rftbus.trainer.checkpoint import Checkpoints, positions_to_json, read_linea
 from rftbus.trainer.checks import Reject, by_version, check_record
 from rftbus.trainer.dedupe import TrainedIds
 from rftbus.trainer.dist import all_gather, prepare_env
+from rftbus.trainer.non_finite import bisect_take, skip_step
 from rftbus.trainer.selection import Take, select
 from rftbus.trainer.step_record import step_record
 from rftbus.ground.profile import phase
@@ -57,6 +59,17 @@ class RunSummary:
     stopped_by: str = ""
 
 
+@dataclass
+class Turn:
+    """What every rank agreed to do this turn of the loop: train `take`, wait (and `checkpoint` the positions
+    rejections moved), or stop (`why`)."""
+
+    act: Literal["train", "wait", "stop"]
+    take: Take | None = None
+    checkpoint: bool = False
+    why: str = ""  # stop: its reason; wait: why the trainer holds, if it does
+
+
 class Trainer:
     def __init__(self, cfg: Config, opts: RunOptions | None = None, log=print):
         self.cfg, self.opts, self.log = cfg, opts or RunOptions(), log
@@ -74,6 +87,7 @@ class Trainer:
         self.last_ckpt_at, self.rejected_at_ckpt = time.monotonic(), 0
         self.ckpt_positions: dict[tuple[str, int], int] | None = None  # bc.positions() at the last checkpoint
         self.last_step_at = time.monotonic()  # the end of the last step (or the start): `step_wait_s`
+        self.idle_since = time.monotonic()  # the last step, or the start: `idle_exit_s`
 
     # -- setup -----------------------------------------------------------------------------------
     def _build(self) -> None:
@@ -219,9 +233,9 @@ class Trainer:
                                    agree_count=lambda n: max(all_gather(n, self.world)))
                 break
             except NonFiniteLoss as e:
-                kept = self._bisect(take, e.detail) if attempt == 1 else None
+                kept = bisect_take(self, take, e.detail) if attempt == 1 else None
                 if kept is None:
-                    self._skip_step(bc, take, e.detail)
+                    skip_step(self, bc, take, e.detail)
                     return
                 if not any(idx for _, idx in kept):  # every sample was to blame (on every rank)
                     self._finish(bc, [r for r, _ in kept])
@@ -262,46 +276,6 @@ class Trainer:
                      f"{len(rows)} exps {values['tokens_per_s']:.0f} tok/s")
         if self.tc.eval_interval and self.step % self.tc.eval_interval == 0 and self.rank == 0:
             self._eval()
-
-    def _bisect(self, take: Take, detail: str) -> Take | None:
-        """The samples that made the loss non-finite, rejected; the take without them, or None when every
-        rank cannot isolate its cause (then the whole batch is skipped, on every rank alike)."""
-        from rftbus.trainer.batch import rows_of
-        from rftbus.trainer.bisect import culprits, split_take, units_of
-        from rftbus.trainer.step import loss_is_finite
-
-        def finite(units) -> bool:
-            rows = [row for pos, idx in units for row in rows_of(take[pos][0].group, take[pos][0].lane == "expert", idx)]
-            return loss_is_finite(self.c.engine, self.loss, self._batch(rows), self.c.ref_model,
-                                  self.tc.micro_batch_tokens)
-
-        found = culprits(units_of(take, [r.group for r, _ in take]), finite)
-        kept, gone = split_take(take, found.culprits)
-        left = all_gather(sum(len(idx) for _, idx in kept), self.world)
-        if not all(all_gather(found.isolated, self.world)) or (0 in left and any(left)):
-            return None  # (a rank with nothing left could not join the others' step)
-        for pos, idx in gone.items():
-            self._reject(take[pos][0], [Reject("non_finite_loss", f"this sample made the step's loss non-finite "
-                                               f"(found by bisecting the batch, {found.probes} probes): {detail}", idx)])
-        self.summary.bisected_steps += 1
-        if self.rank == 0:
-            self.c.status.update(bisected_steps=self.summary.bisected_steps)
-        self.log(f"step {self.step + 1}: loss not finite; {sum(map(len, gone.values()))} experiences to blame "
-                 f"({found.probes} probes) rejected as non_finite_loss, the rest trains")
-        return kept
-
-    def _skip_step(self, bc: BatchSource, take: Take, detail: str) -> None:
-        """A batch whose loss is not finite: no update; its records are rejected (`non_finite_loss`, with
-        their bytes, since one of them is the cause) and done, so the same batch is never tried again."""
-        for r, idx in take:
-            if idx:
-                self._reject(r, [Reject("non_finite_loss", f"the step's batch had a non-finite loss: {detail}", idx)])
-        self._finish(bc, [r for r, _ in take])
-        self.summary.skipped_steps += 1
-        if self.rank == 0:
-            self.c.status.update(skipped_steps=self.summary.skipped_steps, last_skip=detail[:300])
-        self.log(f"step {self.step + 1} skipped: {detail[:300]}; {sum(len(i) for _, i in take)} experiences "
-                 "rejected as non_finite_loss")
 
     def _eval(self) -> None:
         from rftbus.trainer.evaluate import evaluate
@@ -345,9 +319,32 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------
     def run(self) -> RunSummary:
+        """Start (resume or publish v0), then turn by turn: poll, agree with the other ranks, and train, checkpoint
+        or wait; at a stop, the last checkpoint. Steps publish their versions themselves (`_train`)."""
+        self._trap_signals()
+        bc = self._start()
+        try:
+            while (turn := self._next_turn(bc)).act != "stop":
+                if turn.act == "train":
+                    assert turn.take is not None
+                    self._train(bc, turn.take)
+                    self.idle_since = time.monotonic()
+                else:
+                    self._wait(bc, turn)
+            self.summary.stopped_by = turn.why
+            if self.step > self.last_ckpt or self._rejected_since_checkpoint():
+                self._checkpoint(bc, self.version, final=True)
+        finally:
+            self._close(bc)
+        return self.summary
+
+    def _trap_signals(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._on_signal)
-        with phase("start"):  # the model, DeepSpeed, the consumer, then resume or publish v0
+
+    def _start(self) -> BatchSource:
+        """The model, DeepSpeed and the consumer, then resume from the checkpoint or publish v0."""
+        with phase("start"):
             self._build()
             self.c.status.start()
         try:
@@ -359,57 +356,54 @@ class Trainer:
             raise
         self.last_ckpt, self.dirty = self.step, False
         self.ckpt_positions = bc.positions()
-        self.last_ckpt_at = self.last_step_at = time.monotonic()
-        idle_since = time.monotonic()
-        try:
-            while True:
-                with phase("poll"):
-                    bc.poll(self.tc.poll_timeout_s)
-                held = self.tc.hold_at_step is not None and self.step >= self.tc.hold_at_step
-                records = None if held else self._select(bc, partial=False)
-                at_end = records is None and not held and self.opts.until_end and bc.caught_up()
-                ran = self.step - self.summary.start_step
-                if not self.stop_reason and self.tc.max_steps is not None and ran >= self.tc.max_steps:
-                    self.stop_reason = "max_steps"
-                if (not self.stop_reason and self.tc.idle_exit_s is not None
-                        and time.monotonic() - idle_since > self.tc.idle_exit_s):
-                    self.stop_reason = "idle"
-                # Rejections (stale, malformed) move positions without a step; checkpoint them while
-                # waiting, or their offsets stay uncommitted, count as pending for admission, and the
-                # explorers wait for a step that can never come (found by `rftbus chaos`).
-                due = (self._moved_since_checkpoint(bc)
-                       and time.monotonic() - self.last_ckpt_at >= REJECTIONS_CHECKPOINT_S)
-                flags = all_gather((records is not None, self.stop_reason, at_end, due), self.world)
-                stops = [f[1] for f in flags if f[1]]
-                if stops:
-                    self.summary.stopped_by = stops[0]
-                    break
-                if all(f[0] for f in flags):
-                    assert records is not None  # (this rank's own flag)
-                    self._train(bc, records)
-                    idle_since = time.monotonic()
-                    continue
-                if all(f[0] or f[2] for f in flags):  # replay reached the end: train what is left
-                    records = records or self._select(bc, partial=True)
-                    left = all_gather(records is not None, self.world)
-                    if all(left):
-                        assert records is not None
-                        self._train(bc, records)
-                        continue
-                    self.summary.stopped_by = "end"
-                    break
-                if any(f[3] for f in flags):
-                    self._checkpoint(bc, self.version)
-                self.c.status.update(state="waiting", pending_units=sum(len(b) for b in bc.lanes.values()),
-                                     **({"waiting_reason": f"held at step {self.step} (trainer.hold_at_step)"}
-                                        if held else {}))
-            if self.step > self.last_ckpt or self._rejected_since_checkpoint():
-                self._checkpoint(bc, self.version, final=True)
-        finally:
-            self.c.status.stop(state="stopped")
-            self.summary.steps = self.step - self.summary.start_step
-            self.summary.version = self.version
-            self.summary.rejected = dict(self.c.rejector.count)
-            self.c.close()
-            bc.close()
-        return self.summary
+        self.last_ckpt_at = self.last_step_at = self.idle_since = time.monotonic()
+        return bc
+
+    def _next_turn(self, bc: BatchSource) -> Turn:
+        """Poll, pick this rank's batch, and agree with every rank on what the turn does: ranks train only
+        together, and one rank's stop stops them all."""
+        with phase("poll"):
+            bc.poll(self.tc.poll_timeout_s)
+        held = self.tc.hold_at_step is not None and self.step >= self.tc.hold_at_step
+        take = None if held else self._select(bc, partial=False)
+        at_end = take is None and not held and self.opts.until_end and bc.caught_up()
+        self._check_limits()
+        # Rejections (stale, malformed) move positions without a step; checkpoint them while waiting, or their
+        # offsets stay uncommitted, count as pending for admission, and the explorers wait for a step that can
+        # never come (found by `rftbus chaos`).
+        due = self._moved_since_checkpoint(bc) and time.monotonic() - self.last_ckpt_at >= REJECTIONS_CHECKPOINT_S
+        ready, stops, ends, dues = zip(*all_gather((take is not None, self.stop_reason, at_end, due), self.world),
+                                       strict=True)
+        if any(stops):
+            return Turn("stop", why=next(s for s in stops if s))
+        if all(ready):
+            return Turn("train", take)
+        if all(r or e for r, e in zip(ready, ends, strict=True)):  # replay reached the end: train what is left
+            take = take or self._select(bc, partial=True)
+            if all(all_gather(take is not None, self.world)):
+                return Turn("train", take)
+            return Turn("stop", why="end")
+        return Turn("wait", checkpoint=any(dues), why=f"held at step {self.step} (trainer.hold_at_step)" if held else "")
+
+    def _check_limits(self) -> None:
+        """trainer.max_steps and trainer.idle_exit_s become a stop reason."""
+        if not self.stop_reason and self.tc.max_steps is not None and self.step - self.summary.start_step >= \
+                self.tc.max_steps:
+            self.stop_reason = "max_steps"
+        if (not self.stop_reason and self.tc.idle_exit_s is not None
+                and time.monotonic() - self.idle_since > self.tc.idle_exit_s):
+            self.stop_reason = "idle"
+
+    def _wait(self, bc: BatchSource, turn: Turn) -> None:
+        if turn.checkpoint:
+            self._checkpoint(bc, self.version)
+        self.c.status.update(state="waiting", pending_units=sum(len(b) for b in bc.lanes.values()),
+                             **({"waiting_reason": turn.why} if turn.why else {}))
+
+    def _close(self, bc: BatchSource) -> None:
+        self.c.status.stop(state="stopped")
+        self.summary.steps = self.step - self.summary.start_step
+        self.summary.version = self.version
+        self.summary.rejected = dict(self.c.rejector.count)
+        self.c.close()
+        bc.close()

@@ -1,6 +1,7 @@
-"""Publishing weight versions: safetensors into the WeightStore, then WeightVersion on rft.weights.
+"""Publishing weight versions: the bytes through the weights transport (rftbus/ground/weights/transport.py; the
+store of safetensors files by default), then the WeightVersion that announces them on rft.weights.
 
-The record goes out only after the file is durable. `publish` does not wait for the broker to acknowledge it
+The record goes out only after the bytes are durable. `publish` does not wait for the broker to acknowledge it
 (a frozen leader of the weights partition held every step for a request timeout or two): a version whose record
 failed stops the trainer at its next publish or at `wait`, and a restart publishes the checkpoint's version
 again if its record never landed (loop.py `_ensure_published`). Garbage collection (why a version is safe to delete):
@@ -21,7 +22,7 @@ from collections.abc import Callable
 
 from rftbus.ground.kafka.in_flight import InFlight
 from rftbus.ground.schemas import WeightVersion, topic_context
-from rftbus.ground.weights import WeightStore
+from rftbus.ground.weights.transport import WeightTransport
 
 
 def protected_versions(versions: list[int], newest: int, eta: int, superseded_at: dict[int, float],
@@ -33,9 +34,9 @@ def protected_versions(versions: list[int], newest: int, eta: int, superseded_at
 
 
 class WeightPublisher:
-    def __init__(self, store_url: str, model: str, producer, serializer, topic: str, eta: int,
+    def __init__(self, transport: WeightTransport, model: str, producer, serializer, topic: str, eta: int,
                  keep: int, grace_s: float, serving: Callable[[], set[int]] = set):
-        self.store = WeightStore(store_url)
+        self.transport = transport
         self.model = model
         self.producer, self.serialize, self.topic = producer, serializer, topic
         self.eta, self.keep, self.grace_s = eta, keep, grace_s
@@ -48,7 +49,7 @@ class WeightPublisher:
         """`meta`: the file's safetensors metadata (a LoRA adapter's shape and base model)."""
         self.producer.poll(0)
         self.in_flight.raise_failed()  # an earlier version Kafka gave up on stops the trainer here
-        saved = self.store.save(self.model, version, state_dict, meta)
+        saved = self.transport.publish(self.model, version, state_dict, meta)
         fmt = (meta or {}).get("rftbus.format", "safetensors")
         rec = WeightVersion(model=self.model, version=version, step=step, uri=saved.uri, sha256=saved.sha256,
                             bytes=saved.bytes, format=fmt, metadata={"trainer_step": str(step)})
@@ -56,7 +57,7 @@ class WeightPublisher:
                               on_delivery=self.in_flight.expect(f"v{version}"))
         self.producer.poll(0)
         now = time.time()
-        for v in self.store.versions(self.model):
+        for v in self.transport.versions(self.model):
             if v < version:
                 self.superseded_at.setdefault(v, now)
         self.last = rec
@@ -68,7 +69,7 @@ class WeightPublisher:
         self.in_flight.wait(self.producer, timeout)
 
     def gc(self, newest: int) -> list[int]:
-        versions = self.store.versions(self.model)
+        versions = self.transport.versions(self.model)
         protect = protected_versions(versions, newest, self.eta, self.superseded_at, self.grace_s, time.time())
         protect |= self.serving()
-        return self.store.gc(self.model, keep=max(self.keep, 1), protect=protect)
+        return self.transport.gc(self.model, keep=max(self.keep, 1), protect=protect)

@@ -14,16 +14,21 @@ def newest_weights(cfg: Config, model: Any) -> tuple[Any, int, str]:
     PEFT wrapper around the one given."""
     from rftbus.ground.kafka.clients import check_reachable
     from rftbus.ground.models.lora import load_version
-    from rftbus.ground.weights import WeightStore, decode_payload, load_weights
+    from rftbus.ground.weights import WeightStore, decode_payload
     from rftbus.ground.weights.follower import latest_published
+    from rftbus.ground.weights.store_transport import StoreTransport
+    from rftbus.ground.weights.transport import make_transport
 
     try:
         check_reachable(cfg, timeout=3)
         rec = latest_published(cfg)
     except RftbusError:  # no broker: fall back to the store on disk
         rec = None
+    transport = make_transport(cfg)
     if rec is not None:
-        return load_version(model, load_weights(rec.uri, rec.sha256)), rec.version, rec.uri
+        return load_version(model, transport.fetch(rec)), rec.version, rec.uri
+    if not isinstance(transport, StoreTransport):  # only files outlive the broker
+        return model, 0, "seed"
     store = WeightStore(cfg.trainer.store_url or str(cfg.state_dir / "weights"))
     versions = store.versions(cfg.model.name)
     if versions:

@@ -11,7 +11,7 @@ from confluent_kafka import TopicPartition
 from conftest import make_config
 from explorer_kafka import committed, end_offsets, fresh_config, read_topic
 
-from rftbus.ground.weights.admit import store_url
+from rftbus.ground.weights.store_transport import store_url
 from rftbus.ground.kafka.clients import make_consumer, make_producer
 from rftbus.ground.models.loading import load_policy, load_tokenizer
 from rftbus.producers.explorer import Explorer

@@ -25,7 +25,7 @@ from rftbus.ground.schemas import (Experience, ExperienceGroup, Feedback, Feedba
                             make_codec)
 from rftbus.ground.status import read_statuses
 from rftbus.ground.weights import WeightStore
-from rftbus.ground.weights.admit import store_url, version_uri
+from rftbus.ground.weights.store_transport import store_url, version_uri
 from tests.conftest import make_config
 
 CODEC = make_codec(None)

@@ -15,7 +15,7 @@ from pydantic import SecretStr
 from conftest import make_config
 from serve_helpers import TOPIC_KEYS, free_port
 
-from rftbus.ground.weights.admit import store_url
+from rftbus.ground.weights.store_transport import store_url
 from rftbus.ground.kafka.clients import make_admin, make_producer
 from rftbus.ground.kafka.read import read_to_end
 from rftbus.ground.kafka.topics import create_topics

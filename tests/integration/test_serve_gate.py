@@ -24,7 +24,7 @@ from rftbus.producers.serve.gated import GatedVersions
 from rftbus.producers.serve.sessions import SESSION_HEADER
 from rftbus.ground.schemas import WeightVersion
 from rftbus.ground.weights import WeightStore
-from rftbus.ground.weights.admit import store_url
+from rftbus.ground.weights.store_transport import store_url
 from tests.integration.test_gate import decisions, wait_for
 from tests.integration.test_serve import CODEC, FB, INF, recorded, serving
 

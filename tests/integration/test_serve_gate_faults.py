@@ -24,7 +24,7 @@ from rftbus.ground.kafka.topics import create_topics
 from rftbus.producers.serve.sessions import SESSION_HEADER
 from rftbus.ground.schemas import GateDecision, now_ms
 from rftbus.ground.status import read_statuses
-from rftbus.ground.weights.admit import store_url, version_uri
+from rftbus.ground.weights.store_transport import store_url, version_uri
 from tests.integration.test_serve import CODEC, INF, serve_config
 from tests.integration.test_serve_gate import LORA, publish_adapter
 

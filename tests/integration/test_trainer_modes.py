@@ -221,15 +221,16 @@ def test_gc_keeps_what_the_gate_serves(tmp_path):
     that restarts loads it again."""
     import torch
 
+    from rftbus.ground.weights.store_transport import StoreTransport
     from rftbus.trainer.publish import WeightPublisher
 
     served = {2}
-    pub = WeightPublisher(str(tmp_path / "store"), "m", None, None, "t", eta=0, keep=1, grace_s=0.0,
+    pub = WeightPublisher(StoreTransport(None, str(tmp_path / "store")), "m", None, None, "t", eta=0, keep=1, grace_s=0.0,
                           serving=lambda: set(served))
     for v in range(8):
-        pub.store.save("m", v, {"w": torch.zeros(1)})
+        pub.transport.store.save("m", v, {"w": torch.zeros(1)})
     pub.gc(7)
-    assert pub.store.versions("m") == [2, 6, 7]
+    assert pub.transport.versions("m") == [2, 6, 7]
     served.clear()
     pub.gc(7)
-    assert pub.store.versions("m") == [6, 7]
+    assert pub.transport.versions("m") == [6, 7]

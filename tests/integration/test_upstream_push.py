@@ -14,7 +14,7 @@ import torch
 from pydantic import SecretStr
 from conftest import make_config
 
-from rftbus.ground.weights.admit import store_url
+from rftbus.ground.weights.store_transport import store_url
 from rftbus.ground.kafka.clients import make_admin, make_producer
 from rftbus.ground.kafka.topics import create_topics
 from rftbus.ground.models.config import LoraSpec

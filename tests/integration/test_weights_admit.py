@@ -19,7 +19,7 @@ from rftbus.ground.kafka.clients import make_producer
 from rftbus.ground.models.loading import load_policy, load_tokenizer
 from rftbus.ground.schemas import WeightVersion, make_codec
 from rftbus.ground.weights import WeightStore
-from rftbus.ground.weights.admit import store_url, version_uri
+from rftbus.ground.weights.store_transport import store_url, version_uri
 from rftbus.ground.weights.follower import WeightFollower, latest_published
 
 ENC = make_codec(None)

@@ -14,6 +14,7 @@ from rftbus.ground.schemas import Rejection, WeightVersion, make_codec
 from rftbus.trainer.batch_source import Polled
 from rftbus.trainer.publish import WeightPublisher
 from rftbus.trainer.rejects import Rejector
+from rftbus.ground.weights.store_transport import StoreTransport
 
 CODEC = make_codec(None)
 
@@ -84,7 +85,7 @@ def test_a_rejection_kafka_refused_or_never_acknowledged_stops_the_checkpoint_na
 
 def test_publish_does_not_wait_for_the_weights_leader_and_a_lost_version_stops_the_next_publish(tmp_path):
     producer = Producer(frozen={"weights"})
-    pub = WeightPublisher(str(tmp_path / "store"), "m", producer, CODEC.serializer(WeightVersion), "weights", eta=1,
+    pub = WeightPublisher(StoreTransport(None, str(tmp_path / "store")), "m", producer, CODEC.serializer(WeightVersion), "weights", eta=1,
                           keep=4, grace_s=0.0)
     sd = {"w": __import__("torch").zeros(2)}
     t = time.monotonic()

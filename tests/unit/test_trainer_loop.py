@@ -25,6 +25,7 @@ from rftbus.trainer.batch_source import BatchConsumer, Polled
 from rftbus.trainer.checkpoint import Checkpoints, read_lineage
 from rftbus.trainer.components import Components
 from rftbus.trainer.loop import RunOptions, Trainer
+from rftbus.ground.weights.store_transport import StoreTransport
 from tests.integration.test_grpo_direction import dist_env  # noqa: F401 - the fixture
 
 CODEC = make_codec(None)
@@ -141,7 +142,7 @@ def _components(cfg: Config, producer: MemoryProducer, log) -> MemoryComponents:
         ref_model=None, pad_id=tok.pad_token_id or 0, max_len=256, limits=Limits(vocab=vocab, context=2048),
         producer=producer, consumer=None, codec=CODEC, deserializer=CODEC.deserializer(ExperienceGroup),
         lane_topics=LANES, rejector=Rejector(producer, CODEC.serializer(Rejection), "rejected"),
-        publisher=WeightPublisher(str(cfg.state_dir / "weights"), cfg.model.name, producer,
+        publisher=WeightPublisher(StoreTransport(cfg), cfg.model.name, producer,
                                   CODEC.serializer(WeightVersion), "weights", cfg.rl.max_staleness, 100, 0.0, set),
         metrics=MetricsSink(producer, CODEC.serializer(TrainerMetric), "metrics", cfg.model.name, None),
         status=StatusFile(cfg.state_dir, "trainer", "0"), checkpoint_dir=cfg.state_dir / "checkpoints")

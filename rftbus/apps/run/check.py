@@ -253,6 +253,17 @@ def check_loss(cfg: Config, rep: Report) -> None:
         rep.errors.append(f"trainer.loss: {_first_line(e)}")
 
 
+def check_weights_transport(cfg: Config, rep: Report) -> None:
+    """trainer.weights_transport names a WeightTransport every process can make (the built-in store, an entry
+    point, or module:Class)."""
+    from rftbus.ground.weights.transport import make_transport
+
+    try:
+        make_transport(cfg)
+    except (RftbusError, ImportError, TypeError, ValueError) as e:
+        rep.errors.append(f"trainer.weights_transport: {_first_line(e)}")
+
+
 def check_user_code(config_file, rep: Report) -> None:
     """A module beside the config named like a standard-library module is never the one imported (the user's
     folders come after the library, #63), so a reward in it is not what runs: said in one line."""
@@ -299,6 +310,7 @@ def check_config(cfg: Config, config_file=None) -> Report:
     check_model(cfg, tasks, rep, file)
     check_rewards(cfg, ts, tasks, rep)
     check_loss(cfg, rep)
+    check_weights_transport(cfg, rep)
     check_otel(cfg, rep)
     rep.seconds = time.perf_counter() - t0
     return rep

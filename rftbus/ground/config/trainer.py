@@ -96,6 +96,11 @@ class TrainerConfig(BaseModel):
     checkpoint_interval: int = Field(1, ge=1, description="steps between checkpoints (every publish also checkpoints)")
     keep_checkpoints: int = Field(2, ge=1, description="checkpoints kept on disk (older ones deleted)")
     store_url: str | None = Field(None, description="weight store, any fsspec URL; default <state_dir>/weights")
+    weights_transport: str = Field("store", min_length=1, description="how a weight version's bytes reach the "
+                                   "explorers, serve and the evaluator (its WeightVersion record on the weights topic "
+                                   "announces it either way): store = safetensors files in store_url; or an entry "
+                                   "point in rftbus.weight_transports, or module:Class, a subclass of rftbus.ground."
+                                   "weights.transport.WeightTransport")
     keep_versions: int = Field(4, ge=1, description="weight versions kept in the store (see weights_gc.py)")
     max_version_jump: int = Field(1000, ge=1, description="a weight record more than this many versions ahead of the "
                                   "newest one a process believes is refused (a forged record must not become every "

@@ -3,9 +3,9 @@
 The one follower of `topics.weights` (explorers, serve, the streams, the run's evaluator all use it).
 A background thread reads the topic from the beginning (no consumer group: every reader needs every
 version record, and nothing is committed), keeps the newest WeightVersion for `model.name`, and with
-`prefetch` loads it with `load_weights` (sha256 verified) so an engine only has to swap tensors
-between generations. A record is believed only if rftbus/ground/weights/admit.py admits it (the uri is the store's
-for that version, the file is there, the version is not far ahead); a refused record, or a checkpoint that is
+`prefetch` fetches it through the weights transport (sha256 verified) so an engine only has to swap tensors
+between generations. A record is believed only if rftbus/ground/weights/admit.py admits it (the transport's check: for the
+store, the uri is the store's for that version and the file is there; the version is not far ahead); a refused record, or a checkpoint that is
 missing, corrupt, non-finite or does not fit, is reported, counted and remembered as refused, and the reader
 keeps the version it had: `latest` is never a refused record. `published` reads the topic once to its end.
 """
@@ -27,6 +27,7 @@ from rftbus.ground.kafka.clients import make_consumer
 from rftbus.ground.kafka.read import consume_ready, read_to_end
 from rftbus.ground.schemas import DecodeError, WeightVersion, make_codec
 from rftbus.ground.weights.admit import refusal
+from rftbus.ground.weights.transport import make_transport
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the store (torch) loads only where weights are prefetched: not in a streams worker
@@ -45,6 +46,7 @@ class WeightFollower:
         self.topic = cfg.topics.weights.name
         self.report = report or log.warning
         self.prefetch = prefetch
+        self.transport = make_transport(cfg)
         self.decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer(WeightVersion)
         self.latest: WeightVersion | None = None  # newest record admitted and not refused since
         self._admitted: list[WeightVersion] = []  # the last few admitted, newest last: what a refusal falls back to
@@ -96,16 +98,14 @@ class WeightFollower:
     def load(self, version: int) -> Payload:
         """Version `version` as published (admitted as any record is, sha256 verified): for a reader that serves
         versions other than the newest (serve behind the promotion gate)."""
-        from rftbus.ground.weights.store import load_weights
-
         with self._lock:
             rec = self.seen.get(version)
         if rec is None:
             raise RftbusError(f"weights v{version} of {self.model} is not on {self.topic} (not yet, or compacted away)")
-        why = refusal(rec, self.cfg, None)
+        why = refusal(rec, self.cfg, None, transport=self.transport)
         if why is not None:
             raise RftbusError(f"weights v{version} refused: {why}")
-        return load_weights(rec.uri, rec.sha256)
+        return self.transport.fetch(rec)
 
     def defer(self, record: WeightVersion, payload: Payload) -> None:
         """Hand a version back (its swap was deferred): taken again unless a newer one arrived meanwhile."""
@@ -188,7 +188,7 @@ class WeightFollower:
             newest = self.latest.version if self.latest else None
         if (newest is not None and rec.version <= newest) or rec.version in self.refused:
             return False
-        why = refusal(rec, self.cfg, newest)
+        why = refusal(rec, self.cfg, newest, transport=self.transport)
         with self._lock:
             if why is not None:
                 self._refuse(rec, why)
@@ -215,10 +215,10 @@ class WeightFollower:
             return
         self._fetched = rec.version
         t0 = time.monotonic()
-        from rftbus.ground.weights.store import WeightsError, load_weights
+        from rftbus.ground.weights.store import WeightsError
 
         try:
-            state = load_weights(rec.uri, rec.sha256)
+            state = self.transport.fetch(rec)
         except WeightsError as e:
             self.refuse(rec, str(e))
             return
@@ -248,8 +248,8 @@ def published(cfg: Config, model: str | None = None, timeout_s: float = 60.0) ->
 def latest_published(cfg: Config, model: str | None = None) -> WeightVersion | None:
     """The newest WeightVersion of `model` on the weights topic that admit.py believes (its uri is the store's,
     its file is there), or None before the first."""
-    versions = published(cfg, model)
+    versions, transport = published(cfg, model), make_transport(cfg)
     for v in sorted(versions, reverse=True):
-        if refusal(versions[v], cfg, None) is None:
+        if refusal(versions[v], cfg, None, transport=transport) is None:
             return versions[v]
     return None

@@ -22,7 +22,7 @@ from safetensors.torch import save as st_save
 from rftbus.ground.errors import RftbusError
 from rftbus.ground.models import lora
 from rftbus.ground.models.lora import Adapter
-from rftbus.ground.weights.admit import version_uri
+from rftbus.ground.weights.store_transport import version_uri
 
 Payload = dict[str, torch.Tensor] | Adapter  # one version as read: full weights or a LoRA adapter
 _NAME = re.compile(r"^v(\d+)\.safetensors$")
