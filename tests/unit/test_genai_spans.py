@@ -7,25 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from otlp_export import otlp_body
 from rftbus.streams.traces.genai import GenAICall, Refused, model_version, read_call
 from rftbus.ground.otel.otlp import JSON, OtlpError, parse, spans
 
 INPUT = [{"role": "system", "parts": [{"type": "text", "content": "Answer with the number."}]},
          {"role": "user", "parts": [{"type": "text", "content": "What is 7 times 8?"}]}]
 OUTPUT = [{"role": "assistant", "parts": [{"type": "text", "content": "56"}], "finish_reason": "stop"}]
-
-
-def _body(make) -> bytes:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    make(provider.get_tracer("test"))
-    return encode_spans(exporter.get_finished_spans()).SerializeToString()
 
 
 def _calls(body: bytes, **kw) -> list[GenAICall | Refused]:
@@ -40,7 +29,7 @@ def test_current_conventions_attributes_become_one_call_with_prompt_and_answer()
                                  "gen_ai.input.messages": json.dumps(INPUT), "gen_ai.output.messages": json.dumps(OUTPUT),
                                  "user.feedback": 1.0, "session.id": "s-1"})
 
-    [call] = _calls(_body(make), session_attr="session.id")
+    [call] = _calls(otlp_body(make), session_attr="session.id")
     assert isinstance(call, GenAICall), call
     assert call.messages == [{"role": "system", "content": "Answer with the number."},
                              {"role": "user", "content": "What is 7 times 8?"}]
@@ -59,7 +48,7 @@ def test_earlier_conventions_span_events_and_a_grade_event():
                 {"index": 0, "finish_reason": "length", "message": {"content": "4"}})})
             span.add_event("user.feedback", {"value": "thumbs_down"})
 
-    [call] = _calls(_body(make))
+    [call] = _calls(otlp_body(make))
     assert isinstance(call, GenAICall), call
     assert call.messages == [{"role": "user", "content": "2+2?"}] and call.answer == "4"
     assert call.finish_reason == "length" and call.grade == 0.0 and call.session == call.trace_id
@@ -77,7 +66,7 @@ def test_spans_that_are_no_model_call_or_lack_content_are_refused_with_reasons()
             span.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.input.messages": "[{\"role\": 3}]",
                                  "gen_ai.output.messages": json.dumps(OUTPUT)})
 
-    got = _calls(_body(make))
+    got = _calls(otlp_body(make))
     assert [r.reason for r in got if isinstance(r, Refused)] == ["not_genai", "not_genai", "no_content", "no_content"]
     assert "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT" in got[2].detail
 

@@ -9,11 +9,8 @@ import json
 
 import pytest
 import torch
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from otlp_export import otlp_body
 from rftbus.ground.models.config import ModelConfig
 from rftbus.ground.models.prompt import PromptFormat, default_task_id
 from rftbus.ground.otel.ids import episode_id
@@ -34,14 +31,6 @@ def fmt(smollm2_folder):
     return PromptFormat.for_model(AutoTokenizer.from_pretrained(smollm2_folder), ModelConfig(name=MODEL))
 
 
-def _export(make) -> bytes:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    make(provider.get_tracer("agent"))
-    return encode_spans(exporter.get_finished_spans()).SerializeToString()
-
-
 def _chat(tracer, answer="56", model=f"{MODEL}-v3", finish="stop", **extra):
     with tracer.start_as_current_span(f"chat {MODEL}") as span:
         span.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.request.model": MODEL,
@@ -55,7 +44,7 @@ def _chat(tracer, answer="56", model=f"{MODEL}-v3", finish="stop", **extra):
 
 def test_a_root_call_is_a_group_of_one_rendered_by_the_one_renderer(fmt):
     ids: list[int] = []
-    body = _export(lambda t: ids.append(_chat(t)))
+    body = otlp_body(lambda t: ids.append(_chat(t)))
     read = Episodes(fmt, MODEL).read(body)
     assert not read.refused and not read.grades and read.spans == 1
     [g] = read.groups
@@ -87,7 +76,7 @@ def test_versions_grades_and_refusals(fmt):
         with tracer.start_as_current_span("review") as later:  # another trace's grade, alone in the export
             later.add_event("user.feedback", {"value": 0.5})
 
-    read = Episodes(fmt, MODEL).read(_export(make))
+    read = Episodes(fmt, MODEL).read(otlp_body(make))
     own, waiting = read.groups
     assert own.group_id == f"otel-{own.metadata['trace_id']}-{own.metadata['span_id']}"
     [s] = own.samples
@@ -108,13 +97,13 @@ def test_versions_grades_and_refusals(fmt):
 
 
 def test_serve_fingerprint_names_the_version(fmt):
-    body = _export(lambda t: _chat(t, model=MODEL, **{"gen_ai.openai.response.system_fingerprint": "rftbus-v12"}))
+    body = otlp_body(lambda t: _chat(t, model=MODEL, **{"gen_ai.openai.response.system_fingerprint": "rftbus-v12"}))
     [g] = Episodes(fmt, MODEL).read(body).groups
     assert g.samples[0].model_version == 12
 
 
 def test_the_step_takes_the_current_policy_for_answers_without_behaviour_logprobs(fmt):
-    body = _export(lambda t: _chat(t))
+    body = otlp_body(lambda t: _chat(t))
     [traced] = Episodes(fmt, MODEL).read(body).groups
     served = make_codec(None).decode(make_codec(None).encode(traced, None))
     assert isinstance(served, ExperienceGroup)
@@ -168,11 +157,11 @@ def test_the_stage_joins_a_trace_grade_to_its_calls_in_either_order(fmt):
     def outs(body: bytes, offset: int):
         return stage.outputs(SimpleNamespace(value=body, key=b"k", partition=1), f"spans/1/{offset}")
 
-    o1 = outs(_export(first), 0)
+    o1 = outs(otlp_body(first), 0)
     assert [o.role for o in o1] == ["raw", "raw", "rejected"]  # (the agent's own span: not_genai)
     calls = [codec.decode(o.value) for o in o1 if o.role == "raw"]
     assert all(isinstance(g, ExperienceGroup) and g.samples[0].reward is None for g in calls)
-    o2 = outs(_export(grade), 1)
+    o2 = outs(otlp_body(grade), 1)
     fbs = [codec.decode(o.value) for o in o2 if o.role == "feedback"]
     assert all(isinstance(f, Feedback) and f.reward == 1.0 for f in fbs)
     assert sorted(f.experience_id for f in fbs) == sorted(g.group_id for g in calls)
