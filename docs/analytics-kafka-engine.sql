@@ -20,6 +20,10 @@ CREATE TABLE IF NOT EXISTS rftbus.tasks (
   `priority` Float64,
   `created_at` DateTime64(3, 'UTC'),
   `metadata` Map(String, String),
+  `parent_task_id` Nullable(String),
+  `synthesizer` Nullable(String),
+  `generation` Int32,
+  `parent_outcome` Nullable(String),
   `ingested_at` DateTime64(3, 'UTC') DEFAULT now64(3)
 )
 ENGINE = ReplacingMergeTree
@@ -109,7 +113,7 @@ ENGINE = ReplacingMergeTree
 ORDER BY (topic, partition, offset, feedback_id)
 SETTINGS fsync_after_insert = 1, fsync_part_directory = 1;
 
-CREATE TABLE IF NOT EXISTS rftbus.ground.weights (
+CREATE TABLE IF NOT EXISTS rftbus.weights (
   `topic` LowCardinality(String),
   `kafka_topic` LowCardinality(String),
   `partition` Int32,
@@ -131,7 +135,7 @@ ENGINE = ReplacingMergeTree
 ORDER BY (topic, partition, offset, weight_id)
 SETTINGS fsync_after_insert = 1, fsync_part_directory = 1;
 
-CREATE TABLE IF NOT EXISTS rftbus.ground.metrics (
+CREATE TABLE IF NOT EXISTS rftbus.metrics (
   `topic` LowCardinality(String),
   `kafka_topic` LowCardinality(String),
   `partition` Int32,
@@ -222,7 +226,11 @@ CREATE TABLE IF NOT EXISTS rftbus.kafka_tasks (
   `priority` Float64,
   `metadata` Map(String, String),
   `created_at` DateTime64(3, 'UTC'),
-  `messages` Array(Map(String, String))
+  `messages` Array(Map(String, String)),
+  `parent_task_id` Nullable(String),
+  `synthesizer` Nullable(String),
+  `generation` Int32,
+  `parent_outcome` Nullable(String)
 ) ENGINE = Kafka
 SETTINGS
   kafka_broker_list = 'kafka:9092',
@@ -250,7 +258,11 @@ SELECT
   src.`n_samples` AS `n_samples`,
   src.`priority` AS `priority`,
   src.`created_at` AS `created_at`,
-  src.`metadata` AS `metadata`
+  src.`metadata` AS `metadata`,
+  src.`parent_task_id` AS `parent_task_id`,
+  src.`synthesizer` AS `synthesizer`,
+  src.`generation` AS `generation`,
+  src.`parent_outcome` AS `parent_outcome`
 FROM rftbus.kafka_tasks AS src
 WHERE length(src._error) = 0;
 
@@ -472,7 +484,7 @@ SETTINGS
   kafka_isolation_level = 'read_committed',
   kafka_num_consumers = 1;
 
-CREATE MATERIALIZED VIEW IF NOT EXISTS rftbus.kafka_weights_mv TO rftbus.ground.weights AS
+CREATE MATERIALIZED VIEW IF NOT EXISTS rftbus.kafka_weights_mv TO rftbus.weights AS
 SELECT
   transform(src._topic, ['rft.weights'], ['weights'], '') AS topic,
   src._topic AS kafka_topic,
@@ -523,7 +535,7 @@ SETTINGS
   kafka_isolation_level = 'read_committed',
   kafka_num_consumers = 1;
 
-CREATE MATERIALIZED VIEW IF NOT EXISTS rftbus.kafka_metrics_mv TO rftbus.ground.metrics AS
+CREATE MATERIALIZED VIEW IF NOT EXISTS rftbus.kafka_metrics_mv TO rftbus.metrics AS
 SELECT
   transform(src._topic, ['rft.metrics'], ['metrics'], '') AS topic,
   src._topic AS kafka_topic,

@@ -136,6 +136,19 @@ kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbu
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.spans
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-otel --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.tasks
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.raw
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.curated
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.curated.priority
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --operation DescribeConfigs --operation Write --topic rft.experiences.expert
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --operation DescribeConfigs --topic rft.experiences.rejected
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --operation DescribeConfigs --topic rft.feedback
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --operation DescribeConfigs --topic rft.weights
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --operation DescribeConfigs --topic rft.metrics
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --operation DescribeConfigs --topic rft.decisions
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --operation DescribeConfigs --topic rft.spans
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Read --operation Describe --group rftbus --resource-pattern-type prefixed
+kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-synthesize --operation Write --operation Describe --transactional-id rftbus --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation All --topic rftbus-streams --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation All --group rftbus-streams --resource-pattern-type prefixed
 kafka-acls.sh --bootstrap-server "$BOOTSTRAP" --add --allow-principal User:rftbus-streams --operation All --transactional-id rftbus-streams --resource-pattern-type prefixed

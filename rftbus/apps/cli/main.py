@@ -21,7 +21,7 @@ from rftbus.apps.cli import analytics_cmd
 from rftbus.apps.cli import chaos_cmd
 from rftbus.apps.cli import export_cmd
 from rftbus.apps.cli import init_cmd
-from rftbus.apps.cli import gate_cmd, otel_cmd, track_cmd
+from rftbus.apps.cli import gate_cmd, otel_cmd, synthesize_cmd, track_cmd
 from rftbus.apps.cli.context import CliState
 from rftbus.ground.errors import RftbusError
 
@@ -68,6 +68,7 @@ tail_cmd.register(app)
 track_cmd.register(app)
 gate_cmd.register(app)
 otel_cmd.register(app)
+synthesize_cmd.register(app)
 app.add_typer(bench_cmd.app, name="bench")
 chaos_cmd.register(app)
 app.add_typer(analytics_cmd.app, name="analytics")

@@ -62,6 +62,8 @@ def child_specs(c: Config, config_path: Path) -> list[ChildSpec]:
                                logs / "serve.log"))
     if c.gate.enabled and c.run.serve:  # serve follows its decisions: it starts with the run's first version
         specs.append(ChildSpec("gate", base + ["gate"], env, c.run.max_restarts, logs / "gate.log"))
+    if c.synthesis.enabled:
+        specs.append(ChildSpec("synthesize", base + ["synthesize"], env, c.run.max_restarts, logs / "synthesize.log"))
     if c.run.simulate:
         specs.append(ChildSpec("simulate", base + ["simulate"], env, c.run.max_restarts, logs / "simulate.log"))
     if c.run.studio:

@@ -43,7 +43,7 @@ from rftbus.apps.run.supervisor import ChildSpec, Supervisor
 from rftbus.apps.run.tracking import start_tracking
 from rftbus.ground.status import mark_run, read_statuses, trainer_step
 
-STOP_ORDER = ["simulate", "serve", "studio", "otelcol", "explorer", "streams", "trainer", "gate", "analytics"]  # producers first: the rest drain
+STOP_ORDER = ["simulate", "serve", "studio", "otelcol", "synthesize", "explorer", "streams", "trainer", "gate", "analytics"]  # producers first: the rest drain
 
 
 def child_state(c) -> str:

@@ -33,7 +33,8 @@ ADMIN = "admin"
 
 # a child's name (before its "-<n>") -> the role whose user it is
 ROLE_OF = {"trainer": "trainer", "streams": "streams", "explorer": "explorer", "analytics": "analytics",
-           "serve": "serve", "gate": "gate", "studio": "studio", "simulate": "serve", "otelcol": "otel"}
+           "serve": "serve", "gate": "gate", "studio": "studio", "simulate": "serve", "otelcol": "otel",
+           "synthesize": "synthesize"}
 
 
 def username(role: str) -> str:

@@ -84,7 +84,8 @@ def _experiences(g: ExperienceGroup, topic: str) -> list[Row]:
 def _task(t: Task) -> Row:
     return {"task_id": t.task_id, "taskset": t.taskset, "split": t.split, "prompt": t.prompt, "answer": t.answer,
             "workflow": t.workflow, "n_samples": t.n_samples, "priority": _f(t.priority) or 0.0,
-            "created_at": ts(t.created_at), "metadata": dict(t.metadata)}
+            "created_at": ts(t.created_at), "metadata": dict(t.metadata), "parent_task_id": t.parent_task_id,
+            "synthesizer": t.synthesizer, "generation": t.generation, "parent_outcome": t.parent_outcome}
 
 
 def _rejection(r: Rejection) -> Row:

@@ -58,7 +58,10 @@ TABLES: dict[str, Table] = {t.name: t for t in [
     Table("tasks", "task_id", [
         ("task_id", "String"), ("taskset", "LowCardinality(String)"), ("split", "LowCardinality(String)"),
         ("prompt", "String"), ("answer", "Nullable(String)"), ("workflow", "Nullable(String)"),
-        ("n_samples", "Nullable(Int32)"), ("priority", "Float64"), _CREATED, _META]),
+        ("n_samples", "Nullable(Int32)"), ("priority", "Float64"), _CREATED, _META,
+        # lineage of a synthesized task (rftbus/producers/synthesis/): null parent for a taskset's own
+        ("parent_task_id", "Nullable(String)"), ("synthesizer", "Nullable(String)"), ("generation", "Int32"),
+        ("parent_outcome", "Nullable(String)")]),
     Table("experiences", "experience_id", [
         ("experience_id", "String"), ("group_id", "String"), ("task_id", "String"), ("sample_index", "Int32"),
         ("group_size", "Int32"), ("prompt_tokens", "UInt32"), ("response_tokens", "UInt32"),

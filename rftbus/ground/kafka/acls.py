@@ -18,7 +18,8 @@ from rftbus.ground.config import Config
 from rftbus.ground.errors import RftbusError
 from rftbus.ground.kafka.registry import TOPICS
 
-ROLES = ("tasks", "explorer", "serve", "studio", "streams", "trainer", "evaluator", "analytics", "gate", "otel")
+ROLES = ("tasks", "explorer", "serve", "studio", "streams", "trainer", "evaluator", "analytics", "gate", "otel",
+         "synthesize")
 
 # topic key -> the roles that write it (everything else is refused a write by the broker): the registry's.
 WRITERS: dict[str, tuple[str, ...]] = {t.key: t.writers for t in TOPICS}

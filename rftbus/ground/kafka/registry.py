@@ -34,7 +34,8 @@ class Topic:
 
 
 TOPICS: tuple[Topic, ...] = (
-    Topic("tasks", "a task to roll out", "task id", Task, ("tasks",)),
+    Topic("tasks", "a task to roll out (a taskset's, or one the synthesize stage wrote)", "task id", Task,
+          ("tasks", "synthesize")),
     Topic("raw", "a whole experience group, as generated or served (or read from an agent's trace)", "group id",
           ExperienceGroup, ("explorer", "serve", "streams")),
     Topic("curated", "a decided group with advantages: the normal lane", "group id", ExperienceGroup,
@@ -42,7 +43,7 @@ TOPICS: tuple[Topic, ...] = (
     Topic("curated_priority", "a decided group worth learning from first: the trainer drains it before curated",
           "group id", ExperienceGroup, ("streams",), lane=True, curated=True, streams_output=True),
     Topic("expert", "demonstrations and corrections (learnt from as they are)", "group id", ExperienceGroup,
-          ("tasks", "explorer", "serve", "studio", "streams"), lane=True, streams_output=True),
+          ("tasks", "explorer", "serve", "studio", "streams", "synthesize"), lane=True, streams_output=True),
     Topic("rejected", "what a stage refused, with the reason and the original's bytes",
           "the refused record's own key (bounded)", Rejection,
           ("explorer", "streams", "trainer"), streams_output=True),

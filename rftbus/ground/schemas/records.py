@@ -114,6 +114,10 @@ class Task(AvroRecord):
     metadata: dict[str, str] = field(default_factory=dict)
     created_at: int = field(default_factory=now_ms)
     messages: list[dict[str, str]] | None = None  # chat turns rendered instead of `prompt` (v2)
+    parent_task_id: str | None = None  # lineage of a synthesized task (v3): rftbus/producers/synthesis/
+    synthesizer: str | None = None
+    generation: int = 0
+    parent_outcome: str | None = None
 
     def columns(self) -> dict[str, Any]:
         """The data row's other columns with their types (a list stays a list): metadata, JSON-decoded where the

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import random
+import re
 
 from rftbus.ground.tasksets.base import BuiltinTaskset
+
+_SUM = re.compile(r"^(\d+)\+(\d+)=$")
 
 
 def digit_credit(response: str, answer: str) -> dict[str, float]:
@@ -57,3 +60,23 @@ class Addition(BuiltinTaskset):
 
     def score(self, response: str, answer: str) -> dict[str, float]:
         return digit_credit(response, answer)
+
+    def answer_of(self, prompt: str) -> str | None:
+        m = _SUM.match(prompt.strip())
+        return str(int(m.group(1)) + int(m.group(2))) if m else None
+
+    def variant(self, meta: dict[str, str], difficulty: str, rng: random.Random) -> tuple[str, str, dict[str, str]] | None:
+        """One operand changed: fewer digits (easier), a carry added where there was none (harder), or redrawn at
+        the same width (same)."""
+        try:
+            a, b = int(meta["a"]), int(meta["b"])
+        except (KeyError, ValueError):
+            return None
+        hi = 10 ** self.digits - 1
+        if difficulty == "easier":
+            b = rng.randint(0, max(0, min(b, hi) // 10))
+        elif difficulty == "harder":
+            b = min(hi, b + rng.randint(1, 9) * (1 + (a % 10 + b % 10 < 10) * 9))
+        else:
+            b = rng.randint(0, hi)
+        return f"{a}+{b}=", str(a + b), {"a": str(a), "b": str(b)}

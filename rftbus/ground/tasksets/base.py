@@ -32,6 +32,16 @@ class BuiltinTaskset(ABC):
     def score(self, response: str, answer: str) -> dict[str, float]:
         """Reward components in [0, 1]; must include "reward", the combined value."""
 
+    def answer_of(self, prompt: str) -> str | None:
+        """The answer recomputed from a prompt of this taskset's form, or None (not of its form, or a taskset that
+        cannot): how a synthesized task's reference answer is checked (rftbus/producers/synthesis/verify.py)."""
+        return None
+
+    def variant(self, meta: dict[str, str], difficulty: str, rng: random.Random) -> tuple[str, str, dict[str, str]] | None:
+        """A new problem like the one `meta` describes (a problem's metadata), `difficulty` easier, same or harder:
+        (prompt, answer, metadata), or None where this taskset has no variants (the built-in synthesizer)."""
+        return None
+
     def expert(self, task: Task) -> str:
         """The demonstration an expert would give (the reference answer)."""
         return task.answer or ""

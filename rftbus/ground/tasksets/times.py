@@ -22,6 +22,8 @@ PHRASINGS = (
     "Compute {a} x {b}. Answer with the number only.",
 )
 _INT = re.compile(r"-?\d+")
+_FORMS = [re.compile("^" + re.escape(p).replace(re.escape("{a}"), r"(\d+)").replace(re.escape("{b}"), r"(\d+)") + "$")
+          for p in PHRASINGS]
 
 
 def final_number_credit(response: str, answer: str) -> dict[str, float]:
@@ -46,3 +48,28 @@ class Times(BuiltinTaskset):
 
     def score(self, response: str, answer: str) -> dict[str, float]:
         return final_number_credit(response, answer)
+
+    def answer_of(self, prompt: str) -> str | None:
+        for form in _FORMS:
+            m = form.match(prompt.strip())
+            if m:
+                return str(int(m.group(1)) * int(m.group(2)))
+        return None
+
+    def variant(self, meta: dict[str, str], difficulty: str, rng: random.Random) -> tuple[str, str, dict[str, str]] | None:
+        """One factor moved: down by 1-3 (easier, never below 2), up by 1-3 (harder: past the taskset's range is
+        allowed, up to 19), or to another value of the range (same); the phrasing drawn again."""
+        try:
+            a, b = int(meta["a"]), int(meta["b"])
+        except (KeyError, ValueError):
+            return None
+        which = rng.randrange(2)
+        x = (a, b)[which]
+        if difficulty == "easier":
+            x = max(2, x - rng.randint(1, 3))
+        elif difficulty == "harder":
+            x = min(19, x + rng.randint(1, 3))
+        else:
+            x = rng.randint(self.low, self.high if which == 0 else self.high_b)
+        a, b = (x, b) if which == 0 else (a, x)
+        return rng.choice(PHRASINGS).format(a=a, b=b), str(a * b), {"a": str(a), "b": str(b)}
