@@ -16,7 +16,7 @@ from rftbus.ground.broker.registry import start_registry
 from rftbus.apps.chaos.plan import free_port_pair
 from test_bus import test_every_record_type_round_trips_through_kafka as round_trip_through_kafka
 
-HISTORY = REPO / "schemas" / "history" / "Experience"
+HISTORY = REPO / "rftbus" / "ground" / "schemas" / "history" / "Experience"
 
 
 @pytest.fixture(scope="module")

@@ -56,7 +56,7 @@ def hermes(messages: list[dict]) -> list[dict]:
 
 def fastavro_groups(cfg) -> dict[str, dict]:
     """group_id -> the raw topic's group, read with fastavro alone (single-object encoding: 10-byte header)."""
-    schema = fastavro.schema.load_schema(str(REPO / "schemas" / "ExperienceGroup.avsc"))
+    schema = fastavro.schema.load_schema(str(REPO / "rftbus" / "ground" / "schemas" / "ExperienceGroup.avsc"))
     out = {}
     for m in read_to_end(cfg, cfg.topics.raw.name, timeout_s=20):
         g = fastavro.schemaless_reader(io.BytesIO(m.value()[10:]), schema, None)

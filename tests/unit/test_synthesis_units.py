@@ -91,7 +91,8 @@ def test_the_built_in_synthesizer_writes_checked_variants_of_the_difficulty_aske
         TasksetSynthesizer("my-data.jsonl")
     add = get_taskset("addition")
     assert add.answer_of("12+30=") == "42" and add.answer_of("12-30=") is None
-    assert add.variant({"a": "37", "b": "45"}, "same", random.Random(1))[0].startswith("37+")
+    made = [add.variant({"a": "37", "b": "45"}, "same", random.Random(s))[0] for s in range(8)]
+    assert all(p.startswith("37+") or p.endswith("+45=") for p in made) and len(set(made)) > 4  # one operand moved
 
 
 def test_synthesizers_are_named_like_rewards():

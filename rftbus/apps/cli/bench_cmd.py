@@ -10,7 +10,7 @@ import typer
 
 app = typer.Typer(help="Benchmarks (figures in docs/BENCHMARKS.md); each has --json.", no_args_is_help=True)
 
-from rftbus.apps.bench import async_speedup, broker, engines, explore, judge, late_feedback, peer, prefill, restart, serve, sizes, stale_rollouts, step, streams, studio, sync, verifiers  # noqa: E402  (after `app` exists)
+from rftbus.apps.bench import async_speedup, broker, engines, explore, judge, late_feedback, peer, prefill, restart, serve, sizes, stale_rollouts, step, streams, studio, sync, synthesis, verifiers  # noqa: E402  (after `app` exists)
 
 app.command("async")(async_speedup.bench_async)
 app.command("broker")(broker.broker)
@@ -28,4 +28,5 @@ app.command("step")(step.step)
 app.command("peer")(peer.peer)
 app.command("prefill")(prefill.prefill)
 app.command("late-feedback")(late_feedback.bench_late_feedback)
+app.command("synthesis")(synthesis.bench_synthesis)
 app.command("stale-rollouts")(stale_rollouts.bench_stale_rollouts)

@@ -264,6 +264,18 @@ def check_weights_transport(cfg: Config, rep: Report) -> None:
         rep.errors.append(f"trainer.weights_transport: {_first_line(e)}")
 
 
+def check_synthesis(cfg: Config, rep: Report) -> None:
+    """synthesis.synthesizer names one the stage can make (the built-in taskset one only for a built-in taskset)."""
+    if not cfg.synthesis.enabled:
+        return
+    from rftbus.producers.synthesis.base import make_synthesizer
+
+    try:
+        make_synthesizer(cfg.synthesis.synthesizer, cfg.taskset.name, cfg.taskset.params)
+    except (RftbusError, ImportError, TypeError, ValueError) as e:
+        rep.errors.append(f"synthesis.synthesizer: {_first_line(e)}")
+
+
 def check_user_code(config_file, rep: Report) -> None:
     """A module beside the config named like a standard-library module is never the one imported (the user's
     folders come after the library, #63), so a reward in it is not what runs: said in one line."""
@@ -311,6 +323,7 @@ def check_config(cfg: Config, config_file=None) -> Report:
     check_rewards(cfg, ts, tasks, rep)
     check_loss(cfg, rep)
     check_weights_transport(cfg, rep)
+    check_synthesis(cfg, rep)
     check_otel(cfg, rep)
     rep.seconds = time.perf_counter() - t0
     return rep

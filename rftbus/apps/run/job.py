@@ -36,6 +36,7 @@ from rftbus.apps.run.ticker import Ticker
 from rftbus.apps.run.feed import TaskFeed
 from rftbus.apps.run.passes import KINDS
 from rftbus.apps.run.live import live_summary
+from rftbus.apps.run.synthesis_summary import synthesis_summary
 from rftbus.apps.run.pace import Pace, pace_summary, read_best
 from rftbus.apps.run.plots import plot_eval, plot_steps
 from rftbus.apps.run.profile_table import collect as collect_profile, table as profile_table
@@ -379,6 +380,7 @@ class MainJob:
             "curriculum": self.feed.curriculum.summary() if self.feed.curriculum else [],
             **pace,
             **live,
+            **synthesis_summary(self.cfg),
             "eval_best": best and {**best, "path": shown(best["path"])},
             "wall_seconds": round(time.time() - self.started, 1),
             "profile": prof,

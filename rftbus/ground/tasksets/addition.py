@@ -66,17 +66,21 @@ class Addition(BuiltinTaskset):
         return str(int(m.group(1)) + int(m.group(2))) if m else None
 
     def variant(self, meta: dict[str, str], difficulty: str, rng: random.Random) -> tuple[str, str, dict[str, str]] | None:
-        """One operand changed: fewer digits (easier), a carry added where there was none (harder), or redrawn at
-        the same width (same)."""
+        """One operand (either) changed: fewer digits (easier), a carry added where there was none (harder), or
+        redrawn at the same width (same)."""
         try:
-            a, b = int(meta["a"]), int(meta["b"])
+            ops = [int(meta["a"]), int(meta["b"])]
         except (KeyError, ValueError):
             return None
         hi = 10 ** self.digits - 1
+        i = rng.randrange(2)
+        x, other = ops[i], ops[1 - i]
         if difficulty == "easier":
-            b = rng.randint(0, max(0, min(b, hi) // 10))
+            x = rng.randint(0, max(0, min(x, hi) // 10))
         elif difficulty == "harder":
-            b = min(hi, b + rng.randint(1, 9) * (1 + (a % 10 + b % 10 < 10) * 9))
+            x = min(hi, x + rng.randint(1, 9) * (1 + (x % 10 + other % 10 < 10) * 9))
         else:
-            b = rng.randint(0, hi)
+            x = rng.randint(0, hi)
+        ops[i] = x
+        a, b = ops
         return f"{a}+{b}=", str(a + b), {"a": str(a), "b": str(b)}
