@@ -44,7 +44,9 @@ def outcome_of(g: ExperienceGroup, sc: SynthesisConfig, task_id: str) -> Outcome
     """An explorer group's outcome if its task is a parent by `synthesis.parents`, else None."""
     if g.source != Source.explorer or not g.samples:
         return None
-    rewards = tuple(float(s.reward) for s in g.samples)
+    if any(s.reward is None for s in g.samples):  # (not scored: no outcome)
+        return None
+    rewards = tuple(float(s.reward) for s in g.samples if s.reward is not None)
     o = Outcome(task_id=task_id, rewards=rewards, solved=sum(r >= sc.solved_at for r in rewards), difficulty="same")
     wanted = set(sc.parents)
     if not ("any" in wanted or o.kind in wanted or ("zero_variance" in wanted and o.zero_variance)):
@@ -80,8 +82,8 @@ def as_candidate(obj: Any) -> Candidate:
         unknown = set(obj) - {"prompt", "answer", "metadata", "messages"}
         if unknown:
             raise BadCandidate(f"unknown keys {sorted(unknown)} (a candidate has prompt, answer, metadata, messages)")
-        c = Candidate(prompt=obj.get("prompt"), answer=obj.get("answer"), metadata=dict(obj.get("metadata") or {}),
-                      messages=obj.get("messages"))
+        c = Candidate(prompt=obj.get("prompt", ""), answer=obj.get("answer", ""),
+                      metadata=dict(obj.get("metadata") or {}), messages=obj.get("messages"))
     else:
         raise BadCandidate(f"a {type(obj).__name__}, not a Candidate or a dict")
     if not isinstance(c.prompt, str) or not c.prompt.strip():

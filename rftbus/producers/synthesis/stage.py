@@ -87,7 +87,7 @@ class Synthesize:
         """Every task record since the last call: parents by id, fingerprints, the quotas' counts."""
         for msg in read_to_end(self.cfg, self.cfg.topics.tasks.name, start=dict(self.task_next), strict=False,
                                timeout_s=10.0, consumer=self._tasks_reader):
-            self.task_next[msg.partition()] = msg.offset() + 1
+            self.task_next[msg.partition() or 0] = (msg.offset() or 0) + 1
             try:
                 task = self.decode_task(msg.value(), None)
             except DecodeError:
@@ -187,9 +187,9 @@ class Synthesize:
                     last_read = time.monotonic()
                 new: list[Task] = []
                 for msg in msgs:
-                    if msg.error():
-                        if msg.error().code() != KafkaError._PARTITION_EOF:
-                            self.report(f"synthesize: reading {self.cfg.topics.raw.name}: {msg.error().str()}")
+                    if (err := msg.error()) is not None:
+                        if err.code() != KafkaError._PARTITION_EOF:
+                            self.report(f"synthesize: reading {self.cfg.topics.raw.name}: {err.str()}")
                         continue
                     new += self._handle(msg.value())
                 if new:
