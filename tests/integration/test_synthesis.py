@@ -108,3 +108,18 @@ def test_the_stage_publishes_checked_new_tasks_with_lineage_and_isolates_bad_syn
     assert again.counts["groups"] == 2 and again.counts["published"] == 0
     assert dict(again.refused) == {"parent_quota": 1, "generation_limit": 1}
     assert len([r for r in _tasks_with_the_avsc(cfg) if r["parent_task_id"]]) == 2
+
+
+def test_the_stages_reader_of_the_tasks_topic_sees_what_comes_later(broker, tmp_path):
+    """The stage reads the tasks topic again and again with one consumer (read_to_end from where it stopped): a
+    partition read to its end is paused, and the next read must see what was published since (librdkafka keeps
+    the pause across assignments)."""
+    cfg = fresh_config(make_config, tmp_path, broker, **{"taskset.name": "times"})
+    tasks = list(get_taskset("times").tasks("train", 6))
+    publish_tasks(cfg, [Row(f"t{i}", task=t) for i, t in enumerate(tasks[:3])])
+    s = Synthesize(cfg, report=lambda m: None)
+    s.read_tasks()
+    assert s.quota.total == 3
+    publish_tasks(cfg, [Row(f"t{i}", task=t) for i, t in enumerate(tasks[3:])])
+    s.read_tasks()
+    assert s.quota.total == 6 and {t.task_id for t in tasks} <= set(s.parents)

@@ -115,6 +115,7 @@ class Path:
     feedback: list[dict[str, Any]]
     weights: list[dict[str, Any]]
     task: dict[str, Any] | None
+    family: Family | None = None
 
     @property
     def found(self) -> bool:
@@ -179,7 +180,33 @@ def path(r: Reader, query: str, limit: int = 200) -> Path:
         if got:
             task = got[0]
             break
-    return Path(q, records, rejections, trained, feedback, weights, task)
+    return Path(q, records, rejections, trained, feedback, weights, task, family(r, task) if task else None)
+
+
+@dataclass
+class Family:
+    """A task's lineage: its ancestors (parent first), the tasks written from it, and how the policy did on each
+    (answers and mean reward of its explorer groups)."""
+
+    ancestors: list[dict[str, Any]]
+    children: list[dict[str, Any]]
+    outcomes: dict[str, dict[str, Any]]
+
+
+def family(r: Reader, task: dict[str, Any], depth: int = 8) -> Family:
+    ancestors: list[dict[str, Any]] = []
+    parent = task.get("parent_task_id")
+    while parent and len(ancestors) < depth:
+        got = r.rows(S.TASK, {"id": parent})
+        if not got:
+            ancestors.append({"task_id": parent, "missing": True})
+            break
+        ancestors.append(got[0])
+        parent = got[0].get("parent_task_id")
+    children = r.rows(S.CHILDREN, {"id": task["task_id"]})
+    ids = [task["task_id"], *(a["task_id"] for a in ancestors), *(c["task_id"] for c in children)]
+    outcomes = {o["task"]: o for o in r.rows(S.OUTCOMES, {"ids": array(ids)})}
+    return Family(ancestors, children, outcomes)
 
 
 # -- a small cache: many open dashboards cost one set of queries ----------------------------------------

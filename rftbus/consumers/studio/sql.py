@@ -99,4 +99,17 @@ ORDER BY kafka_ts"""
 
 WEIGHTS = """SELECT version, step, {MS}(created_at) AS ms FROM {db}.weights FINAL ORDER BY version"""
 
-TASK = """SELECT task_id, taskset, split, prompt, answer FROM {db}.tasks FINAL WHERE task_id = {id:String} LIMIT 1"""
+TASK = """SELECT task_id, taskset, split, prompt, answer, parent_task_id, synthesizer, generation, parent_outcome
+FROM {db}.tasks FINAL WHERE task_id = {id:String} LIMIT 1"""
+
+# A task's family (rftbus/producers/synthesis/): the tasks written from it, and how the policy did on each (its
+# explorer groups on raw, a later pass of a task, id `<id>.pN`, counted with it).
+CHILDREN = """
+SELECT task_id, prompt, answer, generation, synthesizer, parent_outcome, {MS}(created_at) AS created_ms
+FROM {db}.tasks FINAL WHERE parent_task_id = {id:String} ORDER BY created_at, task_id LIMIT 200"""
+
+OUTCOMES = """
+SELECT replaceRegexpOne(task_id, '[.]p[0-9]+$', '') AS task, count() AS answers, avg(reward) AS mean_reward
+FROM {db}.experiences FINAL
+WHERE topic = 'raw' AND source = 'explorer' AND has({ids:Array(String)}, replaceRegexpOne(task_id, '[.]p[0-9]+$', ''))
+GROUP BY task"""

@@ -62,7 +62,9 @@ def read_to_end(cfg: Config, topic: str, *, partitions: Iterable[int] | None = N
         todo = {p for p in parts if starts[p] < ends[p]}
         if not todo:
             return
-        c.assign([TopicPartition(topic, p, starts[p]) for p in sorted(todo)])
+        assigned = [TopicPartition(topic, p, starts[p]) for p in sorted(todo)]
+        c.assign(assigned)
+        c.resume(assigned)  # a reused consumer: librdkafka keeps a partition paused (below) across assignments
         deadline = time.monotonic() + timeout_s
 
         def done(p: int) -> None:

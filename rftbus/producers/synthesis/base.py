@@ -26,6 +26,7 @@ class Outcome:
     rewards: tuple[float, ...]
     solved: int  # answers at or above synthesis.solved_at
     difficulty: str  # easier | same | harder: what the synthesizer is asked for
+    children: int = 0  # tasks already written from this parent (a parent drawn again asks for different ones)
 
     @property
     def kind(self) -> str:

@@ -24,7 +24,9 @@ class TasksetSynthesizer:
         self.seed = seed
 
     def __call__(self, parent: Task, outcome: Outcome) -> list[Candidate]:
-        rng = random.Random(f"{self.seed}:{parent.task_id}:{outcome.difficulty}")  # a replay writes the same ones
+        # the same parent, difficulty and children so far write the same variants (a replay after a crash);
+        # drawn again after its first children, it writes others
+        rng = random.Random(f"{self.seed}:{parent.task_id}:{outcome.difficulty}:{outcome.children}")
         out = []
         for _ in range(self.variants):
             made = self.taskset.variant(parent.metadata, outcome.difficulty, rng)

@@ -18,6 +18,7 @@ import re
 import threading
 import time
 from collections import Counter
+from dataclasses import replace
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as CallTimeout
@@ -139,6 +140,7 @@ class Synthesize:
         if (why := self.quota.refusal(parent, now)) is not None:
             self._refuse(why)
             return []
+        outcome = replace(outcome, children=len(self.quota.children.get(outcome.task_id, ())))
         made = self._ask(parent, outcome)
         out: list[Task] = []
         for item in made or ():
