@@ -420,3 +420,23 @@ def test_a_stream_sends_tokens_as_they_are_sampled_and_a_client_that_leaves_stil
     assert e.response_ids and len(e.logprobs) == len(e.response_ids) and e.response_text is not None
     fb = client(server, FB).post("/v1/feedback", json={"experience_id": left_id, "reward": 1.0})
     assert fb.status_code == 202, fb.text
+
+
+def test_the_llm_synthesizer_asks_an_openai_compatible_endpoint(env, monkeypatch):
+    """The built-in `llm` synthesizer through the OpenAI SDK against a real endpoint (serve, here on the tiny
+    model): it asks for a variant and reads the reply's JSON (the tiny model writes none: no candidate), and it
+    solves a prompt n times for the stage's consistency check."""
+    from rftbus.ground.schemas import Task
+    from rftbus.producers.synthesis.base import Outcome
+    from rftbus.producers.synthesis.llm import LLMSynthesizer
+
+    cfg, server = env
+    monkeypatch.setenv("SYNTH_TEST_KEY", INF)
+    syn = LLMSynthesizer(base_url=f"{server.url}/v1", model=cfg.model.name, api_key_env="SYNTH_TEST_KEY",
+                         max_tokens=6)
+    parent = Task(task_id="p1", taskset="addition", prompt="12+30=", answer="42")
+    assert syn(parent, Outcome("p1", (0.0, 0.0), 0, "easier")) == []
+    solutions = syn.solve("12+30=", 3)
+    assert len(solutions) == 3 and all(isinstance(s, str) for s in solutions)
+    with pytest.raises(Exception, match="401|[Uu]nauthori"):
+        LLMSynthesizer(base_url=f"{server.url}/v1", model=cfg.model.name).solve("1+1=", 1)  # no key: refused

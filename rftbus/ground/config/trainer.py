@@ -11,10 +11,6 @@ from rftbus.ground.models.devices import DESCRIBED, check_spec
 from rftbus.ground.models.config import LoraSpec
 from rftbus.ground.models.lineage import check_lineage
 
-# The built-in losses' names (rftbus/trainer/losses/__init__.py maps them to their classes); trainer.loss may also name an
-# entry point in `rftbus.losses` or a dotted path to a Loss subclass, checked when the trainer makes it.
-BUILTIN_LOSSES = ("sft", "grpo", "ppo", "mix", "dpo")
-
 
 class TrainerConfig(BaseModel):
     """The DeepSpeed trainer: the loss, the optimizer, checkpoints, weight versions and its loop."""

@@ -142,6 +142,8 @@ class Synthesize:
             return []
         outcome = replace(outcome, children=len(self.quota.children.get(outcome.task_id, ())))
         made = self._ask(parent, outcome)
+        if made == []:
+            self.counts["no_candidates"] += 1  # (an llm's reply with no problem in it, a taskset with no variants)
         out: list[Task] = []
         for item in made or ():
             self.counts["candidates"] += 1
