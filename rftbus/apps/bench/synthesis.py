@@ -5,7 +5,7 @@ state folder and embedded broker, for the same wall time: `without` (synthesis o
 tasks pass after pass) and `with` (the synthesize stage on, as the config sets it). Each arm's gain is its held-out
 eval at the end minus at the start, on the taskset's own eval split (never a synthesized task: the stage refuses
 any held-out problem). Writes synthesis.json (`with_gain`, `without_gain`, every run's figures and the stage's
-counts) and a PNG of eval against time. Run it with `--config configs/synthesis-toy.yaml`.
+counts) and a PNG of eval against time. Run it with `--config configs/synthesis-reverse.yaml`.
 """
 
 from __future__ import annotations
