@@ -123,3 +123,17 @@ def test_the_stages_reader_of_the_tasks_topic_sees_what_comes_later(broker, tmp_
     publish_tasks(cfg, [Row(f"t{i}", task=t) for i, t in enumerate(tasks[3:])])
     s.read_tasks()
     assert s.quota.total == 6 and {t.task_id for t in tasks} <= set(s.parents)
+
+
+def test_an_answer_that_is_not_math_is_checked_as_text():
+    """The recompute check compares text first and math only then: a reversed string matches its recomputation
+    (math-verify cannot parse it, and every `reverse` variant was refused `wrong_answer` before)."""
+    from rftbus.ground.config.synthesis import SynthesisConfig
+    from rftbus.producers.synthesis.base import Candidate
+    from rftbus.producers.synthesis.verify import AnswerCheck
+
+    check = AnswerCheck(SynthesisConfig(), get_taskset("reverse"), None)
+    assert check(Candidate(prompt="rev:abcd=", answer="dcba")).refusal is None
+    assert check(Candidate(prompt="rev:abcd=", answer="abcd")).refusal == "wrong_answer"
+    times = AnswerCheck(SynthesisConfig(), get_taskset("times"), None)
+    assert times(Candidate(prompt="What is 7 times 8? Answer with the number only.", answer="56.0")).refusal is None
