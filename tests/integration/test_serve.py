@@ -424,8 +424,11 @@ def test_a_stream_sends_tokens_as_they_are_sampled_and_a_client_that_leaves_stil
 
 def test_the_llm_synthesizer_asks_an_openai_compatible_endpoint(env, monkeypatch):
     """The built-in `llm` synthesizer through the OpenAI SDK against a real endpoint (serve, here on the tiny
-    model): it asks for a variant and reads the reply's JSON (the tiny model writes none: no candidate), and it
-    solves a prompt n times for the stage's consistency check."""
+    model): it solves a prompt n times for the stage's consistency check, and its request for a variant reaches the
+    endpoint, which refuses it with a reason (the instructions do not fit the tiny model's 64-token context): the
+    stage counts such a synthesizer error and goes on (test_synthesis.py)."""
+    import openai
+
     from rftbus.ground.schemas import Task
     from rftbus.producers.synthesis.base import Outcome
     from rftbus.producers.synthesis.llm import LLMSynthesizer
@@ -434,9 +437,10 @@ def test_the_llm_synthesizer_asks_an_openai_compatible_endpoint(env, monkeypatch
     monkeypatch.setenv("SYNTH_TEST_KEY", INF)
     syn = LLMSynthesizer(base_url=f"{server.url}/v1", model=cfg.model.name, api_key_env="SYNTH_TEST_KEY",
                          max_tokens=6)
-    parent = Task(task_id="p1", taskset="addition", prompt="12+30=", answer="42")
-    assert syn(parent, Outcome("p1", (0.0, 0.0), 0, "easier")) == []
     solutions = syn.solve("12+30=", 3)
     assert len(solutions) == 3 and all(isinstance(s, str) for s in solutions)
-    with pytest.raises(Exception, match="401|[Uu]nauthori"):
+    parent = Task(task_id="p1", taskset="addition", prompt="12+30=", answer="42")
+    with pytest.raises(openai.BadRequestError, match="over the model's context"):
+        syn(parent, Outcome("p1", (0.0, 0.0), 0, "easier"))
+    with pytest.raises(openai.AuthenticationError):
         LLMSynthesizer(base_url=f"{server.url}/v1", model=cfg.model.name).solve("1+1=", 1)  # no key: refused
