@@ -14,7 +14,7 @@ def newest_weights(cfg: Config, model: Any) -> tuple[Any, int, str]:
     PEFT wrapper around the one given."""
     from rftbus.ground.kafka.clients import check_reachable
     from rftbus.ground.models.lora import load_version
-    from rftbus.ground.weights import WeightStore, decode_payload
+    from rftbus.ground.weights import decode_payload
     from rftbus.ground.weights.follower import latest_published
     from rftbus.ground.weights.store_transport import StoreTransport
     from rftbus.ground.weights.transport import make_transport
@@ -29,7 +29,7 @@ def newest_weights(cfg: Config, model: Any) -> tuple[Any, int, str]:
         return load_version(model, transport.fetch(rec)), rec.version, rec.uri
     if not isinstance(transport, StoreTransport):  # only files outlive the broker
         return model, 0, "seed"
-    store = WeightStore(cfg.trainer.store_url or str(cfg.state_dir / "weights"))
+    store = transport.store
     versions = store.versions(cfg.model.name)
     if versions:
         uri = store.uri(cfg.model.name, versions[-1])

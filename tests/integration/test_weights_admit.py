@@ -9,11 +9,11 @@ import hashlib
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
-import time
 
 from conftest import make_config
 from explorer_kafka import fresh_config
 from probe_server import probe_server
+from waiting import until
 
 from rftbus.ground.kafka.clients import make_producer
 from rftbus.ground.models.loading import load_policy, load_tokenizer
@@ -34,13 +34,6 @@ def _stopping(*followers: WeightFollower) -> Iterator[None]:
             f.stop()
 
 
-def _until(cond, timeout=30.0, what=""):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
 def test_forged_weight_records_are_refused_and_followers_keep_their_version(broker, tmp_path):
     cfg = fresh_config(make_config, tmp_path, broker)
     store, model = WeightStore(store_url(cfg)), cfg.model.name
@@ -58,8 +51,8 @@ def test_forged_weight_records_are_refused_and_followers_keep_their_version(brok
     served = WeightFollower(cfg, report=serving.append).start()
     staleness = WeightFollower(cfg, report=streams.append, prefetch=False).start()
     with probe_server() as (port, hits), _stopping(served, staleness):
-        _until(lambda: served.version == 1 and staleness.version == 1 and served.take_ready(0) is not None,
-               60, "v1 admitted and fetched")
+        until(lambda: served.version == 1 and staleness.version == 1 and served.take_ready(0) is not None,
+              "v1 admitted and fetched", timeout=60)
         data = open(v1.uri.removeprefix("file://"), "rb").read()
         nan = store.save(model, 3, {k: (v * float("nan") if v.is_floating_point() else v) for k, v in state.items()})
         fifo = store.uri(model, 4).removeprefix("file://")
@@ -76,8 +69,8 @@ def test_forged_weight_records_are_refused_and_followers_keep_their_version(brok
             announce(version, uri, sha, size)
         v5 = store.save(model, 5, {k: v + 0.02 for k, v in state.items()})
         announce(5, v5.uri, v5.sha256, v5.bytes)
-        _until(lambda: served.version == 5 and staleness.version == 5, 60, "the trainer's next version admitted")
-        _until(lambda: served.take_ready(1) is not None, 60, "v5 fetched")
+        until(lambda: served.version == 5 and staleness.version == 5, "the trainer's next version admitted", timeout=60)
+        until(lambda: served.take_ready(1) is not None, "v5 fetched", timeout=60)
         assert {2, 10**6, 2 * 10**12, 4} <= set(served.refused) and 3 in served.refused, served.refused
         assert "non-finite" in served.refused[3] and "not the weight store's" in served.refused[2]
         assert "trainer.max_version_jump" in served.refused[2 * 10**12] or "no file" in served.refused[2 * 10**12]

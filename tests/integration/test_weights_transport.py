@@ -6,11 +6,11 @@ where the transport puts versions is refused with the transport's reason."""
 
 from __future__ import annotations
 
-import time
 
 import torch
 from conftest import make_config
 from explorer_kafka import fresh_config
+from waiting import until
 
 from rftbus.ground.kafka.clients import make_producer
 from rftbus.ground.schemas import WeightVersion, make_codec
@@ -42,13 +42,6 @@ class MemoryTransport(WeightTransport):
         return sorted(int(u.rsplit("/v", 1)[1]) for u in HELD if u.startswith(f"mem://{model}/"))
 
 
-def _until(cond, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
-
-
 def test_a_configured_transport_carries_the_versions_and_judges_the_records(broker, tmp_path):
     cfg = fresh_config(make_config, tmp_path, broker, **{"trainer.weights_transport": f"{__name__}:MemoryTransport"})
     transport = make_transport(cfg)
@@ -60,16 +53,16 @@ def test_a_configured_transport_carries_the_versions_and_judges_the_records(brok
     try:
         pub.publish({"w": torch.full((3,), 1.0)}, 1, 1)
         pub.wait(30)
-        _until(lambda: follower.version == 1, "v1 admitted")
+        until(lambda: follower.version == 1, "v1 admitted", timeout=60)
         forged = WeightVersion(model=cfg.model.name, version=2, step=2, uri="file:///etc/passwd", sha256="0" * 64,
                                bytes=10)
         producer.produce(cfg.topics.weights.name, key=cfg.model.name, value=CODEC.encode(forged, None))
         producer.flush(30)
-        _until(lambda: 2 in follower.refused, "the forged v2 judged")
+        until(lambda: 2 in follower.refused, "the forged v2 judged", timeout=60)
         pub.publish({"w": torch.full((3,), 3.0)}, 3, 3)
         pub.wait(30)
         got: list = []
-        _until(lambda: bool(got.append(follower.take_ready(1)) or got[-1]), "v3 fetched")
+        until(lambda: bool(got.append(follower.take_ready(1)) or got[-1]), "v3 fetched", timeout=60)
         ready = got[-1]
         rec, payload = ready
         assert rec.version == 3 and rec.uri == f"mem://{cfg.model.name}/v3"

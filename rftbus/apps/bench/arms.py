@@ -48,6 +48,21 @@ def run_arm(cfg: Config, arm: str, say: Callable[[str], None]) -> dict:
     return json.loads(summary.read_text())
 
 
+def round_robin(arms: list[str], repeats: int, root: Path, config_of: Callable[[str, Path], Config],
+                figures: Callable[[dict], dict], minutes: float, say: Callable[[str], None]) -> dict[str, list[dict]]:
+    """Every arm `repeats` times, round-robin (a, b, a, b, ...: the machine's drift falls on every arm alike), each a
+    whole run (`run_arm`) under `root` (`root/run-<r>` with repeats); each run's summary through `figures`, by arm.
+    `config_of(arm, folder)`: the arm's config, its state folder under `folder`."""
+    runs: dict[str, list[dict]] = {a: [] for a in arms}
+    for r in range(repeats):
+        for arm in arms:
+            name = arm if repeats == 1 else f"{arm}-{r + 1}"
+            cfg = config_of(arm, root if repeats == 1 else root / f"run-{r + 1}")
+            say(f"arm {name}: {minutes:g} min (state {cfg.state_dir})")
+            runs[arm].append(figures(run_arm(cfg, name, say)))
+    return runs
+
+
 def plot_evals(arms: dict[str, dict], path: Path, title: str) -> None:
     """Held-out eval against minutes, one line per arm (`arm_figures`' eval_points and gain); an arm pooled over
     repeats (its "runs") draws one line per run in the arm's colour, labelled once with the mean gain."""

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import typer
 
-from rftbus.apps.bench.arms import books_reconcile, run_arm, save
+from rftbus.apps.bench.arms import books_reconcile, round_robin, save
 from rftbus.apps.bench.context import state
 from rftbus.ground.config import Config, plain_data
 from rftbus.ground.errors import RftbusError
@@ -145,14 +145,9 @@ def bench_late_feedback(
                           "configs/live-real.yaml")
     say = (lambda _m: None) if as_json else st.err.print
     root = base.state_dir / "bench-late-feedback"
-    runs: dict[str, list[dict]] = {a: [] for a in chosen}
-    for r in range(repeats):
-        for arm in chosen:
-            name = arm if repeats == 1 else f"{arm}-{r + 1}"
-            where = root if repeats == 1 else root / f"run-{r + 1}"
-            cfg = arm_config(base, arm, where, minutes, late_share, late_versions, eta)
-            say(f"arm {name}: {minutes:g} min (state {cfg.state_dir})")
-            runs[arm].append(arm_figures(run_arm(cfg, name, say)))
+    runs = round_robin(chosen, repeats, root, lambda arm, where: arm_config(base, arm, where, minutes, late_share,
+                                                                           late_versions, eta),
+                       arm_figures, minutes, say)
     results = {a: rs[0] if repeats == 1 else pooled(rs) for a, rs in runs.items()}
     head = verdict(results)
     doc = {**head, "arms": results, "minutes_per_arm": minutes, "repeats": repeats, "late_share": late_share,

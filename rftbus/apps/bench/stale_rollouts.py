@@ -20,7 +20,7 @@ from pathlib import Path
 
 import typer
 
-from rftbus.apps.bench.arms import books_reconcile, run_arm, save
+from rftbus.apps.bench.arms import books_reconcile, round_robin, save
 from rftbus.apps.bench.context import state
 from rftbus.ground.config import Config, plain_data
 from rftbus.ground.errors import RftbusError
@@ -75,11 +75,9 @@ def bench_stale_rollouts(
         raise RftbusError(f"--bound {bound} must be past η = {base.rl.max_staleness}")
     say = (lambda _m: None) if as_json else st.err.print
     root = base.state_dir / "bench-stale-rollouts"
-    results: dict[str, dict] = {}
-    for arm in chosen:
-        cfg = arm_config(base, arm, root, minutes, bound)
-        say(f"arm {arm}: {minutes:g} min (state {cfg.state_dir})")
-        results[arm] = arm_figures(run_arm(cfg, arm, say))
+    runs = round_robin(chosen, 1, root, lambda arm, where: arm_config(base, arm, where, minutes, bound), arm_figures,
+                       minutes, say)
+    results = {arm: rs[0] for arm, rs in runs.items()}
     doc = {"arms": results, "minutes_per_arm": minutes, "eta": base.rl.max_staleness, "bound": bound,
            "model": base.model.name, "taskset": base.taskset.name, "eval_n": base.run.eval_n,
            "books_reconcile": books_reconcile(results)}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import typer
 
-from rftbus.apps.bench.arms import books_reconcile, run_arm, save
+from rftbus.apps.bench.arms import books_reconcile, round_robin, save
 from rftbus.apps.bench.context import state
 from rftbus.apps.bench.late_feedback import eval_mean_over_time
 from rftbus.ground.config import Config, plain_data
@@ -74,13 +74,8 @@ def bench_synthesis(
                           "data: set synthesis.synthesizer")
     say = (lambda _m: None) if as_json else st.err.print
     root = base.state_dir / "bench-synthesis"
-    runs: dict[str, list[dict]] = {a: [] for a in ARMS}
-    for r in range(repeats):
-        for arm in ARMS:
-            name = arm if repeats == 1 else f"{arm}-{r + 1}"
-            cfg = arm_config(base, arm, root if repeats == 1 else root / f"run-{r + 1}", minutes)
-            say(f"arm {name}: {minutes:g} min (state {cfg.state_dir})")
-            runs[arm].append(arm_figures(run_arm(cfg, name, say)))
+    runs = round_robin(list(ARMS), repeats, root, lambda arm, where: arm_config(base, arm, where, minutes),
+                       arm_figures, minutes, say)
     results = {a: rs[0] if repeats == 1 else pooled(rs) for a, rs in runs.items()}
     doc = {"with_gain": results["with"]["gain"], "without_gain": results["without"]["gain"],
            "books_reconcile": books_reconcile(results), "arms": results, "minutes_per_arm": minutes,

@@ -12,6 +12,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from rftbus.ground.config import Config, where_looked
@@ -243,25 +244,27 @@ def check_devices(cfg: Config, rep: Report) -> None:
         rep.notes.append("devices: " + ", ".join(f"{r} {s}" for r, s in shown.items()) + f" ({gpus} CUDA device(s))")
 
 
+def _can_make(rep: Report, key: str, make: Callable[[], object]) -> None:
+    """A plugin the config names (a built-in, an entry point, or module:Class) can be made; else one line naming the
+    key and what is wrong."""
+    try:
+        make()
+    except (RftbusError, ImportError, TypeError, ValueError) as e:
+        rep.errors.append(f"{key}: {_first_line(e)}")
+
+
 def check_loss(cfg: Config, rep: Report) -> None:
-    """trainer.loss names a Loss the trainer can make (a built-in, an entry point, or module:Class)."""
+    """trainer.loss names a Loss the trainer can make."""
     from rftbus.trainer.losses import make_loss
 
-    try:
-        make_loss(cfg.trainer, cfg.rl.max_staleness)
-    except (RftbusError, ImportError, TypeError, ValueError) as e:
-        rep.errors.append(f"trainer.loss: {_first_line(e)}")
+    _can_make(rep, "trainer.loss", lambda: make_loss(cfg.trainer, cfg.rl.max_staleness))
 
 
 def check_weights_transport(cfg: Config, rep: Report) -> None:
-    """trainer.weights_transport names a WeightTransport every process can make (the built-in store, an entry
-    point, or module:Class)."""
+    """trainer.weights_transport names a WeightTransport every process can make."""
     from rftbus.ground.weights.transport import make_transport
 
-    try:
-        make_transport(cfg)
-    except (RftbusError, ImportError, TypeError, ValueError) as e:
-        rep.errors.append(f"trainer.weights_transport: {_first_line(e)}")
+    _can_make(rep, "trainer.weights_transport", lambda: make_transport(cfg))
 
 
 def check_synthesis(cfg: Config, rep: Report) -> None:
@@ -270,10 +273,8 @@ def check_synthesis(cfg: Config, rep: Report) -> None:
         return
     from rftbus.producers.synthesis.base import make_synthesizer
 
-    try:
-        make_synthesizer(cfg.synthesis.synthesizer, cfg.taskset.name, cfg.taskset.params)
-    except (RftbusError, ImportError, TypeError, ValueError) as e:
-        rep.errors.append(f"synthesis.synthesizer: {_first_line(e)}")
+    _can_make(rep, "synthesis.synthesizer",
+              lambda: make_synthesizer(cfg.synthesis.synthesizer, cfg.taskset.name, cfg.taskset.params))
 
 
 def check_user_code(config_file, rep: Report) -> None:

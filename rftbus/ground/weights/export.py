@@ -73,7 +73,9 @@ def export_weights(cfg: Config, out: Path, version: int | None = None, weights_f
             raise ExportError(f"weights file {src} does not exist")
         data = src.read_bytes()
     else:
-        store = WeightStore(cfg.trainer.store_url or str(cfg.state_dir / "weights"))
+        from rftbus.ground.weights.store_transport import store_url
+
+        store = WeightStore(store_url(cfg))
         have = store.versions(cfg.model.name)
         if not have:
             raise ExportError(f"no weight versions of model {cfg.model.name!r} in {store.base}")
