@@ -37,6 +37,7 @@ from rftbus.ground.grades.rules import BadFeedback, grades
 from rftbus.ground.schemas.verify import live_answers, reward_refusal
 from rftbus.ground.schemas.view import GroupReader
 from rftbus.ground.weights.admit import refusal
+from rftbus.ground.weights.transport import make_transport
 from rftbus.ground.weights.decisions import decisions_so_far
 
 
@@ -55,6 +56,7 @@ class Gate:
                        "refused_answers": 0, "refused_grades": 0, "refused_weights": 0, "refused_decisions": 0}
         self.ends: dict[tuple[str, int], int] = {}
         self.lineages = cfg.lineages
+        self.transport = make_transport(cfg)  # judges each weight record before it is a candidate
         self._stop = threading.Event()
 
     # -- the log -------------------------------------------------------------------------------------------
@@ -104,8 +106,11 @@ class Gate:
             whose = lineage_of(rec.model, self.state.model)
             if whose is None:
                 return
-            why = f"lineage {whose!r} is not one this config trains (run.trainers)" \
-                if whose not in self.lineages else refusal(rec, self.cfg, self.state.newest.get(whose))
+            why: str | None
+            if whose not in self.lineages:
+                why = f"lineage {whose!r} is not one this config trains (run.trainers)"
+            else:
+                why = refusal(rec, self.cfg, self.state.newest.get(whose), transport=self.transport)
             if why is not None:
                 self.counts["refused_weights"] += 1
                 self.report(f"gate: weights {label(whose, rec.version)} not a candidate: {why}")
