@@ -39,6 +39,16 @@ def _listening(port: int) -> bool:
     return True
 
 
+def _why(tmp_path: Path) -> str:
+    """The run log's tail and, when the run wrote one, its summary's named losses and duplicates."""
+    summary = tmp_path / "s.json"
+    named = json.loads(summary.read_text()).get("lost_or_duplicated_examples") if summary.exists() else None
+    warned = [f"{log.name}: {line}" for log in sorted((tmp_path / "state" / "logs").glob("*.log"))
+              for line in log.read_text(errors="replace").splitlines() if "WARNING" in line or "ERROR" in line]
+    return (f"{(tmp_path / 'run.log').read_text()[-3000:]}\nlost or duplicated: {named}\n"
+            + "\n".join(warned[-40:]))
+
+
 def test_a_span_sent_during_rftbus_run_lands_on_the_experience_topic(broker, tmp_path):
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
@@ -85,11 +95,12 @@ def test_a_span_sent_during_rftbus_run_lands_on_the_experience_topic(broker, tmp
         [g] = found
         assert g.source is Source.trace and g.samples[0].response_text == "42" and g.samples[0].reward == 1.0
         assert g.prompt_text is not None and "12+30=" in g.prompt_text
-        assert proc.wait(timeout=300) == 0, (tmp_path / "run.log").read_text()[-3000:]
+        code = proc.wait(timeout=300)
+        assert code == 0, _why(tmp_path)
     finally:
         if proc.poll() is None:
             stop_run(proc, state)
         log.close()
     s = json.loads((tmp_path / "s.json").read_text())
-    assert s["counts_reconcile"] is True and s["experiences_lost"] == 0 and s["duplicated"] == 0, s
+    assert s["counts_reconcile"] is True and s["experiences_lost"] == 0 and s["duplicated"] == 0, _why(tmp_path)
     assert "otelcol" in s["exit_codes"], s["exit_codes"]

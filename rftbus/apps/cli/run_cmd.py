@@ -49,6 +49,10 @@ def run(
         table.add_row(k, str(summary.get(k)))
     st.console.print(table)
     if not summary["counts_reconcile"]:
+        for line in summary.get("lost_or_duplicated_examples") or []:  # which records, so a failed run says where
+            st.err.print(escape(line), soft_wrap=True)
+        if summary.get("reconcile_error"):
+            st.err.print(f"[red]{escape(summary['reconcile_error'])}[/]", soft_wrap=True)
         raise typer.Exit(1)
 
 
