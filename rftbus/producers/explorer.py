@@ -62,7 +62,7 @@ class Explorer:
         self.encode_group, self.encode_rej = codec.serializer(ExperienceGroup), codec.serializer(Rejection)
         self.decode_task = codec.deserializer(Task)
         self.tokenizer = load_tokenizer(cfg.model)
-        self.prompt = prompt_format(self.tokenizer, cfg.model)  # before the engine: a bad template fails first
+        self.prompt = prompt_format(self.tokenizer, cfg.model, cfg)  # before the engine: a bad template fails first
         self.engine = engine or make_engine(cfg, self.tokenizer)
         self.primed = PrimedEngine(self.engine) if ex.batch_tasks > 1 else None
         self.ctx = RolloutContext(self.primed or self.engine, self.tokenizer, ex.sampling, make_rewards(ex.rewards),
@@ -189,23 +189,28 @@ class Explorer:
         workflow simply finds nothing primed, or leaves it unused."""
         if self.primed is None or len(batch) < 2:
             return
-        ex, requests = self.cfg.explorer, []
+        ex, requests, pixels = self.cfg.explorer, [], []
         for msg, task in batch:
             if isinstance(task, DecodeError) or (msg.partition() or 0, task.task_id) in self.seen \
-                    or task_problem(task, ex) is not None:  # refused in _handle, never tokenized
+                    or self._task_problem(task) is not None:  # refused in _handle, never tokenized
                 continue
             if (task.workflow or ex.workflow.kind) == "single_turn":
-                prompt = self.prompt.of_task(task)
+                try:
+                    prompt = self.prompt.of_task(task)
+                    shown = self.prompt.vision.inputs(task.images) if task.images else None
+                except Exception:  # noqa: BLE001 - not primed: its own call reports the error, per task
+                    continue
                 ctx = self.engine.max_context
                 if ctx is not None and len(prompt) >= ctx:  # its own call rejects it before generating
                     continue
                 requests.append((tuple(prompt), self._group_size(task)))
+                pixels.append(shown)
         if len(requests) < 2:
             return
         t0 = time.perf_counter()
         try:
             with phase("rollout"):
-                self.primed.prime(requests, ex.sampling)
+                self.primed.prime(requests, ex.sampling, pixels)
         except Exception as e:  # noqa: BLE001 - the batch falls back to one call per task, where errors are per task
             self.report(f"batched generation of {len(requests)} tasks failed ({type(e).__name__}: {e}); "
                         "generating them one by one")
@@ -242,7 +247,7 @@ class Explorer:
             if (p, task.task_id) in self.seen:
                 self.stats["tasks_skipped_duplicate"] += 1
                 return
-            problem = task_problem(task, self.cfg.explorer)
+            problem = self._task_problem(task)
             if problem is not None:  # bounded work: never a 10,000-sample group or a task-named import
                 self.report(f"task {task.task_id[:80]} -> {problem[0]}: {problem[1][:300]}")
                 self._reject(msg, *problem)
@@ -264,6 +269,30 @@ class Explorer:
             t = self.t  # busy seconds per group: what `rftbus bench async` calls G (÷ groups, × B)
             self.status.update(version=self.engine.version, busy_s=round(t.generate_s + t.encode_s + t.produce_s, 4),
                                groups_timed=t.groups, **self.stats)
+
+    def _task_problem(self, task: Task) -> tuple[str, str] | None:
+        """(reason, detail) for a task the explorer refuses before any work: over its bounds (task_problem), or
+        showing images that are over the bounds, forged (a hash or a uri that is not the store's), or that this
+        model or engine cannot read."""
+        problem = task_problem(task, self.cfg.explorer)
+        if problem is not None or not task.images:
+            return problem
+        from rftbus.ground.images import ImageRefusal, image_bytes, images_refusal
+
+        bad = images_refusal(task.images, self.cfg)
+        if bad is None:
+            try:
+                for img in task.images:
+                    image_bytes(img, self.cfg)  # read and hashed now: the sha256 is checked before generating
+            except ImageRefusal as e:
+                bad = e
+        if bad is not None:
+            return bad.reason, f"task {task.task_id[:80]}: {bad.detail}"
+        if self.prompt.vision is None or not self.engine.reads_images:
+            why = "the model reads text only" if self.prompt.vision is None else \
+                f"the {self.engine.name} engine does not read images yet"
+            return "images_unsupported", f"task {task.task_id[:80]} shows {len(task.images)} image(s): {why}"
+        return None
 
     def _group_size(self, task: Task) -> int:
         """The task's own n_samples, else rl.group_size, smaller for a prompt known flat (no_signal_min_group)."""

@@ -24,6 +24,23 @@ from rftbus.ground.schemas.view import GroupReader, GroupView
 from rftbus.ground.weights.staleness import bound, is_stale
 
 
+def image_refusal(images: list, cfg) -> Any:
+    """Why a group's images are refused at ingest (rftbus/ground/images/: over the bounds, a uri that is not the
+    store's, a referenced file missing or of another size, inline bytes that do not hash to the recorded sha256),
+    or None. A referenced image's bytes are hashed by the trainer when it reads them."""
+    import hashlib
+
+    from rftbus.ground.images import ImageRefusal, images_refusal
+
+    bad = images_refusal(images, cfg)
+    if bad is None:
+        for k, img in enumerate(images):
+            if img.data is not None and hashlib.sha256(img.data).hexdigest() != img.sha256:
+                return ImageRefusal("image_refused", f"image {k}: the inline bytes do not hash to the recorded "
+                                                     f"sha256 {img.sha256[:16]}...")
+    return bad
+
+
 
 def output_partitions(emit, join_topic: str, spans_topic: str | None = None) -> Any:
     """(scope, p) -> the (topic, partition) input partition p writes to: what its recovery scan reads. The join's
@@ -96,6 +113,11 @@ class Ingest:
         if misplaced is not None:
             await self._reject_whole(Verdict(g, "bad_key", misplaced), src, data, key, p, landed)
             return
+        if g.images:
+            bad = image_refusal(g.images, self.cfg)
+            if bad is not None:
+                await self._reject_whole(Verdict(g, bad.reason, bad.detail), src, data, key, p, landed)
+                return
         if g.group_id in landed.groups and src not in landed.partial and not self.live.holds(g.group_id, src):
             await self._reject_whole(Verdict(g, "duplicate", f"group {g.group_id} already arrived in an earlier "
                                              "record"), src, data, key, p, landed)

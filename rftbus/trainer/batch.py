@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -46,7 +47,25 @@ def temperature_of(exp: Experience) -> float:
     return t if t > 0 else 1.0
 
 
-def collate(rows: Sequence[Row], pad_id: int, max_len: int) -> TrainBatch:
+def pixels_of(rows: Sequence[Row], vision: Any) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """([N, K, C, H, W] pixel values, [N] image counts) of the rows' groups' images, computed from the records the
+    explorer generated from (models/vision.py, the same processor); (None, None) when no row shows an image."""
+    if vision is None or not any(r.group.images for r in rows):
+        return None, None
+    per_row = [vision.pixels(r.group.images) if r.group.images else None for r in rows]
+    shown = [p for p in per_row if p is not None]
+    most = max(p.shape[0] for p in shown)
+    values = torch.zeros((len(rows), most, *shown[0].shape[1:]), dtype=shown[0].dtype)
+    counts = torch.zeros(len(rows), dtype=torch.long)
+    for i, p in enumerate(per_row):
+        if p is not None:
+            values[i, : p.shape[0]] = p
+            counts[i] = p.shape[0]
+    return values, counts
+
+
+def collate(rows: Sequence[Row], pad_id: int, max_len: int, vision: Any = None) -> TrainBatch:
+    """The rows as tensors; `vision` (a VLM's models/vision.Vision): their groups' images as pixel values."""
     n = len(rows)
     if n == 0:
         raise ValueError("cannot collate an empty batch")
@@ -58,6 +77,7 @@ def collate(rows: Sequence[Row], pad_id: int, max_len: int) -> TrainBatch:
     mask = torch.zeros((n, width - 1), dtype=torch.bool)
     resp = torch.zeros((n, width - 1), dtype=torch.bool)
     behav = torch.zeros((n, width - 1), dtype=torch.float32)
+    pixels, counts = pixels_of(rows, vision)
     pair_names: dict[str, int] = {}
     pair_index = torch.full((n,), -1, dtype=torch.long)
     preferred = torch.zeros(n, dtype=torch.bool)
@@ -88,6 +108,7 @@ def collate(rows: Sequence[Row], pad_id: int, max_len: int) -> TrainBatch:
         versions=torch.tensor([e.model_version for e in experiences], dtype=torch.long),
         behav_known=(None if all(e.behaviour_logprobs for e in experiences) else
                      torch.tensor([e.behaviour_logprobs for e in experiences], dtype=torch.bool)),
+        pixel_values=pixels, image_counts=counts,
     )
 
 

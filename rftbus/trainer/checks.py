@@ -11,6 +11,7 @@ tensor is built: one bad record costs one rejection, never the run. Pure logic, 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rftbus.trainer.batch_source import Polled
@@ -28,6 +29,9 @@ class Limits:
     max_abs_advantage: float = 100.0
     max_abs_reward: float = 1e4
     logprob_tolerance: float = 1e-3
+    # a group's images against its prompt ids -> (reason, detail) or None (a VLM's Vision.problem); None: the model
+    # reads text only, and a group that shows images is rejected images_unsupported
+    images: Callable[[list, list[int]], tuple[str, str] | None] | None = None
 
 
 @dataclass(slots=True)
@@ -112,6 +116,11 @@ def check_record(r: Polled, limits: Limits | None = None) -> Verdict:
             return Verdict(rejects=[Reject("over_context", f"group {g.group_id}: prompt of {len(g.prompt_ids)} tokens "
                                                            f"leaves no room in the model's context {limits.context}",
                                            chosen)])
+        if g.images:
+            bad = (limits.images(g.images, g.prompt_ids) if limits.images is not None else
+                   ("images_unsupported", f"{len(g.images)} image(s): the model reads text only"))
+            if bad is not None:
+                return Verdict(rejects=[Reject(bad[0], f"group {g.group_id}: {bad[1]}", chosen)])
     out = Verdict()
     failed: dict[tuple[str, str], list[int]] = {}
     for i in chosen:

@@ -123,7 +123,7 @@ class Components:
 def build_components(cfg: Config, rank: int, world: int) -> Components:
     import torch
 
-    from rftbus.ground.models.loading import load_policy, load_tokenizer
+    from rftbus.ground.models.loading import context_of, load_policy, load_tokenizer
     from rftbus.ground.models.prompt import prompt_format
     from rftbus.trainer.engine import build_engine
     from rftbus.trainer.policy import PolicyWithValue
@@ -134,7 +134,7 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     loss = make_loss(tc, cfg.rl.max_staleness)
     torch.manual_seed(tc.seed + rank)
     tokenizer = load_tokenizer(cfg.model)
-    prompt = prompt_format(tokenizer, cfg.model)  # a model without the template the config asks for fails here
+    prompt = prompt_format(tokenizer, cfg.model, cfg)  # a model without the template the config asks for fails here
     lm = load_policy(cfg.model, tokenizer)
     lm.config.use_cache = False
     if tc.gradient_checkpointing:
@@ -151,11 +151,12 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     engine = build_engine(module, tc)
     if ref_model is not None:  # beside the policy, in the policy's compute dtype (bf16 under trainer.precision)
         ref_model.to(engine.device, dtype=next(engine.module.parameters()).dtype)
-    context = int(getattr(lm.config, "max_position_embeddings", 0) or 0) or tc.max_seq_len or 2048
+    context = (context_of(lm) or 0) or tc.max_seq_len or 2048
     max_len = min(tc.max_seq_len or context, context)  # rows are cut at max_len; records past `context` are rejected
     embeddings: Any = lm.get_input_embeddings()
     limits = Limits(vocab=int(embeddings.num_embeddings), context=context, max_abs_advantage=tc.max_abs_advantage,
-                    max_abs_reward=tc.max_abs_reward, logprob_tolerance=tc.logprob_tolerance)
+                    max_abs_reward=tc.max_abs_reward, logprob_tolerance=tc.logprob_tolerance,
+                    images=prompt.vision.problem if prompt.vision is not None else None)
 
     if cfg.kafka.wait_s:  # the engine was built while the broker started (rftbus run): wait for it, and its topics
         create_topics(cfg, check_reachable(cfg))

@@ -27,16 +27,19 @@ def components(scored) -> dict[str, float]:
     return {"reward": scored.reward, **comps}
 
 
-Greedy = Callable[[list[list[int]], int], list[list[int]]]
-"""prompts, max_new_tokens -> each prompt's greedy response ids (the format's `cut` ends them at a stop id)."""
+Greedy = Callable[..., list[list[int]]]
+"""(prompts, max_new_tokens, images=None) -> each prompt's greedy response ids (the format's `cut` ends them at a
+stop id); `images`: per prompt, the pixel values of the images it shows (models/vision.py Pixels) or None."""
 
 
 def policy_greedy(model, pad: int, stop_ids) -> Greedy:
     """Greedy decoding with a transformers model's own `generate`, left-padded, on the model's device."""
 
     @torch.no_grad()
-    def generate(prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    def generate(prompts: list[list[int]], max_new_tokens: int, images=None) -> list[list[int]]:
         device = next(model.parameters()).device
+        shown = [i.values for i in images or () if i is not None]
+        seen = {"pixel_values": torch.cat(shown).to(device, dtype=next(model.parameters()).dtype)} if shown else {}
         width = max(len(p) for p in prompts)  # left-padded, as decoder-only generation needs
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
@@ -44,7 +47,7 @@ def policy_greedy(model, pad: int, stop_ids) -> Greedy:
         model.eval()
         try:
             out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
-                                 pad_token_id=pad, eos_token_id=stop_ids)
+                                 pad_token_id=pad, eos_token_id=stop_ids, **seen)
         finally:
             model.train(was_training)
         return out[:, width:].tolist()
@@ -55,7 +58,8 @@ def policy_greedy(model, pad: int, stop_ids) -> Greedy:
 def engine_greedy(engine) -> Greedy:
     """Greedy decoding on a rollout engine (the explorers' kind, e.g. vLLM): top-k 1 is the most likely token."""
     greedy = SamplingConfig(temperature=1.0, top_k=1, logprobs="raw")
-    return lambda prompts, max_new_tokens: [c.response_ids for c in engine.generate(prompts, greedy, max_new_tokens)]
+    return lambda prompts, max_new_tokens, images=None: [
+        c.response_ids for c in engine.generate(prompts, greedy, max_new_tokens, images=images)]
 
 
 def evaluate(model, fmt: PromptFormat, taskset, n: int, max_new_tokens: int = 8, batch_size: int = 32,
@@ -70,7 +74,8 @@ def evaluate(model, fmt: PromptFormat, taskset, n: int, max_new_tokens: int = 8,
     totals: dict[str, float] = {}
     for i in range(0, len(tasks), batch_size):
         chunk = tasks[i:i + batch_size]
-        rows = generate([fmt.of_task(t) for t in chunk], max_new_tokens)
+        shown = [fmt.vision.inputs(t.images) if t.images and fmt.vision is not None else None for t in chunk]
+        rows = generate([fmt.of_task(t) for t in chunk], max_new_tokens, **({"images": shown} if any(shown) else {}))
         for task, row in zip(chunk, rows):
             text = fmt.decode(fmt.cut(row)[0])
             scores = components(scorer.score(task, text)) if scorer is not None else \

@@ -212,7 +212,7 @@ class Trainer:
     def _batch(self, rows: list):
         from rftbus.trainer.batch import collate, late_rows, whiten_advantages
 
-        batch = collate(rows, self.c.pad_id, self.c.max_len)
+        batch = collate(rows, self.c.pad_id, self.c.max_len, self.c.prompt.vision)
         batch.late = late_rows(rows, self.c.staleness_reference(self.version), self.cfg.rl.max_staleness)
         return whiten_advantages(batch) if self.tc.advantage_norm == "batch" else batch
 

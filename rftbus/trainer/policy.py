@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rftbus.ground.models.loading import takes_logits_to_keep
+from rftbus.ground.models.loading import hidden_size_of, takes_logits_to_keep
 from rftbus.trainer import shared_prompt
 from rftbus.trainer.losses.base import TrainBatch
 
@@ -26,21 +26,24 @@ class PolicyWithValue(nn.Module):
     def __init__(self, lm: Any, value_head: bool):  # a transformers causal LM
         super().__init__()
         self.lm = lm
-        hidden = lm.config.hidden_size
+        hidden = hidden_size_of(lm)
         self.value_head = nn.Linear(hidden, 1) if value_head else None
         if self.value_head is not None:
             nn.init.zeros_(self.value_head.weight)
             nn.init.zeros_(self.value_head.bias)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, first: int = 0,
-                prompt_lengths: torch.Tensor | None = None):
+                prompt_lengths: torch.Tensor | None = None, pixel_values: torch.Tensor | None = None):
         """(logits of predicted positions `first`.. (T - first of them), values [N, T] or None). With
-        `prompt_lengths`, a prompt that several rows share is read once (shared_prompt.py)."""
-        if prompt_lengths is not None and self.value_head is None and not getattr(self.lm, "is_gradient_checkpointing", False):
+        `prompt_lengths`, a prompt that several rows share is read once (shared_prompt.py). `pixel_values`: the
+        rows' images in row order (TrainBatch.shown_pixels), read into their image tokens (a VLM)."""
+        shared = prompt_lengths is not None and self.value_head is None and pixel_values is None
+        if shared and not getattr(self.lm, "is_gradient_checkpointing", False):
             plan = shared_prompt.plan(input_ids, prompt_lengths)
             if plan is not None:
                 return shared_prompt.forward(self.lm, input_ids, attention_mask, prompt_lengths, first, plan), None
-        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+        seen = {"pixel_values": pixel_values.to(next(self.lm.parameters()).dtype)} if pixel_values is not None else {}
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **seen,
                       output_hidden_states=self.value_head is not None, **keep_kwargs(self.lm, input_ids, first))
         values = None
         if self.value_head is not None:
@@ -82,7 +85,9 @@ def token_logp_entropy(logits: torch.Tensor, batch: TrainBatch, first: int = 0) 
 @torch.no_grad()
 def reference_logp(ref: nn.Module, batch: TrainBatch) -> torch.Tensor:
     first = first_trained(batch)
-    out = ref(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
+    pixels = batch.shown_pixels()
+    seen = {"pixel_values": pixels.to(next(ref.parameters()).dtype)} if pixels is not None else {}
+    out = ref(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, **seen,
               **keep_kwargs(ref, batch.input_ids, first))
     logp, _ = token_logp_entropy(_predicted(out.logits, batch.input_ids, first), batch, first)
     return logp

@@ -46,7 +46,7 @@ def forward(engine, c: TrainBatch) -> tuple[torch.Tensor, torch.Tensor, torch.Te
     each shared prompt read once (policy.PolicyWithValue.forward)."""
     with phase("forward"):
         first = first_trained(c)
-        logits, values = engine(c.input_ids, c.attention_mask, first, prompt_lengths(c.response))
+        logits, values = engine(c.input_ids, c.attention_mask, first, prompt_lengths(c.response), c.shown_pixels())
         logp, entropy = token_logp_entropy(logits, c, first)
     return logp, entropy, values
 

@@ -17,7 +17,7 @@ from rftbus.ground.schemas import (
 from rftbus.ground.schemas.store import strip_logical_types
 
 STORE = get_store()
-NAMES = ["Task", "Experience", "ExperienceGroup", "Feedback", "WeightVersion", "TrainerMetric", "Rejection", "GateDecision"]
+NAMES = ["Task", "Experience", "ExperienceGroup", "Image", "Feedback", "WeightVersion", "TrainerMetric", "Rejection", "GateDecision"]
 
 # What docs/DESIGN.md ("Records") promises each record carries, as schema field names. The fields every
 # sample of a group shares (task, prompt, source, producer, time) are on the group, once.
@@ -27,6 +27,7 @@ DESIGN_FIELDS = {
     "ExperienceGroup": ["group_id", "task_id", "prompt_ids", "source", "explorer_id", "samples", "survivors",
                         "priority", "created_at"],
     "Task": ["task_id", "prompt", "created_at"],
+    "Image": ["media_type", "sha256", "size", "data", "uri"],
     "Feedback": ["feedback_id", "experience_id", "created_at"],
     "WeightVersion": ["model", "version", "uri", "created_at"],
     "TrainerMetric": ["metric_id", "model", "step", "version", "values", "created_at"],
@@ -36,7 +37,7 @@ DESIGN_FIELDS = {
 # "Every record carries a stable id" (WeightVersion's identity is its key plus version).
 ID_FIELDS = {"Task": "task_id", "Experience": "experience_id", "ExperienceGroup": "group_id", "Feedback": "feedback_id",
              "WeightVersion": ("model", "version"), "TrainerMetric": "metric_id",
-             "Rejection": "rejection_id", "GateDecision": "decision_id"}
+             "Rejection": "rejection_id", "GateDecision": "decision_id", "Image": "sha256"}
 
 
 def field_names(raw: dict) -> list[str]:
@@ -82,6 +83,13 @@ def test_the_group_carries_the_experience_schema_itself():
     """Experience.avsc is the element of ExperienceGroup.samples, word for word (one definition, two files)."""
     samples = next(f for f in STORE.current("ExperienceGroup").raw["fields"] if f["name"] == "samples")
     assert samples["type"]["items"] == STORE.current("Experience").raw
+
+
+def test_the_task_and_the_group_carry_the_image_schema_itself():
+    """Image.avsc is the element of Task.images and ExperienceGroup.images, word for word (#62)."""
+    for name in ("Task", "ExperienceGroup"):
+        [images] = [f for f in STORE.current(name).raw["fields"] if f["name"] == "images"]
+        assert images["type"]["items"] == STORE.current("Image").raw and images["default"] == []
 
 
 def test_a_v1_experience_reads_as_a_sample_of_today():
@@ -225,6 +233,9 @@ def test_old_version_decodes_to_current_record(tmp_path: Path):
     old["fields"] = [f for f in old["fields"] if f["name"] not in ("metadata", "priority", "prompt_text")]
     hist = root / "history" / "ExperienceGroup"
     (hist / "v1.avsc").write_text(json.dumps(old))
+    for stale in hist.glob("v*.avsc"):
+        if stale.name != "v1.avsc":
+            stale.unlink()
     (hist / "v2.avsc").write_text(json.dumps(current))
     store = SchemaStore(root)
     assert [e.version for e in store.history("ExperienceGroup")] == [1, 2]

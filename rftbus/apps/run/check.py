@@ -57,7 +57,7 @@ def check_model(cfg: Config, tasks: list, rep: Report, config_file: Path | None 
     try:
         folder = model_folder(cfg.model)
         tok = load_tokenizer(cfg.model)
-        fmt = prompt_format(tok, cfg.model)
+        fmt = prompt_format(tok, cfg.model, cfg)
     except (RftbusError, OSError, ValueError) as e:
         path = cfg.model.path
         if path and not path.endswith(".gguf") and not Path(path).expanduser().exists():  # read as a hub id
@@ -74,7 +74,7 @@ def check_model(cfg: Config, tasks: list, rep: Report, config_file: Path | None 
         except (OSError, ValueError) as e:
             rep.errors.append(f"model {folder}: no model config ({_first_line(e)})")
             return None
-        ctx = getattr(conf, "max_position_embeddings", None)
+        ctx = getattr(conf.get_text_config(), "max_position_embeddings", None)
         check_context(cfg, fmt, ctx if isinstance(ctx, int) else None, tasks, rep)
     rep.notes.append(f"model {cfg.model.name or folder or 'tiny'}: "
                      f"{'chat template' if fmt.template else 'plain text prompts'}, stop ids {fmt.stop_ids}")

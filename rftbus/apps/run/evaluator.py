@@ -61,7 +61,7 @@ class Evaluator:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_text("")  # this run's points only
         self.tokenizer = load_tokenizer(cfg.model)
-        self.prompt = prompt_format(self.tokenizer, cfg.model)
+        self.prompt = prompt_format(self.tokenizer, cfg.model, cfg)
         self.device = resolve(cfg.run.eval_device)
         self.engine = None  # run.eval_engine: explorer
         self.model = None

@@ -27,6 +27,7 @@ from rftbus.ground.models.config import ModelConfig
 from rftbus.ground.config.explorer import ExplorerConfig, TasksetConfig
 from rftbus.ground.config.gate import GateConfig
 from rftbus.ground.config.otel import OtelConfig
+from rftbus.ground.config.images import ImagesConfig
 from rftbus.ground.config.synthesis import SynthesisConfig
 from rftbus.ground.config.serve import ServeConfig
 from rftbus.ground.config.simulate import SimulateConfig
@@ -88,6 +89,7 @@ class Config(_Strict):
     gate: GateConfig = GateConfig()
     otel: OtelConfig = OtelConfig()
     synthesis: SynthesisConfig = SynthesisConfig()
+    images: ImagesConfig = ImagesConfig()
 
     @field_validator("state_dir")
     @classmethod

@@ -8,6 +8,20 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class TinyVisionConfig(BaseModel):
+    """The built-in tiny VLM's image side (model.tiny.vision set): a CLIP vision tower and a LLaVA projector in
+    front of the tiny Llama, random init from model.seed (#62; no small pretrained VLM is on these machines)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    image_size: int = Field(32, ge=8, description="images are resized and cropped to this square, in pixels")
+    patch_size: int = Field(8, ge=2, description="the vision tower's patch: (image_size / patch_size)^2 image "
+                            "tokens per image in the prompt")
+    hidden_size: int = Field(64, ge=8, description="the vision tower's width")
+    intermediate_size: int = Field(128, ge=8, description="the vision tower's MLP width")
+    num_hidden_layers: int = Field(2, ge=1, description="the vision tower's layers")
+    num_attention_heads: int = Field(4, ge=1, description="the vision tower's attention heads")
+
+
 class TinyModelConfig(BaseModel):
     """The built-in tiny Llama's shape (model.path unset): tests and toy runs in seconds."""
 
@@ -17,6 +31,9 @@ class TinyModelConfig(BaseModel):
     num_hidden_layers: int = Field(2, ge=1, description="the tiny model's layers")
     num_attention_heads: int = Field(4, ge=1, description="the tiny model's attention heads")
     max_position_embeddings: int = Field(64, ge=8, description="the tiny model's context, in tokens")
+    vision: TinyVisionConfig | None = Field(None, description="set: the tiny model is a vision-language model "
+                                            "(LLaVA: a tiny CLIP tower + projector + the tiny Llama) that reads "
+                                            "the images of a task's prompt")
 
 
 class LoraSpec(BaseModel):

@@ -32,7 +32,12 @@ def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     """The policy's tokenizer; pad is the tokenizer's, else the generation config's, else eos (left padding)."""
     folder = model_folder(cfg)
     if folder is None:
-        return build_char_tokenizer()
+        tok = build_char_tokenizer()
+        if cfg.tiny.vision is not None:  # the tiny VLM's image placeholder (rftbus/ground/models/vision.py)
+            from rftbus.ground.models.vision import IMAGE_TOKEN
+
+            tok.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+        return tok
     try:
         tok = AutoTokenizer.from_pretrained(folder, **_pretrained_kwargs(cfg))
     except (OSError, ValueError) as e:
@@ -82,11 +87,20 @@ def load_policy(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase | None = No
         kw = _pretrained_kwargs(cfg)
         if cfg.attn_implementation:
             kw["attn_implementation"] = cfg.attn_implementation
+        from rftbus.ground.models.vision import is_vision
+
+        auto: Any = AutoModelForCausalLM
+        if is_vision(cfg):
+            from transformers import AutoModelForImageTextToText as auto
         try:
-            return AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kw)
+            return auto.from_pretrained(folder, dtype=dtype, **kw)
         except (OSError, ValueError) as e:
             raise ModelError(f"model {folder}: {str(e).splitlines()[0]}") from None
-    tok = tokenizer or build_char_tokenizer()
+    tok = tokenizer or load_tokenizer(cfg)
+    if cfg.tiny.vision is not None:
+        from rftbus.ground.models.vision import tiny_vlm
+
+        return tiny_vlm(cfg, tok).to(dtype)
     t = cfg.tiny
     config = LlamaConfig(
         vocab_size=len(tok), hidden_size=t.hidden_size, intermediate_size=t.intermediate_size,
@@ -102,6 +116,18 @@ def load_policy(cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase | None = No
     finally:
         torch.random.set_rng_state(state)
     return model.to(dtype)
+
+
+def context_of(model: Any) -> int | None:
+    """Tokens the model attends to (a VLM's text model's), or None when its config does not say."""
+    conf = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return getattr(conf, "max_position_embeddings", None) or None
+
+
+def hidden_size_of(model: Any) -> int:
+    """The width of the model's last hidden state (a VLM's text model's)."""
+    conf = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    return int(conf.hidden_size)
 
 
 def takes_logits_to_keep(lm: Any) -> bool:

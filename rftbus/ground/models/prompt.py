@@ -36,6 +36,7 @@ class PromptFormat:
     system_prompt: str | None = None
     stop_ids: list[int] = field(default_factory=list)
     end_of_turn: int | None = None  # appended to a demonstration's response (the token the model ends a turn with)
+    vision: Any = None  # a VLM's Vision (models/vision.py): a prompt's images expanded into its ids; None: text only
 
     @classmethod
     def for_model(cls, tokenizer: Any, cfg: ModelConfig, generation_eos: int | list[int] | None = None) -> PromptFormat:
@@ -108,8 +109,39 @@ class PromptFormat:
 
     def of_task(self, task: Any) -> list[int]:
         """A Task's prompt ids: its chat messages when it has them (a data taskset's system prompt and
-        few-shot turns), else its prompt as one user message."""
+        few-shot turns), else its prompt as one user message; its images, if any, shown in the last user turn."""
+        msgs = task.messages or [{"role": "user", "content": task.prompt}]
+        if getattr(task, "images", None):
+            return self.with_images(msgs, task.images)[0]
         return self.messages(task.messages)[0] if task.messages else self.task(task.prompt)
+
+    def with_images(self, msgs: list[dict[str, Any]], images: list[Any]) -> tuple[list[int], str]:
+        """(prompt ids, prompt text) of a conversation whose last user turn shows `images` (Image records): the
+        template's image parts (or one placeholder per image before the text, without a template), each expanded
+        by the model's processor into as many image tokens as the model has image features."""
+        if self.vision is None:
+            raise ModelError(f"the prompt shows {len(images)} image(s) but the model reads text only "
+                             "(set model.tiny.vision, or model.path to a vision-language model)")
+        last = max((k for k, m in enumerate(msgs) if m.get("role") == "user"), default=None)
+        if last is None:
+            raise ModelError("a prompt with images needs a user turn to show them in")
+        n = len(images)
+        if self.template:
+            if self.system_prompt is not None and not (msgs and msgs[0].get("role") == "system"):
+                msgs = [{"role": "system", "content": self.system_prompt}, *msgs]
+                last += 1
+            parts = [dict(m) for m in msgs]
+            parts[last]["content"] = self.vision.content(str(msgs[last].get("content") or ""), n)
+            renderer = self.vision.processor if getattr(self.vision.processor, "chat_template", None) else self.tokenizer
+            text = renderer.apply_chat_template(parts, add_generation_prompt=True, tokenize=False)
+        else:
+            shown = [dict(m) for m in msgs]
+            shown[last]["content"] = self.vision.plain(str(msgs[last].get("content") or ""), n)
+            if len(shown) == 1:
+                text = str(shown[0]["content"])
+            else:
+                text = "\n".join(f"{m['role']}: {m.get('content') or ''}" for m in shown) + "\nassistant: "
+        return self.vision.expand(text, images), text
 
     def text(self, text: str) -> list[int]:
         """Plain text as the model reads it (a completion prompt): the tokenizer's special tokens included."""
@@ -140,8 +172,9 @@ def default_task_id(prompt_ids: list[int]) -> str:
     return "live:" + hashlib.sha256(b"".join(t.to_bytes(4, "little", signed=False) for t in prompt_ids)).hexdigest()[:24]
 
 
-def prompt_format(tokenizer: Any, cfg: ModelConfig) -> PromptFormat:
-    """The PromptFormat of the configured model (its generation config's stop ids included)."""
+def prompt_format(tokenizer: Any, cfg: ModelConfig, run: Any = None) -> PromptFormat:
+    """The PromptFormat of the configured model (its generation config's stop ids included); given the run's
+    Config (`run`), a vision-language model's prompts show a task's images (models/vision.py)."""
     from rftbus.ground.models.source import model_folder
 
     eos = None
@@ -150,4 +183,9 @@ def prompt_format(tokenizer: Any, cfg: ModelConfig) -> PromptFormat:
         from rftbus.ground.models.loading import generation_config
 
         eos = generation_config(folder, cfg).eos_token_id
-    return PromptFormat.for_model(tokenizer, cfg, eos)
+    fmt = PromptFormat.for_model(tokenizer, cfg, eos)
+    if run is not None:
+        from rftbus.ground.models.vision import vision_for
+
+        fmt.vision = vision_for(run, tokenizer)
+    return fmt

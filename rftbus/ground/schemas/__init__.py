@@ -25,6 +25,7 @@ from .records import (
     Feedback,
     FeedbackKind,
     GateDecision,
+    Image,
     Rejection,
     Source,
     Task,
@@ -49,6 +50,6 @@ __all__ = [
     "AvroDeserializer", "AvroRecord", "AvroSerializer", "CONFLUENT_MAGIC", "Codec", "DecodeError",
     "EncodeError", "Experience", "ExperienceGroup", "Feedback", "FeedbackKind", "RECORD_TYPES", "Rejection",
     "SCHEMA_DIR", "SINGLE_OBJECT_MAGIC", "SchemaEntry", "SchemaStore", "Source", "Task",
-    "TrainerMetric", "WeightVersion", "GateDecision", "canonical_form", "fingerprint64", "get_store", "load_schema",
+    "TrainerMetric", "WeightVersion", "GateDecision", "Image", "canonical_form", "fingerprint64", "get_store", "load_schema",
     "load_schema_str", "make_codec", "REJECTION_MAX_BYTES", "bound_id", "bound_key", "fitted_rejection", "new_id", "now_ms", "record_class", "registry_client", "topic_context",
 ]

@@ -95,6 +95,31 @@ def record_class(name: str) -> type[AvroRecord]:
     return RECORD_TYPES[name if "." in name else f"rftbus.{name}"]
 
 
+@_record
+class Image(AvroRecord):
+    """One image of a prompt: inline bytes or a store reference, always with its sha256 and size
+    (rftbus/ground/images/ makes, admits and reads them). It travels inside a Task or a group."""
+
+    SCHEMA_NAME: ClassVar[str] = "rftbus.Image"
+
+    media_type: str
+    sha256: str
+    size: int
+    data: bytes | None = None
+    uri: str | None = None
+    width: int = 0
+    height: int = 0
+
+
+def _images(images: list) -> list[Image]:
+    """A record's images as Image records (fastavro decodes nested records to dicts)."""
+    return [Image(**d) if d.__class__ is dict else d for d in images]
+
+
+def _images_avro(images: list) -> list:
+    return [i if i.__class__ is dict else i.to_avro() for i in images]
+
+
 JSON_COLUMNS = "rftbus.json_columns"  # Task.metadata key: which columns hold JSON text (a data row's typed values)
 
 
@@ -118,6 +143,17 @@ class Task(AvroRecord):
     synthesizer: str | None = None
     generation: int = 0
     parent_outcome: str | None = None
+    images: list[Image] = field(default_factory=list)  # what the prompt shows (v4)
+
+    def __post_init__(self) -> None:
+        if self.images:
+            self.images = _images(self.images)
+
+    def to_avro(self) -> dict[str, Any]:
+        d = dict(zip(self.AVRO_FIELDS, self._get_all(self)))
+        if self.images:
+            d["images"] = _images_avro(self.images)
+        return d
 
     def columns(self) -> dict[str, Any]:
         """The data row's other columns with their types (a list stays a list): metadata, JSON-decoded where the
@@ -168,6 +204,7 @@ class ExperienceGroup(AvroRecord):
     priority: float = 0.0
     created_at: int = field(default_factory=now_ms)
     metadata: dict[str, str] = field(default_factory=dict)
+    images: list[Image] = field(default_factory=list)  # the prompt's images, the task's records (v3)
 
     def __post_init__(self) -> None:
         if self.source.__class__ is not Source:
@@ -175,10 +212,14 @@ class ExperienceGroup(AvroRecord):
         samples = self.samples
         if samples and samples[0].__class__ is dict:  # as fastavro decodes the nested records
             self.samples = [Experience(**d) for d in samples]
+        if self.images:
+            self.images = _images(self.images)
 
     def to_avro(self) -> dict[str, Any]:
         d = dict(zip(self.AVRO_FIELDS, self._get_all(self)))
         d["samples"] = [s if s.__class__ is dict else s.to_avro() for s in self.samples]
+        if self.images:
+            d["images"] = _images_avro(self.images)
         return d
 
     def kept(self) -> list[Experience]:

@@ -10,10 +10,10 @@ encoded in full; bad bytes always are, so rejection reasons never depend on the 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rftbus.ground.schemas import AvroRecord, Codec, Experience, ExperienceGroup, Source
+from rftbus.ground.schemas import AvroRecord, Codec, Experience, ExperienceGroup, Image, Source
 from rftbus.ground.schemas.fastpath import zigzag_varint
 from rftbus.ground.schemas.skim import Encoded, Skim, Skimmer
 
@@ -43,6 +43,7 @@ class GroupView:
     skim: Skim | None = None  # set when the bytes were skimmed
     record: ExperienceGroup | None = None  # set when they were decoded in full
     created_at: int = 0  # ms, as the producer dated the group
+    images: list[Image] = field(default_factory=list)  # the prompt's images (records; inline bytes included)
 
     @property
     def size(self) -> int:
@@ -71,7 +72,8 @@ class GroupReader:
                        for s in skim.items["samples"]]
             return GroupView(v["group_id"], v["task_id"], Source(v["source"]), v["explorer_id"],
                              skim.lengths["prompt_ids"], samples, v["metadata"], data, skim=skim,
-                             created_at=int(v.get("created_at") or 0))
+                             created_at=int(v.get("created_at") or 0),
+                             images=[Image(**i.values) for i in skim.items.get("images", [])])
         rec = self.decode_any(data, None)
         return self.view(rec, data) if isinstance(rec, ExperienceGroup) else rec
 
@@ -82,7 +84,7 @@ class GroupReader:
                               len(s.logprobs), len(s.loss_mask), math.isfinite(sum(s.logprobs)))  # finite iff every term is
                    for s in g.samples]
         return GroupView(g.group_id, g.task_id, g.source, g.explorer_id, len(g.prompt_ids), samples,
-                         dict(g.metadata), data, record=g, created_at=g.created_at)
+                         dict(g.metadata), data, record=g, created_at=g.created_at, images=list(g.images))
 
     def full(self, view: GroupView) -> ExperienceGroup:
         """The whole record (decoded now if it was only skimmed)."""

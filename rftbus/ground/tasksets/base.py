@@ -68,8 +68,9 @@ class BuiltinTaskset(ABC):
 def _registry() -> dict[str, type[BuiltinTaskset]]:
     from rftbus.ground.tasksets.addition import Addition
     from rftbus.ground.tasksets.reverse import Reverse
+    from rftbus.ground.tasksets.shapes import Shapes
     from rftbus.ground.tasksets.times import Times
-    return {"addition": Addition, "reverse": Reverse, "times": Times}
+    return {"addition": Addition, "reverse": Reverse, "shapes": Shapes, "times": Times}
 
 
 def taskset_names() -> list[str]:

@@ -10,11 +10,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from rftbus.ground.config.explorer import SamplingConfig
 from rftbus.ground.models.lora import Adapter
+
+if TYPE_CHECKING:
+    from rftbus.ground.models.vision import Pixels
 
 
 @dataclass
@@ -57,11 +61,21 @@ class RolloutEngine(ABC):
                                 f"context of {self.max_context}")
         return min(max_new_tokens, room)
 
+    reads_images: bool = False  # generates from a prompt's pixel values (a VLM on the transformers engine)
+
     @abstractmethod
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 max_new_tokens: int | None = None, on_step: StepCallback | None = None) -> list[Completion]:
+                 max_new_tokens: int | None = None, on_step: StepCallback | None = None,
+                 images: Sequence[Pixels | None] | None = None) -> list[Completion]:
         """One completion per entry of `prompts` (pass a prompt n times for a group of n). An engine that
-        `streams_tokens` calls `on_step` with every decoding step's tokens; others ignore it."""
+        `streams_tokens` calls `on_step` with every decoding step's tokens; others ignore it. `images`: per
+        prompt, the pixel values of the images it shows (prompts expanded by models/vision.py), or None."""
+
+    def refuse_images(self, images: Sequence[Pixels | None] | None) -> None:
+        """An engine that cannot read images says so for a prompt that shows some (never generates blind)."""
+        if images and any(i is not None for i in images):
+            raise NotImplementedError(f"the {self.name} engine does not read images yet: a task that shows images "
+                                      "needs explorer.engine.kind: transformers (rftbus/ground/models/vision.py)")
 
     @abstractmethod
     def load_weights(self, state_dict: dict[str, torch.Tensor] | Adapter, version: int) -> None:

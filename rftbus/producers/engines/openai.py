@@ -14,6 +14,8 @@ endpoint that does not answer defers the version (retried), one that refuses it 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import shutil
 import time
 from collections import Counter
@@ -27,6 +29,8 @@ from rftbus.ground.config import Config
 from rftbus.ground.errors import RftbusError, SwapDeferred
 from rftbus.ground.models.lora import Adapter, write_peft_folder
 from rftbus.ground.config.explorer import SamplingConfig
+if TYPE_CHECKING:
+    from rftbus.ground.models.vision import Pixels
 from rftbus.producers.engines.base import Completion, StepCallback, RolloutEngine
 
 
@@ -64,7 +68,9 @@ class OpenAIEngine(RolloutEngine):
         return tid
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 max_new_tokens: int | None = None, on_step: StepCallback | None = None) -> list[Completion]:
+                 max_new_tokens: int | None = None, on_step: StepCallback | None = None,
+                 images: Sequence[Pixels | None] | None = None) -> list[Completion]:
+        self.refuse_images(images)
         by_prompt: dict[tuple[int, ...], list[Completion]] = {}
         for prompt, count in Counter(tuple(p) for p in prompts).items():
             body = {"model": self.served, "prompt": list(prompt), "n": count,

@@ -19,6 +19,7 @@ import torch
 
 from rftbus.ground.config.explorer import SamplingConfig
 from rftbus.ground.models.lora import Adapter
+from rftbus.ground.models.vision import Pixels
 from rftbus.producers.engines.base import Completion, StepCallback, RolloutEngine
 
 Request = tuple[tuple[int, ...], int]  # (prompt ids, how many samples)
@@ -29,7 +30,8 @@ class PrimedEngine(RolloutEngine):
 
     def __init__(self, engine: RolloutEngine):
         self.engine = engine
-        self._ready: dict[tuple[Request, str], deque[list[Completion]]] = defaultdict(deque)  # str: the sampling, as JSON
+        # (request, the sampling as JSON, the images' key): completions ready for a workflow's call
+        self._ready: dict[tuple[Request, str, str], deque[list[Completion]]] = defaultdict(deque)
         self.primed_calls = 0  # engine calls made by `prime`
         self.hits = 0  # workflow calls answered from a primed batch
 
@@ -41,33 +43,44 @@ class PrimedEngine(RolloutEngine):
     def max_context(self) -> int | None:  # type: ignore[override]
         return self.engine.max_context
 
-    def prime(self, requests: list[Request], sampling: SamplingConfig) -> None:
-        """Generate every request in one engine call."""
+    @property
+    def reads_images(self) -> bool:  # type: ignore[override]
+        return self.engine.reads_images
+
+    def prime(self, requests: list[Request], sampling: SamplingConfig,
+              images: Sequence[Pixels | None] | None = None) -> None:
+        """Generate every request in one engine call (`images`: per request, the images its prompt shows)."""
         prompts = [list(p) for p, n in requests for _ in range(n)]
         if not prompts:
             return
+        shown = list(images) if images is not None else [None] * len(requests)
+        rows = [px for (_, n), px in zip(requests, shown, strict=True) for _ in range(n)]
         t0 = time.perf_counter()
-        out = self.engine.generate(prompts, sampling)
+        out = self.engine.generate(prompts, sampling, images=rows if any(shown) else None)
         dt = time.perf_counter() - t0
         self.primed_calls += 1
         meta = {"batch_generation_ms": f"{dt * 1000:.3f}", "batch_groups": str(len(requests)),
                 "batch_samples": str(len(prompts))}
         i, key = 0, sampling.model_dump_json()
-        for req in requests:
+        for req, px in zip(requests, shown):
             group = out[i:i + req[1]]
             for c in group:
                 c.metadata.update(meta)
-            self._ready[(req, key)].append(group)
+            self._ready[(req, key, px.key if px is not None else "")].append(group)
             i += req[1]
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 max_new_tokens: int | None = None, on_step: StepCallback | None = None) -> list[Completion]:
-        if prompts and max_new_tokens is None and all(p == prompts[0] for p in prompts):
-            waiting = self._ready.get(((tuple(prompts[0]), len(prompts)), sampling.model_dump_json()))
+                 max_new_tokens: int | None = None, on_step: StepCallback | None = None,
+                 images: Sequence[Pixels | None] | None = None) -> list[Completion]:
+        first = images[0] if images else None
+        same_images = not images or all((i.key if i else "") == (first.key if first else "") for i in images)
+        if prompts and max_new_tokens is None and same_images and all(p == prompts[0] for p in prompts):
+            waiting = self._ready.get(((tuple(prompts[0]), len(prompts)), sampling.model_dump_json(),
+                                       first.key if first is not None else ""))
             if waiting:
                 self.hits += 1
                 return waiting.popleft()
-        return self.engine.generate(prompts, sampling, max_new_tokens)
+        return self.engine.generate(prompts, sampling, max_new_tokens, images=images)
 
     def clear(self) -> int:
         """Drop what no workflow asked for (a task that failed to decode, a workflow that sampled

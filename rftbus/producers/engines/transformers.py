@@ -24,10 +24,11 @@ from transformers import DynamicCache
 from transformers.generation.streamers import BaseStreamer
 
 from rftbus.ground.config import Config
-from rftbus.ground.models.loading import load_policy, takes_logits_to_keep
+from rftbus.ground.models.loading import context_of, load_policy, takes_logits_to_keep
 from rftbus.ground.models.lora import Adapter, load_version
 from rftbus.ground.models.prompt import PromptFormat, prompt_format
 from rftbus.ground.models.devices import resolve
+from rftbus.ground.models.vision import Pixels
 from rftbus.ground.profile import phase
 from rftbus.ground.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine, StepCallback
@@ -53,6 +54,7 @@ class _Steps(BaseStreamer):
 class TransformersEngine(RolloutEngine):
     name = "transformers"
     streams_tokens = True
+    reads_images = True
 
     def __init__(self, cfg: Config, tokenizer, model: torch.nn.Module | None = None, prompt: PromptFormat | None = None):
         self.tok = tokenizer
@@ -60,26 +62,32 @@ class TransformersEngine(RolloutEngine):
         self.device = resolve(cfg.explorer.engine.device)
         self.model: Any = (model or load_policy(cfg.model, tokenizer, str(self.device))).to(self.device).eval()
         self.version = 0
-        self.max_context = getattr(self.model.config, "max_position_embeddings", None) or None
+        self.max_context = context_of(self.model)
         if cfg.explorer.sampling.seed is not None:
             torch.manual_seed(cfg.explorer.sampling.seed)
 
     @torch.inference_mode()
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 max_new_tokens: int | None = None, on_step: StepCallback | None = None) -> list[Completion]:
+                 max_new_tokens: int | None = None, on_step: StepCallback | None = None,
+                 images: Sequence[Pixels | None] | None = None) -> list[Completion]:
         limit = self.budget(prompts, max_new_tokens or sampling.max_new_tokens)  # before any work
         with phase("generate"):
-            return self._generate(prompts, sampling, limit, on_step)
+            return self._generate(prompts, sampling, limit, on_step, images)
 
     def _generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig, limit: int,
-                  on_step: StepCallback | None) -> list[Completion]:
+                  on_step: StepCallback | None, images: Sequence[Pixels | None] | None = None) -> list[Completion]:
         width = max(len(p) for p in prompts)
         pad = self.tok.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         raw = sampling.logprobs == "raw"
+        shown = [i.values for i in images or () if i is not None]
+        seen: dict = {}
+        if shown:  # the rows' images in row order: the model fills its image tokens with them in that order
+            seen["pixel_values"] = torch.cat(shown).to(self.device, dtype=next(self.model.parameters()).dtype)
         out = self.model.generate(
-            input_ids=input_ids, attention_mask=attention, past_key_values=self.shared_prefill(input_ids, attention),
+            input_ids=input_ids, attention_mask=attention, **seen,
+            past_key_values=None if shown else self.shared_prefill(input_ids, attention),
             do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
             max_new_tokens=limit, return_dict_in_generate=True,
             min_new_tokens=min(sampling.min_new_tokens, limit) or None,

@@ -25,6 +25,8 @@ tests/vllm_tier/ runs it on the CPU build in every `make test`; tests/gpu/ on CU
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import shutil
 import tempfile
 from collections.abc import Sequence
@@ -37,6 +39,8 @@ from rftbus.ground.config.explorer import SamplingConfig
 from rftbus.ground.errors import RftbusError
 from rftbus.ground.models.loading import dtype_name
 from rftbus.ground.models.lora import Adapter
+if TYPE_CHECKING:
+    from rftbus.ground.models.vision import Pixels
 from rftbus.producers.engines.base import Completion, StepCallback, RolloutEngine
 
 WRITTEN_FOR = ((0, 11), (0, 34))  # vLLM versions [from, to): logprobs_mode, worker extensions, reset_prefix_cache
@@ -213,7 +217,9 @@ class VllmEngine(RolloutEngine):
         self._swap_dir = Path(tempfile.mkdtemp(prefix="rftbus-vllm-swap-"))
 
     def generate(self, prompts: Sequence[list[int]], sampling: SamplingConfig,
-                 max_new_tokens: int | None = None, on_step: StepCallback | None = None) -> list[Completion]:
+                 max_new_tokens: int | None = None, on_step: StepCallback | None = None,
+                 images: Sequence[Pixels | None] | None = None) -> list[Completion]:
+        self.refuse_images(images)
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 

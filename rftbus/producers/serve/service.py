@@ -76,7 +76,7 @@ class LiveService:
         self.model_name = s.served_model or cfg.model.name
         self.auth = TokenAuth.from_config(s)
         self.tokenizer = load_tokenizer(cfg.model)
-        self.prompt = prompt_format(self.tokenizer, cfg.model)
+        self.prompt = prompt_format(self.tokenizer, cfg.model, cfg)
         self.engine = engine or make_engine(engine_config(cfg), self.tokenizer)
         if cfg.gate.enabled and cfg.trainer.lora is None:
             raise RftbusError("gate.enabled serves several versions at once, each a LoRA adapter: set trainer.lora")

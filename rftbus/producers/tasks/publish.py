@@ -95,7 +95,7 @@ def expert_maker(cfg: Config) -> Callable[[Task], ExperienceGroup | None]:
     from rftbus.ground.models.prompt import prompt_format
     from rftbus.producers.experience import expert_group
     from rftbus.ground.tasksets import get_taskset, taskset_names
-    fmt = prompt_format(load_tokenizer(cfg.model), cfg.model)
+    fmt = prompt_format(load_tokenizer(cfg.model), cfg.model, cfg)
 
     def make(task: Task) -> ExperienceGroup | None:
         if task.taskset not in taskset_names():

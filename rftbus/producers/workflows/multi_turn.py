@@ -37,6 +37,8 @@ class _Episode:
 class MultiTurn(Workflow):
     def run(self, task: Task, n: int, ctx: RolloutContext) -> list[Sample]:
         wf = ctx.workflow
+        if task.images:
+            raise ValueError("the multi_turn workflow does not show a task's images yet (single_turn does)")
         episodes = []
         for _ in range(n):
             env = make_env(wf.env, wf.env_params)

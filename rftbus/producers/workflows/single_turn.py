@@ -12,9 +12,10 @@ from rftbus.ground.schemas import Task
 
 class SingleTurn(Workflow):
     def run(self, task: Task, n: int, ctx: RolloutContext) -> list[Sample]:
-        prompt_ids = ctx.fmt.of_task(task)
+        prompt_ids = ctx.fmt.of_task(task)  # a task's images expanded into their image tokens (models/vision.py)
+        pixels = ctx.fmt.vision.inputs(task.images) if task.images else None
         t0 = time.perf_counter()
-        completions = ctx.engine.generate([prompt_ids] * n, ctx.sampling)
+        completions = ctx.engine.generate([prompt_ids] * n, ctx.sampling, images=[pixels] * n if pixels else None)
         gen_ms = (time.perf_counter() - t0) * 1000
         scores = ctx.rewards.score_group(task, [Response(c.text, c.response_ids, c.finish_reason) for c in completions])
         samples = []

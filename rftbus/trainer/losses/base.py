@@ -39,6 +39,17 @@ class TrainBatch:
     # [N] bool: false where the answer came without behaviour logprobs (read from a trace): the step takes the
     # current policy's in their place before the first update (train_step), so the ratio starts at 1
     behav_known: torch.Tensor | None = None
+    # a VLM's rows: [N, K, C, H, W] pixel values of each row's images (its group's, K the most any row shows) and
+    # [N] long how many of them each row shows; the forward hands the model the shown ones in row order
+    pixel_values: torch.Tensor | None = None
+    image_counts: torch.Tensor | None = None
+
+    def shown_pixels(self) -> torch.Tensor | None:
+        """[sum of image_counts, C, H, W]: the rows' images in row order (what the model's image tokens read)."""
+        if self.pixel_values is None or self.image_counts is None:
+            return None
+        parts = [self.pixel_values[i, :k] for i, k in enumerate(self.image_counts.tolist()) if k]
+        return torch.cat(parts) if parts else None
 
     @property
     def n_rows(self) -> int:
