@@ -24,6 +24,9 @@ CREATE TABLE IF NOT EXISTS rftbus.tasks (
   `synthesizer` Nullable(String),
   `generation` Int32,
   `parent_outcome` Nullable(String),
+  `image_sha256` Array(String),
+  `image_bytes` Array(Int64),
+  `image_uris` Array(String),
   `ingested_at` DateTime64(3, 'UTC') DEFAULT now64(3)
 )
 ENGINE = ReplacingMergeTree
@@ -59,6 +62,9 @@ CREATE TABLE IF NOT EXISTS rftbus.experiences (
   `reward_ms` Float64,
   `created_at` DateTime64(3, 'UTC'),
   `metadata` Map(String, String),
+  `image_sha256` Array(String),
+  `image_bytes` Array(Int64),
+  `image_uris` Array(String),
   `ingested_at` DateTime64(3, 'UTC') DEFAULT now64(3)
 )
 ENGINE = ReplacingMergeTree
@@ -230,7 +236,8 @@ CREATE TABLE IF NOT EXISTS rftbus.kafka_tasks (
   `parent_task_id` Nullable(String),
   `synthesizer` Nullable(String),
   `generation` Int32,
-  `parent_outcome` Nullable(String)
+  `parent_outcome` Nullable(String),
+  `images` Array(Tuple(media_type String, sha256 String, size Int64, data Nullable(String), uri Nullable(String), width Int32, height Int32))
 ) ENGINE = Kafka
 SETTINGS
   kafka_broker_list = 'kafka:9092',
@@ -262,7 +269,10 @@ SELECT
   src.`parent_task_id` AS `parent_task_id`,
   src.`synthesizer` AS `synthesizer`,
   src.`generation` AS `generation`,
-  src.`parent_outcome` AS `parent_outcome`
+  src.`parent_outcome` AS `parent_outcome`,
+  arrayMap(i -> tupleElement(i, 'sha256'), src.images) AS `image_sha256`,
+  arrayMap(i -> tupleElement(i, 'size'), src.images) AS `image_bytes`,
+  arrayMap(i -> ifNull(tupleElement(i, 'uri'), ''), src.images) AS `image_uris`
 FROM rftbus.kafka_tasks AS src
 WHERE length(src._error) = 0;
 
@@ -289,7 +299,8 @@ CREATE TABLE IF NOT EXISTS rftbus.kafka_experiences (
   `survivors` Array(Int32),
   `priority` Float64,
   `created_at` DateTime64(3, 'UTC'),
-  `metadata` Map(String, String)
+  `metadata` Map(String, String),
+  `images` Array(Tuple(media_type String, sha256 String, size Int64, data Nullable(String), uri Nullable(String), width Int32, height Int32))
 ) ENGINE = Kafka
 SETTINGS
   kafka_broker_list = 'kafka:9092',
@@ -330,7 +341,10 @@ SELECT
   tupleElement(s, 'generation_ms') AS `generation_ms`,
   tupleElement(s, 'reward_ms') AS `reward_ms`,
   src.`created_at` AS `created_at`,
-  mapUpdate(src.metadata, tupleElement(s, 'metadata')) AS `metadata`
+  mapUpdate(src.metadata, tupleElement(s, 'metadata')) AS `metadata`,
+  arrayMap(i -> tupleElement(i, 'sha256'), src.images) AS `image_sha256`,
+  arrayMap(i -> tupleElement(i, 'size'), src.images) AS `image_bytes`,
+  arrayMap(i -> ifNull(tupleElement(i, 'uri'), ''), src.images) AS `image_uris`
 FROM rftbus.kafka_experiences AS src
 ARRAY JOIN src.samples AS s, arrayEnumerate(src.samples) AS idx
 WHERE length(src._error) = 0 AND (src._topic NOT IN ('rft.experiences.curated', 'rft.experiences.curated.priority') OR has(src.survivors, toInt32(idx - 1)));

@@ -65,8 +65,10 @@ class Explorer:
         self.prompt = prompt_format(self.tokenizer, cfg.model, cfg)  # before the engine: a bad template fails first
         self.engine = engine or make_engine(cfg, self.tokenizer)
         self.primed = PrimedEngine(self.engine) if ex.batch_tasks > 1 else None
-        self.ctx = RolloutContext(self.primed or self.engine, self.tokenizer, ex.sampling, make_rewards(ex.rewards),
-                                  ex.workflow, self.prompt)
+        rewards = make_rewards(ex.rewards)
+        rewards.images = self.prompt.vision.pil if self.prompt.vision is not None else None  # what a reward sees
+        self.ctx = RolloutContext(self.primed or self.engine, self.tokenizer, ex.sampling, rewards, ex.workflow,
+                                  self.prompt)
         self.producer = make_producer(cfg)
         self.status = StatusFile(cfg.state_dir, "explorer", self.id, ex.status_interval_s)
         self.intake = TaskIntake(cfg, self.producer.flush, self.status, self.report)

@@ -32,6 +32,7 @@ class Limits:
     # a group's images against its prompt ids -> (reason, detail) or None (a VLM's Vision.problem); None: the model
     # reads text only, and a group that shows images is rejected images_unsupported
     images: Callable[[list, list[int]], tuple[str, str] | None] | None = None
+    image_token: int | None = None  # a VLM's image token: never in a response (its forward would miscount images)
 
 
 @dataclass(slots=True)
@@ -78,6 +79,9 @@ def _sample_problem(g: ExperienceGroup, s: Experience, rl: bool, limits: Limits 
         if pos is not None:
             return "logprob_out_of_bounds", (f"logprobs[{pos}] = {s.logprobs[pos]:g} > 0 (a log-probability; "
                                              f"tolerance {limits.logprob_tolerance:g})")
+        if limits.image_token is not None and limits.image_token in s.response_ids:
+            return "image_token_in_response", (f"response token {s.response_ids.index(limits.image_token)} is the "
+                                               f"image token {limits.image_token}: only an image's features go there")
         t = _oov(s.response_ids, limits.vocab)
         if t is not None:
             return "token_out_of_vocab", f"response token id {t} outside the model's vocabulary [0, {limits.vocab})"

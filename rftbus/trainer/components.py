@@ -156,7 +156,8 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     embeddings: Any = lm.get_input_embeddings()
     limits = Limits(vocab=int(embeddings.num_embeddings), context=context, max_abs_advantage=tc.max_abs_advantage,
                     max_abs_reward=tc.max_abs_reward, logprob_tolerance=tc.logprob_tolerance,
-                    images=prompt.vision.problem if prompt.vision is not None else None)
+                    images=prompt.vision.problem if prompt.vision is not None else None,
+                    image_token=prompt.vision.token_id if prompt.vision is not None else None)
 
     if cfg.kafka.wait_s:  # the engine was built while the broker started (rftbus run): wait for it, and its topics
         create_topics(cfg, check_reachable(cfg))

@@ -14,6 +14,7 @@ import torch
 
 from rftbus.ground.config.explorer import SamplingConfig
 from rftbus.ground.models.prompt import PromptFormat
+from rftbus.ground.models.vision import image_token_of
 
 
 def components(scored) -> dict[str, float]:
@@ -46,8 +47,10 @@ def policy_greedy(model, pad: int, stop_ids) -> Greedy:
         was_training = model.training
         model.eval()
         try:
+            token = image_token_of(model)  # (a VLM's image token is never an answer's: models/vision.py)
             out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens,
-                                 pad_token_id=pad, eos_token_id=stop_ids, **seen)
+                                 pad_token_id=pad, eos_token_id=stop_ids, **seen,
+                                 suppress_tokens=[token] if token is not None else None)
         finally:
             model.train(was_training)
         return out[:, width:].tolist()

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rftbus.ground.models.loading import hidden_size_of, takes_logits_to_keep
+from rftbus.ground.models.vision import image_token_of
 from rftbus.trainer import shared_prompt
 from rftbus.trainer.losses.base import TrainBatch
 
@@ -27,6 +28,7 @@ class PolicyWithValue(nn.Module):
         super().__init__()
         self.lm = lm
         hidden = hidden_size_of(lm)
+        self.suppress = image_token_of(lm)  # a VLM's image token: never sampled, so never in the policy's distribution
         self.value_head = nn.Linear(hidden, 1) if value_head else None
         if self.value_head is not None:
             nn.init.zeros_(self.value_head.weight)
@@ -41,14 +43,26 @@ class PolicyWithValue(nn.Module):
         if shared and not getattr(self.lm, "is_gradient_checkpointing", False):
             plan = shared_prompt.plan(input_ids, prompt_lengths)
             if plan is not None:
-                return shared_prompt.forward(self.lm, input_ids, attention_mask, prompt_lengths, first, plan), None
+                logits = shared_prompt.forward(self.lm, input_ids, attention_mask, prompt_lengths, first, plan)
+                return suppressed(logits, self.suppress), None
         seen = {"pixel_values": pixel_values.to(next(self.lm.parameters()).dtype)} if pixel_values is not None else {}
         out = self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **seen,
                       output_hidden_states=self.value_head is not None, **keep_kwargs(self.lm, input_ids, first))
         values = None
         if self.value_head is not None:
             values = self.value_head(out.hidden_states[-1]).squeeze(-1)[:, :-1]
-        return _predicted(out.logits, input_ids, first), values
+        return suppressed(_predicted(out.logits, input_ids, first), self.suppress), values
+
+
+def suppressed(logits: torch.Tensor, token: int | None) -> torch.Tensor:
+    """`logits` with `token` made impossible, as generation suppresses it (the engines' `suppress_tokens`): the
+    trainer's distribution is then the one the answer was sampled from. A large finite negative, not -inf, so the
+    entropy's p·log p stays 0, not NaN."""
+    if token is None:
+        return logits
+    out = logits.clone()
+    out[..., token] = -1e9
+    return out
 
 
 def keep_kwargs(lm: Any, input_ids: torch.Tensor, first: int) -> dict[str, Any]:
@@ -89,5 +103,6 @@ def reference_logp(ref: nn.Module, batch: TrainBatch) -> torch.Tensor:
     seen = {"pixel_values": pixels.to(next(ref.parameters()).dtype)} if pixels is not None else {}
     out = ref(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, **seen,
               **keep_kwargs(ref, batch.input_ids, first))
-    logp, _ = token_logp_entropy(_predicted(out.logits, batch.input_ids, first), batch, first)
+    logits = suppressed(_predicted(out.logits, batch.input_ids, first), image_token_of(ref))
+    logp, _ = token_logp_entropy(logits, batch, first)
     return logp

@@ -40,6 +40,11 @@ def _s(field: str) -> str:
     return f"tupleElement(s, '{field}')"
 
 
+# A prompt's images by metadata (the bytes are not copied into ClickHouse), as the sink writes them.
+_IMAGES = {"image_sha256": "arrayMap(i -> tupleElement(i, 'sha256'), src.images)",
+           "image_bytes": "arrayMap(i -> tupleElement(i, 'size'), src.images)",
+           "image_uris": "arrayMap(i -> ifNull(tupleElement(i, 'uri'), ''), src.images)"}
+
 # Target columns computed from the record (anything not listed is the record field of the same name).
 # A group fans out into one experiences row per sample (per survivor on a curated lane), as the sink does.
 DERIVED: dict[str, dict[str, str]] = {
@@ -51,7 +56,8 @@ DERIVED: dict[str, dict[str, str]] = {
         "reward": _s("reward"), "reward_components": _s("reward_components"), "advantage": _s("advantage"),
         "model_version": _s("model_version"), "response_text": _s("response_text"),
         "finish_reason": _s("finish_reason"), "generation_ms": _s("generation_ms"), "reward_ms": _s("reward_ms"),
-        "metadata": f"mapUpdate(src.metadata, {_s('metadata')})", "source": "toString(src.source)"},
+        "metadata": f"mapUpdate(src.metadata, {_s('metadata')})", "source": "toString(src.source)", **_IMAGES},
+    "tasks": dict(_IMAGES),
     "rejections": {"source_partition": "src.partition", "source_offset": "src.offset",
                    # what it covers: v1 rejections name at most one experience (Rejection.covers)
                    "experience_ids": "if(empty(src.experience_ids) AND isNotNull(src.experience_id), "

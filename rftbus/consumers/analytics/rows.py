@@ -66,7 +66,8 @@ def _experiences(g: ExperienceGroup, topic: str) -> list[Row]:
     kept = [i for i in g.survivors if 0 <= i < n] if topic in CURATED else range(n)
     common = {"group_id": g.group_id, "task_id": g.task_id, "group_size": len(g.samples),
               "prompt_tokens": len(g.prompt_ids), "priority": _f(g.priority) or 0.0, "source": g.source.value,
-              "explorer_id": g.explorer_id, "prompt_text": g.prompt_text, "created_at": ts(g.created_at)}
+              "explorer_id": g.explorer_id, "prompt_text": g.prompt_text, "created_at": ts(g.created_at),
+              **_images(g.images)}
     out = []
     for i in kept:
         e = g.samples[i]
@@ -85,7 +86,14 @@ def _task(t: Task) -> Row:
     return {"task_id": t.task_id, "taskset": t.taskset, "split": t.split, "prompt": t.prompt, "answer": t.answer,
             "workflow": t.workflow, "n_samples": t.n_samples, "priority": _f(t.priority) or 0.0,
             "created_at": ts(t.created_at), "metadata": dict(t.metadata), "parent_task_id": t.parent_task_id,
-            "synthesizer": t.synthesizer, "generation": t.generation, "parent_outcome": t.parent_outcome}
+            "synthesizer": t.synthesizer, "generation": t.generation, "parent_outcome": t.parent_outcome,
+            **_images(t.images)}
+
+
+def _images(images: list) -> Row:
+    """A prompt's images as the analytics tables hold them: metadata, never the bytes ('' uri: inline)."""
+    return {"image_sha256": [i.sha256 for i in images], "image_bytes": [int(i.size) for i in images],
+            "image_uris": [i.uri or "" for i in images]}
 
 
 def _rejection(r: Rejection) -> Row:

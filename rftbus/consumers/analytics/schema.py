@@ -53,6 +53,8 @@ class Table:
 
 _META = ("metadata", "Map(String, String)")
 _CREATED = ("created_at", TS)
+# the images a prompt shows, by metadata (the bytes stay in Kafka and the store): sha256, size, inline or by uri
+_IMAGES = [("image_sha256", "Array(String)"), ("image_bytes", "Array(Int64)"), ("image_uris", "Array(String)")]
 
 TABLES: dict[str, Table] = {t.name: t for t in [
     Table("tasks", "task_id", [
@@ -61,7 +63,7 @@ TABLES: dict[str, Table] = {t.name: t for t in [
         ("n_samples", "Nullable(Int32)"), ("priority", "Float64"), _CREATED, _META,
         # lineage of a synthesized task (rftbus/producers/synthesis/): null parent for a taskset's own
         ("parent_task_id", "Nullable(String)"), ("synthesizer", "Nullable(String)"), ("generation", "Int32"),
-        ("parent_outcome", "Nullable(String)")]),
+        ("parent_outcome", "Nullable(String)"), *_IMAGES]),
     Table("experiences", "experience_id", [
         ("experience_id", "String"), ("group_id", "String"), ("task_id", "String"), ("sample_index", "Int32"),
         ("group_size", "Int32"), ("prompt_tokens", "UInt32"), ("response_tokens", "UInt32"),
@@ -70,7 +72,7 @@ TABLES: dict[str, Table] = {t.name: t for t in [
         ("advantage", "Nullable(Float64)"), ("priority", "Float64"), ("model_version", "Int64"),
         ("source", "LowCardinality(String)"), ("explorer_id", "String"), ("prompt_text", "Nullable(String)"),
         ("response_text", "Nullable(String)"), ("finish_reason", "Nullable(String)"), ("generation_ms", "Float64"),
-        ("reward_ms", "Float64"), _CREATED, _META]),
+        ("reward_ms", "Float64"), _CREATED, _META, *_IMAGES]),
     Table("rejections", "rejection_id", [
         ("rejection_id", "String"), ("experience_id", "Nullable(String)"), ("group_id", "Nullable(String)"),
         ("experience_ids", "Array(String)"), ("reason", "LowCardinality(String)"),

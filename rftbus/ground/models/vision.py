@@ -40,6 +40,20 @@ class Pixels:
 EXTRA_KEYS_REFUSED = ("image_grid_thw", "pixel_attention_mask", "image_sizes", "aspect_ratio_ids")
 
 
+def image_token_of(model: Any) -> int | None:
+    """The id a VLM's prompt holds where an image's features go (None: a text model). Generation suppresses it: an
+    answer that sampled it would hold one more image token than the prompt has images, and the trainer's forward
+    would fail on the record (seen in `make demo-vision` after 180 steps)."""
+    conf = getattr(model, "config", None)
+    if conf is None or getattr(conf, "vision_config", None) is None:
+        return None
+    for name in ("image_token_id", "image_token_index"):
+        tid = getattr(conf, name, None)
+        if isinstance(tid, int):
+            return tid
+    return None
+
+
 def is_vision(cfg: ModelConfig) -> bool:
     """Whether the configured model reads images: the tiny VLM, or a folder whose config has a vision tower."""
     folder = model_folder(cfg)

@@ -84,12 +84,16 @@ def trl_style(fn: Any) -> bool:
     return params[:2] == ["prompts", "completions"]
 
 
-def _trl_call(fn: Any, task: Task, responses: list[Response]) -> Any:
+def _trl_call(fn: Any, task: Task, responses: list[Response], images: Any = None) -> Any:
     """The group as TRL hands it over: prompts and completions, and the task's columns (answer, task_id and its
-    metadata) as lists with one entry per completion."""
+    metadata) as lists with one entry per completion; a task's images as `images` (PIL images, read and hash-checked
+    by `images`, the run's reader: rftbus/ground/images/), as TRL gives a vision dataset's to a reward."""
     n = len(responses)
     columns: dict[str, list] = {"answer": [task.answer] * n, "task_id": [task.task_id] * n,
                                 "completion_ids": [list(r.token_ids) for r in responses]}
+    if task.images and images is not None:
+        shown = images(task.images)
+        columns["images"] = [shown] * n
     for k, v in task.columns().items():  # every other column of the data row, with its type
         columns.setdefault(k, [v] * n)
     return fn([task.prompt] * n, [r.text for r in responses], **columns)
@@ -121,12 +125,12 @@ def _components(name: str, out: Any) -> Components:
     raise ValueError(f"reward {name!r} returned {type(out).__name__} {out!r:.80}: {CONTRACT}")
 
 
-def _group_of(fn: Any, task: Task, responses: list[Response], name: str = "") -> list[Components]:
+def _group_of(fn: Any, task: Task, responses: list[Response], name: str = "", images: Any = None) -> list[Components]:
     name = name or str(getattr(fn, "name", None) or getattr(fn, "__name__", repr(fn)))
     if hasattr(fn, "score_group"):
         out = resolve(fn.score_group(task, responses))
     elif trl_style(fn):
-        out = resolve(_trl_call(fn, task, responses))
+        out = resolve(_trl_call(fn, task, responses, images))
     elif inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
         out = resolve(_each(fn, task, responses))  # an async per-answer reward: the group's calls overlap
     else:
@@ -142,10 +146,13 @@ def _group_of(fn: Any, task: Task, responses: list[Response], name: str = "") ->
 class RewardSet:
     """Weighted combination of reward functions (the explorer's scorer)."""
 
-    def __init__(self, terms: list[tuple[str, float, Any]]):
+    def __init__(self, terms: list[tuple[str, float, Any]], images: Any = None):
+        """`images`: the run's image reader (Image records -> PIL images, verified), for rewards that look at a
+        task's images (a TRL-style reward's `images` column); None in a text-only run."""
         if not terms:
             raise ValueError("at least one reward function is needed")
         self.terms = terms
+        self.images = images
 
     def score_group(self, task: Task, responses: Sequence[Response | str]) -> list[Scored]:
         """Every response of a group scored by every term (a group term once for the whole group)."""
@@ -154,7 +161,7 @@ class RewardSet:
         totals, comps = [0.0] * len(rs), [dict[str, float]() for _ in rs]
         with phase("reward"):
             for name, weight, fn in self.terms:
-                for k, out in enumerate(_group_of(fn, task, rs, name)):
+                for k, out in enumerate(_group_of(fn, task, rs, name, self.images)):
                     value = out["reward"]
                     totals[k] += weight * value
                     comps[k][name] = value

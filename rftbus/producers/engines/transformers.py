@@ -28,7 +28,7 @@ from rftbus.ground.models.loading import context_of, load_policy, takes_logits_t
 from rftbus.ground.models.lora import Adapter, load_version
 from rftbus.ground.models.prompt import PromptFormat, prompt_format
 from rftbus.ground.models.devices import resolve
-from rftbus.ground.models.vision import Pixels
+from rftbus.ground.models.vision import Pixels, image_token_of
 from rftbus.ground.profile import phase
 from rftbus.ground.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine, StepCallback
@@ -63,6 +63,8 @@ class TransformersEngine(RolloutEngine):
         self.model: Any = (model or load_policy(cfg.model, tokenizer, str(self.device))).to(self.device).eval()
         self.version = 0
         self.max_context = context_of(self.model)
+        token = image_token_of(self.model)
+        self.suppress = [token] if token is not None else None  # never sampled: only an image's features go there
         if cfg.explorer.sampling.seed is not None:
             torch.manual_seed(cfg.explorer.sampling.seed)
 
@@ -93,6 +95,7 @@ class TransformersEngine(RolloutEngine):
             min_new_tokens=min(sampling.min_new_tokens, limit) or None,
             output_scores=not raw, output_logits=raw, pad_token_id=self.tok.pad_token_id,
             eos_token_id=self.prompt.stop_ids, streamer=_Steps(on_step) if on_step else None,
+            suppress_tokens=self.suppress,
         )
         new = out.sequences[:, input_ids.shape[1]:]
         steps = torch.stack(out.logits if raw else out.scores, dim=1).float()  # [batch, new, vocab]
