@@ -21,7 +21,7 @@ from rftbus.ground.config import Config
 from rftbus.ground.weights.swap import swap_in_ready
 from rftbus.ground.kafka.clients import make_admin, make_producer
 from rftbus.ground.models.loading import load_tokenizer
-from rftbus.ground.models.prompt import prompt_format
+from rftbus.ground.prompting import run_prompt_format
 from rftbus.ground.profile import phase
 from rftbus.producers.admission import Admission, AdmissionUnavailable
 from rftbus.producers.engines import RolloutEngine, make_engine
@@ -62,7 +62,7 @@ class Explorer:
         self.encode_group, self.encode_rej = codec.serializer(ExperienceGroup), codec.serializer(Rejection)
         self.decode_task = codec.deserializer(Task)
         self.tokenizer = load_tokenizer(cfg.model)
-        self.prompt = prompt_format(self.tokenizer, cfg.model, cfg)  # before the engine: a bad template fails first
+        self.prompt = run_prompt_format(self.tokenizer, cfg)  # before the engine: a bad template fails first
         self.engine = engine or make_engine(cfg, self.tokenizer)
         self.primed = PrimedEngine(self.engine) if ex.batch_tasks > 1 else None
         rewards = make_rewards(ex.rewards)

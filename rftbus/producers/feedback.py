@@ -109,8 +109,8 @@ class FeedbackClient:
     def _prompt_format(self):
         if self._fmt is None:
             from rftbus.ground.models.loading import load_tokenizer  # transformers: only when a correction needs it
-            from rftbus.ground.models.prompt import prompt_format
-            self._fmt = prompt_format(load_tokenizer(self.cfg.model), self.cfg.model, self.cfg)
+            from rftbus.ground.prompting import run_prompt_format
+            self._fmt = run_prompt_format(load_tokenizer(self.cfg.model), self.cfg)
         return self._fmt
 
     def close(self) -> None:

@@ -124,7 +124,7 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     import torch
 
     from rftbus.ground.models.loading import context_of, load_policy, load_tokenizer
-    from rftbus.ground.models.prompt import prompt_format
+    from rftbus.ground.prompting import run_prompt_format
     from rftbus.trainer.engine import build_engine
     from rftbus.trainer.policy import PolicyWithValue
 
@@ -134,7 +134,7 @@ def build_components(cfg: Config, rank: int, world: int) -> Components:
     loss = make_loss(tc, cfg.rl.max_staleness)
     torch.manual_seed(tc.seed + rank)
     tokenizer = load_tokenizer(cfg.model)
-    prompt = prompt_format(tokenizer, cfg.model, cfg)  # a model without the template the config asks for fails here
+    prompt = run_prompt_format(tokenizer, cfg)  # a model without the template the config asks for fails here
     lm = load_policy(cfg.model, tokenizer)
     lm.config.use_cache = False
     if tc.gradient_checkpointing:

@@ -61,8 +61,10 @@ def policy_greedy(model, pad: int, stop_ids) -> Greedy:
 def engine_greedy(engine) -> Greedy:
     """Greedy decoding on a rollout engine (the explorers' kind, e.g. vLLM): top-k 1 is the most likely token."""
     greedy = SamplingConfig(temperature=1.0, top_k=1, logprobs="raw")
-    return lambda prompts, max_new_tokens, images=None: [
-        c.response_ids for c in engine.generate(prompts, greedy, max_new_tokens, images=images)]
+    def generate(prompts: list[list[int]], max_new_tokens: int, images=None) -> list[list[int]]:
+        shown = {"images": images} if images else {}  # (an engine written before images takes none)
+        return [c.response_ids for c in engine.generate(prompts, greedy, max_new_tokens, **shown)]
+    return generate
 
 
 def evaluate(model, fmt: PromptFormat, taskset, n: int, max_new_tokens: int = 8, batch_size: int = 32,

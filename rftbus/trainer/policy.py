@@ -39,8 +39,8 @@ class PolicyWithValue(nn.Module):
         """(logits of predicted positions `first`.. (T - first of them), values [N, T] or None). With
         `prompt_lengths`, a prompt that several rows share is read once (shared_prompt.py). `pixel_values`: the
         rows' images in row order (TrainBatch.shown_pixels), read into their image tokens (a VLM)."""
-        shared = prompt_lengths is not None and self.value_head is None and pixel_values is None
-        if shared and not getattr(self.lm, "is_gradient_checkpointing", False):
+        shared = self.value_head is None and pixel_values is None
+        if prompt_lengths is not None and shared and not getattr(self.lm, "is_gradient_checkpointing", False):
             plan = shared_prompt.plan(input_ids, prompt_lengths)
             if plan is not None:
                 logits = shared_prompt.forward(self.lm, input_ids, attention_mask, prompt_lengths, first, plan)

@@ -54,7 +54,7 @@ def test_every_path_renders_the_same_prompt_ids(real, monkeypatch):
     task = Task(task_id="t1", taskset="x", split="eval", prompt=QUESTION, answer="42")
     want = fmt.task(QUESTION)
     # serve: a chat request with the one user message
-    served, _ = chat_prompt(fmt, ChatRequest.model_validate({"messages": [{"role": "user", "content": QUESTION}]}))
+    served, _, _ = chat_prompt(fmt, ChatRequest.model_validate({"messages": [{"role": "user", "content": QUESTION}]}))
     # demonstrations (taskset experts, corrections): the prompt, and the answer ending in <|im_end|>
     demo = expert_group(task, "42", fmt, "test")
     assert demo.samples[0].response_ids[-1] == tok.convert_tokens_to_ids("<|im_end|>")

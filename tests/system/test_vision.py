@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import uuid
+from pathlib import Path
 
 import torch
 
@@ -18,8 +19,10 @@ from rftbus.ground.config import Config
 from rftbus.ground.kafka.clients import make_admin, make_producer
 from rftbus.ground.kafka.topics import create_topics
 from rftbus.ground.models.loading import load_policy, load_tokenizer
-from rftbus.ground.models.prompt import prompt_format
-from rftbus.ground.schemas import Experience, ExperienceGroup, Image, Rejection, Task, make_codec
+from rftbus.ground.prompting import run_prompt_format
+from rftbus.ground.models.lora import load_version
+from rftbus.ground.schemas import Experience, ExperienceGroup, Image, Rejection, Task, WeightVersion, make_codec
+from rftbus.ground.weights.store import load_weights
 from rftbus.ground.tasksets import get_taskset
 from rftbus.trainer.batch import collate, rows_of
 from rftbus.trainer.policy import PolicyWithValue, token_logp_entropy
@@ -85,34 +88,40 @@ def test_a_vlm_trains_on_the_bus_from_records_that_carry_its_images(broker, tmp_
 
     # The groups carry their tasks' image records, the same bytes.
     tasks = {t.task_id: t for t in read_all(cfg, cfg.topics.tasks.name, decode=CODEC.deserializer(), idle_s=0.5)
-             if isinstance(t, Task)}
+             if isinstance(t, Task) and t.task_id not in expect}
     groups = [g for g in read_all(cfg, cfg.topics.raw.name, decode=CODEC.deserializer(), idle_s=0.5)
               if isinstance(g, ExperienceGroup) and g.explorer_id != "poison"]
     assert groups and all(g.images == tasks[g.task_id].images and g.images for g in groups)
 
     # The token layout the explorer recorded is what the trainer's forward reads, with the same pixel values: the
-    # trainer's collate and forward on the v0 weights give back the explorer's behaviour logprobs.
+    # trainer's collate and forward on the group's weight version give back the explorer's behaviour logprobs.
     run_cfg = cfg.model_copy(update={"model": Config.model_validate(
         {"model": {"name": "tiny-vlm", "tiny": {"max_position_embeddings": 64, "vision": {}}}}).model,
         "state_dir": state})
     tok = load_tokenizer(run_cfg.model)
-    fmt = prompt_format(tok, run_cfg.model, run_cfg)
+    fmt = run_prompt_format(tok, run_cfg)
     vision = fmt.vision
-    v0 = [g for g in groups if all(x.model_version == 0 for x in g.samples)]
-    assert v0, "no group generated with v0"
-    g = v0[0]
+    published = {w.version: w for w in read_all(cfg, cfg.topics.weights.name, decode=CODEC.deserializer(), idle_s=0.5)
+                 if isinstance(w, WeightVersion) and w.model == "tiny-vlm"}
+    kept = [g for g in groups if len({x.model_version for x in g.samples}) == 1 and g.samples[0].model_version in
+            published and Path(published[g.samples[0].model_version].uri.removeprefix("file://")).is_file()]
+    assert kept, "no group whose weight version is still in the store"
+    g = max(kept, key=lambda x: x.samples[0].model_version)
+    lm = load_version(load_policy(run_cfg.model, tok), load_weights(published[g.samples[0].model_version].uri,
+                                                                     published[g.samples[0].model_version].sha256))
+    lm.eval()
     n_tokens = g.prompt_ids.count(vision.token_id)
-    lm = load_policy(run_cfg.model, tok).eval()
     pixels = vision.pixels(g.images)
     with torch.no_grad():
         features = lm.get_image_features(pixel_values=pixels)
-    n_features = sum(f.shape[0] for f in features) if isinstance(features, (list, tuple)) else \
-        int(features.shape[0] * features.shape[1])
+    per_image = getattr(features, "pooler_output", features)  # (transformers 5: the projected features per image)
+    n_features = sum(int(f.shape[0]) for f in per_image) if isinstance(per_image, (list, tuple)) else \
+        int(per_image.shape[0] * per_image.shape[1])
     assert n_tokens == vision.token_count(g.images) == n_features == 16, (n_tokens, n_features)
     assert fmt.of_task(tasks[g.task_id]) == g.prompt_ids
     batch = collate(rows_of(g), tok.pad_token_id, 64, vision)
     assert batch.pixel_values is not None and torch.equal(batch.shown_pixels()[:1], pixels)
-    for i, sample in enumerate(g.samples):
+    for i in range(len(g.samples)):
         assert batch.input_ids[i, :len(g.prompt_ids)].tolist() == g.prompt_ids
     with torch.no_grad():
         logits, _ = PolicyWithValue(lm, value_head=False)(batch.input_ids, batch.attention_mask, 0, None,

@@ -107,18 +107,18 @@ def test_shapes_tasks_are_distinct_pictures_with_a_held_out_split_and_an_exact_r
 
 def test_the_tiny_vlm_prompt_holds_one_image_token_per_image_feature(tmp_path):
     from rftbus.ground.models.loading import load_policy, load_tokenizer
-    from rftbus.ground.models.prompt import prompt_format
+    from rftbus.ground.prompting import run_prompt_format
     from rftbus.trainer.checks import Limits, check_record
     from rftbus.trainer.batch_source import Polled
 
     cfg = Config(state_dir=tmp_path, model={"tiny": {"vision": {}}})
     tok = load_tokenizer(cfg.model)
-    fmt = prompt_format(tok, cfg.model, cfg)
+    fmt = run_prompt_format(tok, cfg)
     task = next(get_taskset("shapes").tasks("train", 1))
     ids = fmt.of_task(task)
     assert ids.count(fmt.vision.token_id) == fmt.vision.token_count(task.images) == 16
     assert fmt.decode([i for i in ids if i != fmt.vision.token_id]) == task.prompt
-    text_only = prompt_format(tok, Config(state_dir=tmp_path).model, Config(state_dir=tmp_path))
+    text_only = run_prompt_format(tok, Config(state_dir=tmp_path))
     with pytest.raises(Exception, match="reads text only"):
         text_only.of_task(task)
     lm = load_policy(cfg.model, tok)
@@ -151,12 +151,12 @@ def test_the_tiny_vlm_prompt_holds_one_image_token_per_image_feature(tmp_path):
 
 
 def test_a_trl_style_reward_receives_the_task_images_as_pil_images(tmp_path):
-    from rftbus.ground.models.vision import Vision, load_processor
     from rftbus.ground.models.loading import load_tokenizer
+    from rftbus.ground.prompting import vision_for
     from rftbus.ground.rewards.base import Response, RewardSet
 
     cfg = Config(state_dir=tmp_path, model={"tiny": {"vision": {}}})
-    vision = Vision(load_processor(cfg.model, load_tokenizer(cfg.model)), cfg)
+    vision = vision_for(cfg, load_tokenizer(cfg.model))
     task = next(t for t in get_taskset("shapes").tasks("train", 50) if t.prompt == "colour?")
 
     def looks(prompts, completions, images, **columns):  # a vision reward: is the answered colour in the picture?

@@ -98,7 +98,7 @@ def test_the_simulated_follow_up_turn_is_one_serve_takes():
 def test_prompts():
     req = ChatRequest.model_validate({"messages": [{"role": "user", "content": [{"type": "text", "text": "1+"},
                                                                                 {"type": "text", "text": "2="}]}]})
-    assert chat_prompt(FMT, req) == (ids("1+2="), "1+2=")
+    assert chat_prompt(FMT, req) == (ids("1+2="), "1+2=", [])
     conv = ChatRequest.model_validate({"messages": [{"role": "system", "content": "add"},
                                                     {"role": "user", "content": "1+2="}]})
     assert chat_prompt(FMT, conv)[1] == "system: add\nuser: 1+2=\nassistant: "

@@ -44,7 +44,7 @@ def check_model(cfg: Config, tasks: list, rep: Report, config_file: Path | None 
     the answers' length inside its context; its weights are not loaded (seconds, and a missing or broken folder
     fails on the tokenizer and config already)."""
     from rftbus.ground.models.loading import load_tokenizer
-    from rftbus.ground.models.prompt import prompt_format
+    from rftbus.ground.prompting import run_prompt_format
     from rftbus.ground.models.source import missing_folder, model_folder
 
     looked = where_looked(cfg.model.path, config_file) if cfg.model.path else None
@@ -57,7 +57,7 @@ def check_model(cfg: Config, tasks: list, rep: Report, config_file: Path | None 
     try:
         folder = model_folder(cfg.model)
         tok = load_tokenizer(cfg.model)
-        fmt = prompt_format(tok, cfg.model, cfg)
+        fmt = run_prompt_format(tok, cfg)
     except (RftbusError, OSError, ValueError) as e:
         path = cfg.model.path
         if path and not path.endswith(".gguf") and not Path(path).expanduser().exists():  # read as a hub id

@@ -34,7 +34,7 @@ from rftbus.ground.models.lineage import label, weights_key
 from rftbus.ground.models.loading import load_policy, load_tokenizer
 from rftbus.ground.models.devices import resolve
 from rftbus.ground.models.lora import Adapter, load_version, stored, version_payload
-from rftbus.ground.models.prompt import prompt_format
+from rftbus.ground.prompting import run_prompt_format
 from rftbus.ground.rewards import make_rewards
 from rftbus.ground.profile import phase
 from rftbus.ground.tasksets.data import open_taskset
@@ -61,7 +61,7 @@ class Evaluator:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             log_path.write_text("")  # this run's points only
         self.tokenizer = load_tokenizer(cfg.model)
-        self.prompt = prompt_format(self.tokenizer, cfg.model, cfg)
+        self.prompt = run_prompt_format(self.tokenizer, cfg)
         self.device = resolve(cfg.run.eval_device)
         self.engine = None  # run.eval_engine: explorer
         self.model = None

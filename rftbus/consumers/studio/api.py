@@ -9,17 +9,17 @@ import time
 
 import anyio
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from rftbus.ground.config import Config
 from rftbus.consumers.analytics.backends import AnalyticsError
 from rftbus.consumers.analytics.jail import TooManyReaders
 from rftbus.ground.grades.request import FeedbackRequest
 from rftbus.ground.web.auth import Scope
-from rftbus.ground.web.errors import BadRequest, TooManyRequests, Unauthorized, parse
+from rftbus.ground.web.errors import BadRequest, NotFound, TooManyRequests, Unauthorized, parse
 
 from . import access, data
-from .state import GRADER, READER, studio_of
+from .state import GRADER, GRADER_OR_READER, READER, studio_of
 
 router = APIRouter(prefix="/api")
 
@@ -123,6 +123,19 @@ async def _json(request: Request) -> dict:
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object", code="invalid_json")
     return body
+
+
+@router.get("/image/{group_id}/{k}", dependencies=[GRADER_OR_READER])
+def image(request: Request, group_id: str, k: int):
+    """Picture k of a group's prompt (a VLM's), for the queue and the experience page: the bytes from the record
+    on Kafka, hash-checked; 404 naming what is missing."""
+    cfg = studio_of(request).cfg
+    with data.reading(cfg) as r:
+        found = data.image(cfg, r, group_id, k)
+    if found is None:
+        raise NotFound(f"group {group_id[:80]} has no image {k}", param="group_id")
+    media, body = found
+    return Response(body, media_type=media, headers={"Cache-Control": "private, max-age=3600"})
 
 
 def _prompt_of(cfg: Config, experience_id: str) -> str | None:

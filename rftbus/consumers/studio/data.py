@@ -76,6 +76,7 @@ class QueueGroup:
     created_ms: int
     prompt: str
     samples: list[dict[str, Any]] = field(default_factory=list)  # experience_id, sample_index, response
+    images: int = 0  # pictures the prompt shows (served by api.image)
 
 
 def queue(r: Reader, ttl_s: float, limit: int, oldest_first: bool, task: str = "",
@@ -91,10 +92,34 @@ def queue(r: Reader, ttl_s: float, limit: int, oldest_first: bool, task: str = "
             if len(groups) >= limit:
                 continue
             g = groups[row["group_id"]] = QueueGroup(row["group_id"], row["task_id"], int(row["version"]),
-                                                     int(row["created_ms"]), row["prompt"] or "")
+                                                     int(row["created_ms"]), row["prompt"] or "",
+                                                     images=int(row.get("images") or 0))
         g.samples.append({"experience_id": row["experience_id"], "sample_index": int(row["sample_index"]),
                           "response": row["response"] or ""})
     return list(groups.values())
+
+
+def image(cfg: Config, r: Reader, group_id: str, k: int) -> Any:
+    """Image `k` of a group's prompt: its record found through analytics (which holds hashes, not bytes), read from
+    Kafka at that offset, the image admitted and hash-checked (rftbus/ground/images/) and the same hash the sink
+    saw; None when there is none."""
+    from rftbus.ground.images import image_bytes
+    from rftbus.ground.kafka.read import read_to_end
+    from rftbus.ground.schemas import ExperienceGroup, make_codec
+
+    rows = r.rows(S.IMAGES_AT, {"id": group_id})
+    if not rows or not 0 <= k < len(rows[0]["image_sha256"]):
+        return None
+    at = rows[0]
+    p, off = int(at["partition"]), int(at["offset"])
+    decode = make_codec(cfg.schema_registry.url, cfg.schema_registry.client).deserializer()
+    for msg in read_to_end(cfg, at["kafka_topic"], partitions=[p], start={p: off}, until={p: off + 1}, timeout_s=10,
+                           strict=False):
+        g = decode(msg.value(), None)
+        if isinstance(g, ExperienceGroup) and g.group_id == group_id and k < len(g.images) \
+                and g.images[k].sha256 == at["image_sha256"][k]:
+            return g.images[k].media_type, image_bytes(g.images[k], cfg)
+    return None
 
 
 def queue_tasks(r: Reader, ttl_s: float) -> list[dict[str, Any]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 # feedback, a preference included), not yet released by the streams (curated or rejected).
 QUEUE = """
 SELECT experience_id, group_id, task_id, sample_index, group_size, model_version AS version,
-       prompt_text AS prompt, response_text AS response, {MS}(created_at) AS created_ms
+       prompt_text AS prompt, response_text AS response, {MS}(created_at) AS created_ms, length(image_sha256) AS images
 FROM {db}.experiences FINAL
 WHERE topic = 'raw' AND source IN ('live', 'trace')
   AND {MS}(created_at) >= {since_ms:Int64}
@@ -69,11 +69,18 @@ SELECT min(ms) AS t0, max(ms) AS t1 FROM (
   UNION ALL SELECT {MS}(trained_at) FROM {db}.trained
 ) WHERE ms >= {since:Int64}"""
 
+# Where a group's record with its images is (its raw record, else any), and the images' hashes the sink saw.
+IMAGES_AT = """
+SELECT kafka_topic, partition, offset, image_sha256 FROM {db}.experiences FINAL
+WHERE group_id = {id:String} AND notEmpty(image_sha256)
+ORDER BY topic != 'raw', kafka_ts LIMIT 1"""
+
 # -- the path of an experience, a group or a task ------------------------------------------------------
 FIND = """
 SELECT topic, experience_id, group_id, task_id, sample_index, group_size, model_version AS version, source,
        reward, advantage, prompt_text AS prompt, response_text AS response, finish_reason, explorer_id,
-       {MS}(created_at) AS created_ms, {MS}(kafka_ts) AS kafka_ms, kafka_topic, partition, offset
+       {MS}(created_at) AS created_ms, {MS}(kafka_ts) AS kafka_ms, kafka_topic, partition, offset,
+       length(image_sha256) AS images
 FROM {db}.experiences FINAL
 WHERE experience_id = {id:String} OR group_id = {id:String} OR task_id = {id:String}
 ORDER BY kafka_ts, sample_index LIMIT {limit:UInt32}"""

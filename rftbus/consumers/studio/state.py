@@ -91,4 +91,15 @@ def requires(scope: Scope):
     return check
 
 
+def requires_any(*wanted: Scope):
+    """A route dependency: the caller's token must hold one of `wanted` (a prompt's picture: graders see it in the
+    queue, readers on the experience page)."""
+    def check(request: Request) -> None:
+        auth = studio_of(request).auth
+        if not access.scopes(auth, request) & set(wanted):
+            access.check(auth, request, wanted[0])  # (raises, naming the scope)
+    return check
+
+
 GRADER, READER = Depends(requires(Scope.feedback)), Depends(requires(Scope.read))  # route dependencies
+GRADER_OR_READER = Depends(requires_any(Scope.feedback, Scope.read))

@@ -78,14 +78,15 @@ def _probe(data: bytes, cfg: Config) -> _Probe:
     return _Probe(MEDIA[fmt], w, h)
 
 
-def image_of(data: bytes, cfg: Config) -> Image:
-    """The record of an image's bytes: inline when small enough, else written to the store (once per hash)."""
+def image_of(data: bytes, cfg: Config, by_reference: bool = False) -> Image:
+    """The record of an image's bytes: inline when small enough (and not `by_reference`), else written to the store
+    (once per hash)."""
     if len(data) > cfg.images.max_bytes:
         raise ImageRefusal("image_too_large", f"an image of {len(data)} bytes is over images.max_bytes="
                                               f"{cfg.images.max_bytes}")
     p = _probe(data, cfg)
     sha = hashlib.sha256(data).hexdigest()
-    if len(data) <= cfg.images.max_inline_bytes:
+    if len(data) <= cfg.images.max_inline_bytes and not by_reference:
         return Image(media_type=p.media_type, sha256=sha, size=len(data), data=data, width=p.width, height=p.height)
     uri = image_uri(cfg, sha, p.media_type)
     fs, path = fsspec.core.url_to_fs(uri)
@@ -178,7 +179,7 @@ def data_uri(data: bytes, media_type: str) -> str:
     return f"data:{media_type};base64,{base64.b64encode(data).decode()}"
 
 
-def from_data_uri(url: str, cfg: Config) -> Image:
+def from_data_uri(url: str, cfg: Config, by_reference: bool = False) -> Image:
     """An OpenAI-style `image_url` (a base64 data URI) as an Image record; ImageRefusal naming what is wrong for
     any other URL (serve never fetches a URL a request names)."""
     if not url.startswith("data:"):
@@ -192,4 +193,4 @@ def from_data_uri(url: str, cfg: Config) -> Image:
         data = base64.b64decode(payload, validate=True)
     except (binascii.Error, ValueError):
         raise ImageRefusal("image_refused", "image_url data URI is not valid base64") from None
-    return image_of(data, cfg)
+    return image_of(data, cfg, by_reference)

@@ -32,12 +32,12 @@ def load_tokenizer(cfg: ModelConfig) -> PreTrainedTokenizerBase:
     """The policy's tokenizer; pad is the tokenizer's, else the generation config's, else eos (left padding)."""
     folder = model_folder(cfg)
     if folder is None:
-        tok = build_char_tokenizer()
+        chars = build_char_tokenizer()
         if cfg.tiny.vision is not None:  # the tiny VLM's image placeholder (rftbus/ground/models/vision.py)
             from rftbus.ground.models.vision import IMAGE_TOKEN
 
-            tok.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
-        return tok
+            chars.add_special_tokens({"additional_special_tokens": [IMAGE_TOKEN]})
+        return chars
     try:
         tok = AutoTokenizer.from_pretrained(folder, **_pretrained_kwargs(cfg))
     except (OSError, ValueError) as e:

@@ -172,9 +172,9 @@ def default_task_id(prompt_ids: list[int]) -> str:
     return "live:" + hashlib.sha256(b"".join(t.to_bytes(4, "little", signed=False) for t in prompt_ids)).hexdigest()[:24]
 
 
-def prompt_format(tokenizer: Any, cfg: ModelConfig, run: Any = None) -> PromptFormat:
-    """The PromptFormat of the configured model (its generation config's stop ids included); given the run's
-    Config (`run`), a vision-language model's prompts show a task's images (models/vision.py)."""
+def prompt_format(tokenizer: Any, cfg: ModelConfig) -> PromptFormat:
+    """The PromptFormat of the configured model (its generation config's stop ids included); a run's, whose
+    vision-language model shows a task's images, is rftbus.ground.prompting.run_prompt_format."""
     from rftbus.ground.models.source import model_folder
 
     eos = None
@@ -183,9 +183,4 @@ def prompt_format(tokenizer: Any, cfg: ModelConfig, run: Any = None) -> PromptFo
         from rftbus.ground.models.loading import generation_config
 
         eos = generation_config(folder, cfg).eos_token_id
-    fmt = PromptFormat.for_model(tokenizer, cfg, eos)
-    if run is not None:
-        from rftbus.ground.models.vision import vision_for
-
-        fmt.vision = vision_for(run, tokenizer)
-    return fmt
+    return PromptFormat.for_model(tokenizer, cfg, eos)

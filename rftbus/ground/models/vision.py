@@ -17,15 +17,15 @@ the projector and the tiny Llama, with the character tokenizer plus one `<image>
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from rftbus.ground.errors import RftbusError
 from rftbus.ground.models.config import ModelConfig
 from rftbus.ground.models.source import ModelError, model_folder
 
-if TYPE_CHECKING:
-    from rftbus.ground.config import Config
-    from rftbus.ground.schemas import Image
+Image = Any  # rftbus.ground.schemas.Image (not imported: the schemas import the config, which imports models/)
 
 IMAGE_TOKEN = "<image>"
 
@@ -84,7 +84,7 @@ def tiny_vlm(cfg: ModelConfig, tok: Any) -> Any:
     vision = CLIPVisionConfig(hidden_size=v.hidden_size, intermediate_size=v.intermediate_size,
                               num_hidden_layers=v.num_hidden_layers, num_attention_heads=v.num_attention_heads,
                               image_size=v.image_size, patch_size=v.patch_size, projection_dim=v.hidden_size)
-    conf = LlavaConfig(vision_config=vision, text_config=text, image_token_id=tok.convert_tokens_to_ids(IMAGE_TOKEN),
+    conf = LlavaConfig(vision_config=vision, text_config=text, image_token_index=tok.convert_tokens_to_ids(IMAGE_TOKEN),
                        vision_feature_layer=-1, vision_feature_select_strategy="default",
                        image_seq_length=(v.image_size // v.patch_size) ** 2, tie_word_embeddings=True)
     conf.pad_token_id, conf.eos_token_id, conf.bos_token_id = tok.pad_token_id, tok.eos_token_id, tok.bos_token_id
@@ -120,17 +120,18 @@ def load_processor(cfg: ModelConfig, tok: Any) -> Any:
 class Vision:
     """A VLM's processor with the run's image rules: images in, expanded prompt ids and pixel values out."""
 
-    def __init__(self, processor: Any, cfg: Config, cache: int = 256):
-        self.processor, self.cfg = processor, cfg
+    def __init__(self, processor: Any, read: Callable[[list[Image]], list[Any]],
+                 refuse: Callable[[list[Image]], Exception | None], cache: int = 256):
+        """`read`: Image records -> PIL images, hash-checked (the run's image rules: rftbus/ground/images/);
+        `refuse`: why a record's images are not admitted (its `reason`), or None."""
+        self.processor, self.read, self.refuse = processor, read, refuse
         self.token = getattr(processor, "image_token", None) or IMAGE_TOKEN
         self.token_id = int(processor.tokenizer.convert_tokens_to_ids(self.token))
         self._pixels: OrderedDict[str, Any] = OrderedDict()  # sha256 -> pixel values (a task's group of n reuses it)
         self._cache = cache
 
     def pil(self, images: list[Image]) -> list[Any]:
-        from rftbus.ground.images import pil_images
-
-        return pil_images(images, self.cfg)
+        return self.read(images)
 
     def content(self, text: str, n: int) -> list[dict[str, Any]]:
         """A user turn's content parts for a chat template: the images, then the text."""
@@ -180,16 +181,14 @@ class Vision:
         """(reason, detail) when a group's images cannot be trained with its prompt ids: refused images (too large,
         forged: rftbus/ground/images/), or a token layout that is not the processor's (image tokens in the prompt
         that do not match the images' features, which would fail the forward). None when they can."""
-        from rftbus.ground.images import ImageRefusal, images_refusal
-
-        bad = images_refusal(images, self.cfg)
+        bad = self.refuse(images)
         if bad is not None:
-            return bad.reason, bad.detail
+            return getattr(bad, "reason", "image_refused"), str(bad)
         try:
             self.pixels(images)  # read and hash-checked (then cached for the batch)
             want = self.token_count(images)
-        except ImageRefusal as e:
-            return e.reason, e.detail
+        except RftbusError as e:  # (an ImageRefusal: its reason)
+            return getattr(e, "reason", "image_refused"), str(e)
         got = prompt_ids.count(self.token_id)
         if got != want:
             return "image_tokens_mismatch", (f"the prompt holds {got} image tokens; its {len(images)} image(s) "
@@ -208,8 +207,3 @@ class Vision:
             self._pixels.popitem(last=False)
 
 
-def vision_for(cfg: Config, tok: Any) -> Vision | None:
-    """The run's Vision when its model reads images, else None."""
-    if not is_vision(cfg.model):
-        return None
-    return Vision(load_processor(cfg.model, tok), cfg)

@@ -41,6 +41,18 @@ class PromptTooLong(ValueError):
     explorer rejects the task at once (`prompt_too_long`) instead of retrying it."""
 
 
+def generate(engine: RolloutEngine, prompts: Sequence[list[int]], sampling: SamplingConfig,
+             max_new_tokens: int | None = None, on_step: StepCallback | None = None,
+             images: Sequence[Pixels | None] | None = None) -> list[Completion]:
+    """`engine.generate`, with `images` passed only when a prompt shows some: an engine written before images
+    (a user's, by entry point) keeps working for text."""
+    if images is not None and any(i is not None for i in images):
+        return engine.generate(prompts, sampling, max_new_tokens, on_step, images=images)
+    if on_step is not None:
+        return engine.generate(prompts, sampling, max_new_tokens, on_step)
+    return engine.generate(prompts, sampling, max_new_tokens)
+
+
 class RolloutEngine(ABC):
     """Generates continuations and hot-swaps weights; one instance per explorer process."""
 

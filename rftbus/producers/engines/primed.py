@@ -20,7 +20,7 @@ import torch
 from rftbus.ground.config.explorer import SamplingConfig
 from rftbus.ground.models.lora import Adapter
 from rftbus.ground.models.vision import Pixels
-from rftbus.producers.engines.base import Completion, StepCallback, RolloutEngine
+from rftbus.producers.engines.base import Completion, StepCallback, RolloutEngine, generate
 
 Request = tuple[tuple[int, ...], int]  # (prompt ids, how many samples)
 
@@ -56,7 +56,7 @@ class PrimedEngine(RolloutEngine):
         shown = list(images) if images is not None else [None] * len(requests)
         rows = [px for (_, n), px in zip(requests, shown, strict=True) for _ in range(n)]
         t0 = time.perf_counter()
-        out = self.engine.generate(prompts, sampling, images=rows if any(shown) else None)
+        out = generate(self.engine, prompts, sampling, images=rows)
         dt = time.perf_counter() - t0
         self.primed_calls += 1
         meta = {"batch_generation_ms": f"{dt * 1000:.3f}", "batch_groups": str(len(requests)),
@@ -80,7 +80,7 @@ class PrimedEngine(RolloutEngine):
             if waiting:
                 self.hits += 1
                 return waiting.popleft()
-        return self.engine.generate(prompts, sampling, max_new_tokens, images=images)
+        return generate(self.engine, prompts, sampling, max_new_tokens, images=images)
 
     def clear(self) -> int:
         """Drop what no workflow asked for (a task that failed to decode, a workflow that sampled

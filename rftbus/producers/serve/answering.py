@@ -47,7 +47,7 @@ class Answering:
         self.running: set[asyncio.Task] = set()  # streamed answers finish and are recorded even if the client left
 
     def prepare(self, request: Request, req: ChatRequest | CompletionRequest, prompt_ids: list[int], text: str,
-                endpoint: str, **more) -> Call:
+                endpoint: str, images: list | None = None, **more) -> Call:
         svc = self.svc
         req.refuse_unsupported()
         names = svc.served_names()
@@ -63,7 +63,10 @@ class Answering:
             svc.sessions.check(session_id, client)
         charged = len(prompt_ids) + max_new * req.n
         self.limits.admit(client, charged)
-        args = {"prompt": LivePrompt(prompt_ids, text, req.task_id or default_task_id(prompt_ids)), "n": req.n,
+        task_id = req.task_id or default_task_id(prompt_ids)  # (a VLM's prompt ids hold no pixels: its images' hashes do)
+        if images and not req.task_id:
+            task_id = default_task_id(prompt_ids + [b for i in images for b in bytes.fromhex(i.sha256)])
+        args = {"prompt": LivePrompt(prompt_ids, text, task_id, list(images or [])), "n": req.n,
                 "sampling": svc.sampling(req.temperature, req.top_p, req.top_k), "stops": req.stops(),
                 "max_new": max_new, "metadata": meta, "adapter": svc.adapter_for(req.model), "client": client, **more}
         return Call(endpoint, args, client, charged)

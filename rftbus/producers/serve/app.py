@@ -94,8 +94,8 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
     async def chat_completions(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         req = await parse(request, ChatRequest)
-        ids, text = chat_prompt(svc.prompt, req)
-        call = answering.prepare(request, req, ids, text, "chat.completions", session_id=session_of(request),
+        ids, text, images = chat_prompt(svc.prompt, req, svc.image_of if svc.reads_images else None)
+        call = answering.prepare(request, req, ids, text, "chat.completions", images, session_id=session_of(request),
                                  tools=bool(req.tools_in_play()))
         if req.stream:
             return await answering.streamed(call, True, req)
@@ -105,7 +105,7 @@ def create_app(cfg: Config, service: LiveService | None = None) -> FastAPI:
     async def responses_api(request: Request):
         svc.auth.check(request.headers.get("authorization"), Scope.inference)
         chat = as_chat(await parse(request, ResponsesRequest))
-        ids, text = chat_prompt(svc.prompt, chat)
+        ids, text, _ = chat_prompt(svc.prompt, chat)
         call = answering.prepare(request, chat, ids, text, "responses", session_id=session_of(request),
                                  tools=bool(chat.tools_in_play()))
         return await answering.plain(call, lambda a: responses_body(a, svc.model_name))

@@ -24,7 +24,8 @@ from rftbus.ground.weights.swap import swap_in_ready
 from rftbus.ground.config.explorer import SamplingConfig
 from rftbus.ground.errors import RftbusError
 from rftbus.ground.models.lora import Adapter
-from rftbus.producers.engines.base import Completion, RolloutEngine
+from rftbus.ground.models.vision import Pixels
+from rftbus.producers.engines.base import Completion, RolloutEngine, generate
 
 log = logging.getLogger("rftbus.serve")
 
@@ -54,6 +55,7 @@ class GenRequest:
     listener: TokenListener | None = None
     adapter: str | None = None  # a pushed LoRA adapter by name (serve.accept_lora_pushes); None: what is loaded
     future: Future = field(default_factory=Future)
+    pixels: Pixels | None = None  # the images the prompt shows (a VLM: rftbus/ground/models/vision.py)
 
     @property
     def key(self) -> tuple:
@@ -162,6 +164,8 @@ class Generator:
 
     def _generate(self, batch: list[GenRequest]) -> None:
         prompts = [r.prompt_ids for r in batch for _ in range(r.n)]
+        shown = [r.pixels for r in batch for _ in range(r.n)]
+
         most = max(r.max_new_tokens for r in batch)
         if batch[0].adapter is not None and batch[0].adapter != self._adapter:
             try:
@@ -180,10 +184,7 @@ class Generator:
                 r.listener.started(version)
         on_step = self._dispatch(batch) if self.engine.streams_tokens and any(r.listener for r in batch) else None
         try:
-            if on_step is not None:
-                outs = self.engine.generate(prompts, batch[0].sampling, most, on_step=on_step)
-            else:
-                outs = self.engine.generate(prompts, batch[0].sampling, most)
+            outs = generate(self.engine, prompts, batch[0].sampling, most, on_step, shown)
         except Exception as e:  # noqa: BLE001 - one batch's failure is its requests' error; the thread goes on
             self.report(f"engine: batch of {len(prompts)} failed: {type(e).__name__}: {e}")
             for r in batch:

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from rftbus.ground.errors import RftbusError
 from rftbus.ground.models.prompt import PromptFormat
 from rftbus.ground.models.tool_calls import ToolCallError
 from rftbus.ground.web.errors import BadRequest
@@ -152,25 +153,36 @@ class UnloadAdapter(BaseModel):
     lora_name: str = Field(min_length=1, max_length=128)
 
 
-def message_text(i: int, m: ChatMessage) -> str:
+def message_text(i: int, m: ChatMessage, images: list[str] | None = None) -> str:
+    """A message's text; its `image_url` parts' URLs are appended to `images` (None: image parts are refused)."""
     if m.content is None or isinstance(m.content, str):
         return m.content or ""
     texts = []
     for j, part in enumerate(m.content):
+        if part.type == "image_url" and images is not None and m.role == "user":
+            url = (part.model_extra or {}).get("image_url")
+            url = url.get("url") if isinstance(url, dict) else url
+            if not isinstance(url, str):
+                raise BadRequest("an image_url part needs image_url.url (a base64 data URI)",
+                                 param=f"messages.{i}.content.{j}.image_url")
+            images.append(url)
+            continue
         if part.type != "text" or part.text is None:
-            raise BadRequest(f"content part type {part.type!r} is not supported (text only)",
-                             param=f"messages.{i}.content.{j}.type")
+            raise BadRequest(f"content part type {part.type!r} is not supported (text, and image_url in a user "
+                             "message to a vision-language model)", param=f"messages.{i}.content.{j}.type")
         texts.append(part.text)
     return "".join(texts)
 
 
-def chat_prompt(fmt: PromptFormat, req: ChatRequest) -> tuple[list[int], str]:
-    """(prompt ids, prompt text), rendered by the model's one prompt format (models/prompt.py): a lone user
-    message gives exactly the ids an explorer sends for the same task; tools, tool calls and `role: tool`
-    results are rendered by the chat template."""
+def chat_prompt(fmt: PromptFormat, req: ChatRequest, images: Any = None) -> tuple[list[int], str, list]:
+    """(prompt ids, prompt text, Image records), rendered by the model's one prompt format (models/prompt.py): a
+    lone user message gives exactly the ids an explorer sends for the same task; tools, tool calls and `role: tool`
+    results are rendered by the chat template. `images`: url -> Image record (a VLM's serve records them by
+    reference, rftbus/ground/images/); None: image parts are refused."""
     msgs: list[dict[str, Any]] = []
+    urls: list[str] = []
     for i, m in enumerate(req.messages):
-        msg: dict[str, Any] = {"role": m.role, "content": message_text(i, m)}
+        msg: dict[str, Any] = {"role": m.role, "content": message_text(i, m, urls if images is not None else None)}
         if m.tool_calls:
             if m.role != "assistant":
                 raise BadRequest("only an assistant message has tool_calls", param=f"messages.{i}.tool_calls")
@@ -180,8 +192,15 @@ def chat_prompt(fmt: PromptFormat, req: ChatRequest) -> tuple[list[int], str]:
                 raise BadRequest("a tool message needs tool_call_id", param=f"messages.{i}.tool_call_id")
             msg["tool_call_id"] = m.tool_call_id
         msgs.append(msg)
+    if urls:
+        shown = [images(u) for u in urls]
+        try:
+            ids, text = fmt.with_images(msgs, shown)
+        except RftbusError as e:
+            raise BadRequest(str(e), param="messages") from None
+        return ids, text, shown
     try:
-        return fmt.messages(msgs, req.tools_in_play())
+        return (*fmt.messages(msgs, req.tools_in_play()), [])
     except ToolCallError as e:
         raise BadRequest(str(e), param="messages") from None
 

@@ -9,12 +9,12 @@ of one and gets the per-task mean baseline. loss_mask is all true: every respons
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rftbus.producers.engines.base import Completion
 from rftbus.producers.experience import build_group
 from rftbus.producers.workflows.base import Sample
-from rftbus.ground.schemas import ExperienceGroup, Source
+from rftbus.ground.schemas import ExperienceGroup, Image, Source
 from rftbus.ground.schemas.records import new_id
 
 
@@ -35,6 +35,7 @@ class LivePrompt:
     ids: list[int]
     text: str
     task_id: str
+    images: list[Image] = field(default_factory=list)  # a VLM's: the request's image parts, recorded by reference
 
 
 def live_group(prompt: LivePrompt, completions: list[Completion], version: int, producer_id: str,
@@ -46,7 +47,7 @@ def live_group(prompt: LivePrompt, completions: list[Completion], version: int, 
                       metadata=dict(c.metadata), experience_id=eid)
                for c, eid in zip(completions, eids, strict=True)]
     return build_group(samples, source=Source.live, task_id=prompt.task_id, producer_id=producer_id, version=version,
-                       metadata=metadata, group_id=ids.group_id if ids is not None else None)
+                       metadata=metadata, group_id=ids.group_id if ids is not None else None, images=prompt.images)
 
 
 class RecentPrompts:

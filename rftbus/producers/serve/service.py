@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from rftbus.ground.config import Config
 from rftbus.ground.kafka.clients import make_producer
 from rftbus.ground.models.loading import load_tokenizer
-from rftbus.ground.models.prompt import prompt_format
+from rftbus.ground.prompting import run_prompt_format
 from rftbus.ground.models.tool_calls import parse as parse_tool_calls
 from rftbus.ground.config.explorer import SamplingConfig
 from rftbus.producers.engines import RolloutEngine, make_engine
@@ -40,7 +40,8 @@ from rftbus.producers.serve.recorder import BufferFull, DeliveryFailed, Recorder
 from rftbus.producers.serve.records import LivePrompt, RecentPrompts, RecordIds, live_group
 from rftbus.producers.serve.gated import GatedVersions, NotServing, SessionRetired
 from rftbus.producers.serve.sessions import Sessions
-from rftbus.ground.schemas import ExperienceGroup, Feedback, make_codec, topic_context
+from rftbus.ground.images import ImageRefusal, from_data_uri
+from rftbus.ground.schemas import ExperienceGroup, Feedback, Image, make_codec, topic_context
 from rftbus.ground.schemas.records import new_id
 from rftbus.ground.status import StatusFile
 from rftbus.ground.weights.follower import WeightFollower
@@ -76,7 +77,7 @@ class LiveService:
         self.model_name = s.served_model or cfg.model.name
         self.auth = TokenAuth.from_config(s)
         self.tokenizer = load_tokenizer(cfg.model)
-        self.prompt = prompt_format(self.tokenizer, cfg.model, cfg)
+        self.prompt = run_prompt_format(self.tokenizer, cfg)
         self.engine = engine or make_engine(engine_config(cfg), self.tokenizer)
         if cfg.gate.enabled and cfg.trainer.lora is None:
             raise RftbusError("gate.enabled serves several versions at once, each a LoRA adapter: set trainer.lora")
@@ -104,6 +105,19 @@ class LiveService:
         self.status = StatusFile(cfg.state_dir, "serve", self.id, s.status_interval_s,
                                  refresh=self.gated.stats if self.gated is not None else None)
         self.counts: Counter[str] = Counter()
+
+    @property
+    def reads_images(self) -> bool:
+        """A vision-language model on an engine that generates from pixels: image_url parts are accepted."""
+        return self.prompt.vision is not None and self.engine.reads_images
+
+    def image_of(self, url: str) -> Image:
+        """A request's image_url part as an Image record, written to the store (a live record carries the reference,
+        not the bytes); a refused image is the request's 400, naming why."""
+        try:
+            return from_data_uri(url, self.cfg, by_reference=True)
+        except ImageRefusal as e:
+            raise BadRequest(str(e), param="messages", code=e.reason) from None
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -181,7 +195,8 @@ class LiveService:
             except SessionRetired as e:
                 raise BadRequest(str(e), param="session_id", code="session_version_retired", status=409) from None
             adapter = route.adapter
-        fut = self.generator.submit(GenRequest(prompt.ids, n, sampling, max_new, listener, adapter))
+        pixels = self.prompt.vision.inputs(prompt.images) if prompt.images else None
+        fut = self.generator.submit(GenRequest(prompt.ids, n, sampling, max_new, listener, adapter, pixels=pixels))
         try:
             gen: Generated = await asyncio.wrap_future(fut)
         except Exception as e:  # noqa: BLE001 - the engine's error (reported by the engine thread) is this answer

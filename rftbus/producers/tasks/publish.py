@@ -92,10 +92,10 @@ def publish_tasks(cfg: Config, rows: Iterable[Row], *, expert: bool = False, tas
 def expert_maker(cfg: Config) -> Callable[[Task], ExperienceGroup | None]:
     """Demonstrations from the built-in tasksets' `.expert` (tokenized with the policy's tokenizer)."""
     from rftbus.ground.models.loading import load_tokenizer
-    from rftbus.ground.models.prompt import prompt_format
+    from rftbus.ground.prompting import run_prompt_format
     from rftbus.producers.experience import expert_group
     from rftbus.ground.tasksets import get_taskset, taskset_names
-    fmt = prompt_format(load_tokenizer(cfg.model), cfg.model, cfg)
+    fmt = run_prompt_format(load_tokenizer(cfg.model), cfg)
 
     def make(task: Task) -> ExperienceGroup | None:
         if task.taskset not in taskset_names():

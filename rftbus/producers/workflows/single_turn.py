@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from rftbus.ground.rewards.base import Response
+from rftbus.producers.engines.base import generate
 from rftbus.producers.workflows.base import RolloutContext, Sample, Workflow
 from rftbus.ground.schemas import Task
 
@@ -15,7 +16,7 @@ class SingleTurn(Workflow):
         prompt_ids = ctx.fmt.of_task(task)  # a task's images expanded into their image tokens (models/vision.py)
         pixels = ctx.fmt.vision.inputs(task.images) if task.images else None
         t0 = time.perf_counter()
-        completions = ctx.engine.generate([prompt_ids] * n, ctx.sampling, images=[pixels] * n if pixels else None)
+        completions = generate(ctx.engine, [prompt_ids] * n, ctx.sampling, images=[pixels] * n if pixels else None)
         gen_ms = (time.perf_counter() - t0) * 1000
         scores = ctx.rewards.score_group(task, [Response(c.text, c.response_ids, c.finish_reason) for c in completions])
         samples = []

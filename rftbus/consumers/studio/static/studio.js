@@ -100,6 +100,12 @@ if (queuePage) {
     c.querySelector(".version").textContent = "v" + g.version;
     c.querySelector(".age").textContent = `${Math.round(g.age_s)} s ago`;
     c.querySelector(".prompt").textContent = g.prompt;
+    const pics = c.querySelector(".pictures");
+    for (let k = 0; k < (g.images || 0); k++) {  // the picture beside the answers to grade
+      const img = document.createElement("img");
+      img.src = `${base}/api/image/${encodeURIComponent(g.group_id)}/${k}`; img.alt = `image ${k + 1} of the prompt`;
+      pics.appendChild(img);
+    }
     const box = c.querySelector(".samples");
     g.samples.forEach((s, i) => {
       const el = document.getElementById("sample-tpl").content.firstElementChild.cloneNode(true);
