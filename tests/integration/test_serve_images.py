@@ -79,3 +79,5 @@ def _studio_shows_the_picture(cfg, group_id: str, png: bytes) -> None:
     assert c.get(f"api/image/{group_id}/1", headers=reader).status_code == 404
     assert c.get(f"api/image/{group_id}/0", headers={"Authorization": "Bearer reader-1"}).content == png
     assert c.get(f"api/image/{group_id}/0").status_code == 401  # no token, no picture
+    page = c.get(f"experience?id={group_id}", headers={"Authorization": "Bearer reader-1"})
+    assert page.status_code == 200 and f"api/image/{group_id}/0" in page.text  # the picture on the experience page

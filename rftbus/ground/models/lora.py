@@ -38,6 +38,9 @@ def base_fingerprint(model: Any) -> str:
     conf = getattr(model, "get_base_model", lambda: model)().config.to_dict()
     key = {k: conf.get(k) for k in _KEYS}
     key["architectures"] = conf.get("architectures")
+    for part in ("text_config", "vision_config"):  # a VLM's shapes are in its parts' configs
+        if isinstance(conf.get(part), dict):
+            key[part] = {k: conf[part].get(k) for k in _KEYS}
     return f"{conf.get('model_type')}-{hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]}"
 
 
