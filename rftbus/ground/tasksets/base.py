@@ -7,7 +7,7 @@ import random
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 
-from rftbus.ground.schemas import Task
+from rftbus.ground.schemas import Image, Task
 
 EVAL_EVERY = 10  # one problem in ten (by hash) is held out for eval; train never sees it
 
@@ -42,6 +42,15 @@ class BuiltinTaskset(ABC):
         (prompt, answer, metadata), or None where this taskset has no variants (the built-in synthesizer)."""
         return None
 
+    def key_of(self, prompt: str, meta: dict[str, str]) -> str:
+        """What makes a problem distinct (its id and its split are drawn from it): the prompt, unless the prompt
+        repeats over different problems (a picture's question: shapes.py)."""
+        return prompt
+
+    def images_of(self, meta: dict[str, str]) -> list[Image]:
+        """The images a problem's prompt shows (none for a text taskset)."""
+        return []
+
     def expert(self, task: Task) -> str:
         """The demonstration an expert would give (the reference answer)."""
         return task.answer or ""
@@ -58,11 +67,12 @@ class BuiltinTaskset(ABC):
             if attempts > 50 * n + 1000:
                 raise ValueError(f"taskset {self.name} has fewer than {n} distinct {split} problems")
             prompt, answer, meta = self.problem(rng)
-            if prompt in seen or is_eval(self.name, prompt) != (split == "eval"):
+            key = self.key_of(prompt, meta)
+            if key in seen or is_eval(self.name, key) != (split == "eval"):
                 continue
-            seen.add(prompt)
-            yield Task(task_id=stable_task_id(self.name, prompt), taskset=self.name, split=split,
-                       prompt=prompt, answer=answer, metadata=meta)
+            seen.add(key)
+            yield Task(task_id=stable_task_id(self.name, key), taskset=self.name, split=split,
+                       prompt=prompt, answer=answer, metadata=meta, images=self.images_of(meta))
 
 
 def _registry() -> dict[str, type[BuiltinTaskset]]:

@@ -15,10 +15,9 @@ import hashlib
 import io
 import random
 import re
-from collections.abc import Iterator
 
-from rftbus.ground.schemas import Image, Task
-from rftbus.ground.tasksets.base import EVAL_EVERY, BuiltinTaskset, stable_task_id
+from rftbus.ground.schemas import Image
+from rftbus.ground.tasksets.base import BuiltinTaskset
 
 COLOURS = {"red": (220, 30, 30), "green": (30, 170, 50), "blue": (40, 60, 220), "yellow": (235, 200, 20)}
 KINDS = ("circle", "square", "triangle")
@@ -89,24 +88,10 @@ class Shapes(BuiltinTaskset):
         exact = 1.0 if words and words[0] == answer else 0.0
         return {"reward": exact, "exact": exact, "bare": 1.0 if response.strip().lower() == answer else 0.0}
 
-    def tasks(self, split: str, n: int, seed: int = 0) -> Iterator[Task]:
-        """`n` distinct pictures with their question; a picture is held out for eval by the hash of its scene."""
-        if split not in ("train", "eval"):
-            raise ValueError(f"split must be 'train' or 'eval', not {split!r}")
-        rng = random.Random(f"{self.name}:{split}:{seed}")
-        seen: set[str] = set()
-        attempts = 0
-        while len(seen) < n:
-            attempts += 1
-            if attempts > 50 * n + 1000:
-                raise ValueError(f"taskset {self.name} has fewer than {n} distinct {split} problems")
-            prompt, answer, meta = self.problem(rng)
-            key = f"{prompt}|{meta['scene']}"
-            task_id = stable_task_id(self.name, key)
-            if key in seen or (int(task_id, 16) % EVAL_EVERY == 0) != (split == "eval"):
-                continue
-            seen.add(key)
-            scene = [(c, k, int(x), int(y), int(s)) for c, k, x, y, s in (p.split(",") for p in meta["scene"].split(";"))]
-            image = inline_png(draw(scene, self.side), self.side, self.side)
-            yield Task(task_id=task_id, taskset=self.name, split=split, prompt=prompt, answer=answer, metadata=meta,
-                       images=[image])
+    def key_of(self, prompt: str, meta: dict[str, str]) -> str:
+        """A picture with its question: the same question about another picture is another problem."""
+        return f"{prompt}|{meta['scene']}"
+
+    def images_of(self, meta: dict[str, str]) -> list[Image]:
+        scene = [(c, k, int(x), int(y), int(s)) for c, k, x, y, s in (p.split(",") for p in meta["scene"].split(";"))]
+        return [inline_png(draw(scene, self.side), self.side, self.side)]
