@@ -71,12 +71,14 @@ def test_a_vlm_trains_on_the_bus_from_records_that_carry_its_images(broker, tmp_
     expect = _poison(cfg)
     env = {**_env(broker, tag), "RFTBUS_RUN__TASKS": "400"}
     out = rftbus_cli(None, "--state-dir", str(state), "run", str(REPO / "configs" / "vision.yaml"),
-                     "--max-steps", "20", "--minutes", "6", "--summary-json", str(tmp_path / "s.json"),
+                     "--max-steps", "48", "--minutes", "6", "--summary-json", str(tmp_path / "s.json"),
                      env=env, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["counts_reconcile"] is True and s["experiences_lost"] == 0 and s["duplicated"] == 0, s
-    assert s["experiences_trained"] > 0 and s["trainer_steps"] >= 20, s
+    # (48 steps: the trainer steps on demonstrations from its first second, and at η = 1 the explorer's first groups
+    # can be stale by the time they are decided; 20 steps once ended with only demonstrations trained)
+    assert s["experiences_trained"] > 0 and s["expert_experiences_trained"] > 0 and s["trainer_steps"] >= 48, s
 
     # Every bad image was rejected with its reason, naming its task or group.
     rejected = [r for r in read_all(cfg, cfg.topics.rejected.name, decode=CODEC.deserializer(), idle_s=0.5)
