@@ -14,7 +14,6 @@ import base64
 import binascii
 import hashlib
 import io
-import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +21,7 @@ import fsspec
 
 from rftbus.ground.errors import RftbusError
 from rftbus.ground.schemas import Image
+from rftbus.ground.weights.store_transport import file_refusal, store_uri, store_url, write_whole
 
 if TYPE_CHECKING:
     from rftbus.ground.config import Config
@@ -49,17 +49,12 @@ class _Probe:
 def _store_url(cfg: Config) -> str:
     if cfg.images.store_url:
         return cfg.images.store_url
-    from rftbus.ground.weights.store_transport import store_url
-
     return f"{store_url(cfg).rstrip('/')}/images"
 
 
 def image_uri(cfg: Config, sha256: str, media_type: str) -> str:
     """Where the store keeps the image with this hash (the one spelling: writers use it, readers compare with it)."""
-    fs, root = fsspec.core.url_to_fs(_store_url(cfg).rstrip("/"))
-    path = f"{root}/{sha256}.{EXT.get(media_type, 'bin')}"
-    local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-    return f"file://{path}" if local else fs.unstrip_protocol(path)
+    return store_uri(_store_url(cfg), f"{sha256}.{EXT.get(media_type, 'bin')}")
 
 
 def _probe(data: bytes, cfg: Config) -> _Probe:
@@ -90,12 +85,8 @@ def image_of(data: bytes, cfg: Config, by_reference: bool = False) -> Image:
         return Image(media_type=p.media_type, sha256=sha, size=len(data), data=data, width=p.width, height=p.height)
     uri = image_uri(cfg, sha, p.media_type)
     fs, path = fsspec.core.url_to_fs(uri)
-    if not fs.exists(path):
-        fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-        tmp = f"{path}.{hashlib.sha256(uri.encode()).hexdigest()[:8]}.tmp"
-        with fs.open(tmp, "wb") as f:
-            f.write(data)
-        fs.mv(tmp, path)  # whole or absent: a reader never sees half an image
+    if not fs.exists(path):  # (written once per hash, whole or absent: a reader never sees half an image)
+        write_whole(uri, data)
     return Image(media_type=p.media_type, sha256=sha, size=len(data), uri=uri, width=p.width, height=p.height)
 
 
@@ -120,17 +111,8 @@ def refusal(img: Image, cfg: Config, look: bool = True) -> ImageRefusal | None:
                                              f"{img.sha256[:16]}... ({want})")
     if not look:
         return None
-    try:
-        fs, path = fsspec.core.url_to_fs(want)
-        info = fs.info(path)
-    except (OSError, ValueError) as e:
-        return ImageRefusal("image_refused", f"no file at {want} ({type(e).__name__})")
-    mode = info.get("mode")
-    if info.get("type") != "file" or (mode is not None and not stat.S_ISREG(mode)):
-        return ImageRefusal("image_refused", f"{want} is not a regular file")
-    if info.get("size") != img.size:
-        return ImageRefusal("image_refused", f"{want} is {info.get('size')} bytes, the record says {img.size}")
-    return None
+    bad = file_refusal(want, img.size)
+    return ImageRefusal("image_refused", bad) if bad is not None else None
 
 
 def images_refusal(images: list[Image], cfg: Config, look: bool = True) -> ImageRefusal | None:

@@ -22,7 +22,7 @@ from safetensors.torch import save as st_save
 from rftbus.ground.errors import RftbusError
 from rftbus.ground.models import lora
 from rftbus.ground.models.lora import Adapter
-from rftbus.ground.weights.store_transport import version_uri
+from rftbus.ground.weights.store_transport import is_local, version_uri, write_whole
 
 Payload = dict[str, torch.Tensor] | Adapter  # one version as read: full weights or a LoRA adapter
 _NAME = re.compile(r"^v(\d+)\.safetensors$")
@@ -64,7 +64,7 @@ class WeightStore:
     def __init__(self, base_url: str | os.PathLike[str]):
         self.base = str(base_url).rstrip("/")
         self.fs, self.root = fsspec.core.url_to_fs(self.base)
-        self.local = self.fs.protocol in ("file", ("file", "local")) or "file" in self.fs.protocol
+        self.local = is_local(self.fs)
 
     def uri(self, model: str, version: int) -> str:
         return version_uri(self.base, model, version)
@@ -72,24 +72,7 @@ class WeightStore:
     def save(self, model: str, version: int, state_dict: dict[str, torch.Tensor],
              metadata: dict[str, str] | None = None) -> SavedWeights:
         data = state_bytes(state_dict, metadata)
-        path = f"{self.root}/{model}/v{version}.safetensors"
-        if self.local:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-            tmp = f"{path}.tmp-{os.getpid()}"
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-            dir_fd = os.open(Path(path).parent, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
-        else:
-            self.fs.makedirs(f"{self.root}/{model}", exist_ok=True)
-            with self.fs.open(path, "wb") as f:
-                f.write(data)
+        write_whole(self.uri(model, version), data)
         return SavedWeights(self.uri(model, version), sha256_hex(data), len(data))
 
     def versions(self, model: str) -> list[int]:

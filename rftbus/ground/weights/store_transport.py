@@ -8,6 +8,7 @@ store itself (torch, safetensors) loads on first use, so a process that only che
 
 from __future__ import annotations
 
+import os
 import stat
 from typing import TYPE_CHECKING, Any
 
@@ -26,13 +27,63 @@ def store_url(cfg: Config) -> str:
     return cfg.trainer.store_url or str(cfg.state_dir / "weights")
 
 
-def version_uri(base_url: str, model: str, version: int) -> str:
-    """Where the store at `base_url` keeps `version` of `model` (the one spelling of it: the trainer writes this
-    URI into the record, followers compare with it)."""
+def is_local(fs: Any) -> bool:
+    """Is this fsspec filesystem the local disk?"""
+    return fs.protocol in ("file", ("file", "local")) or "file" in fs.protocol
+
+
+def store_uri(base_url: str, relative: str) -> str:
+    """The URI of `relative` under the store at `base_url` (the one spelling of a store's files: writers put it in
+    their records, readers compare with it): `file://` plus the path on local disk, the fsspec URL otherwise."""
     fs, root = fsspec.core.url_to_fs(str(base_url).rstrip("/"))
-    path = f"{root}/{model}/v{version}.safetensors"
-    local = fs.protocol in ("file", ("file", "local")) or "file" in fs.protocol
-    return f"file://{path}" if local else fs.unstrip_protocol(path)
+    path = f"{root}/{relative}"
+    return f"file://{path}" if is_local(fs) else fs.unstrip_protocol(path)
+
+
+def version_uri(base_url: str, model: str, version: int) -> str:
+    """Where the store at `base_url` keeps `version` of `model` (the trainer writes this URI into the record,
+    followers compare with it)."""
+    return store_uri(base_url, f"{model}/v{version}.safetensors")
+
+
+def file_refusal(uri: str, size: int) -> str | None:
+    """Why the file a record points at is not to be opened (missing, not a regular file, or not the recorded
+    size: a FIFO or a huge file is never read), or None."""
+    try:
+        fs, path = fsspec.core.url_to_fs(uri)
+        info = fs.info(path)
+    except (OSError, ValueError) as e:
+        return f"no file at {uri} ({type(e).__name__})"
+    mode = info.get("mode")
+    if info.get("type") != "file" or (mode is not None and not stat.S_ISREG(mode)):
+        return f"{uri} is not a regular file"
+    if info.get("size") != size:
+        return f"{uri} is {info.get('size')} bytes, the record says {size}"
+    return None
+
+
+def write_whole(uri: str, data: bytes) -> None:
+    """Write `data` at `uri` whole or not at all: on local disk a temporary file, fsync'd and renamed into place
+    (and the folder fsync'd); elsewhere one write, which an object store makes visible only when complete."""
+    fs, path = fsspec.core.url_to_fs(uri)
+    folder = path.rsplit("/", 1)[0]
+    if not is_local(fs):
+        fs.makedirs(folder, exist_ok=True)
+        with fs.open(path, "wb") as f:
+            f.write(data)
+        return
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 class StoreTransport(WeightTransport):
@@ -68,17 +119,7 @@ class StoreTransport(WeightTransport):
             return f"uri {rec.uri[:200]!r} is not the weight store's for v{rec.version} ({want})"
         if not look:
             return None
-        try:
-            fs, path = fsspec.core.url_to_fs(rec.uri)
-            info = fs.info(path)
-        except (OSError, ValueError) as e:
-            return f"no file at {rec.uri} ({type(e).__name__})"
-        mode = info.get("mode")
-        if info.get("type") != "file" or (mode is not None and not stat.S_ISREG(mode)):
-            return f"{rec.uri} is not a regular file"
-        if info.get("size") != rec.bytes:
-            return f"{rec.uri} is {info.get('size')} bytes, the record says {rec.bytes}"
-        return None
+        return file_refusal(rec.uri, rec.bytes)
 
     def versions(self, model: str) -> list[int]:
         return self.store.versions(model)
