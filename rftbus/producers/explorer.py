@@ -279,15 +279,9 @@ class Explorer:
         problem = task_problem(task, self.cfg.explorer)
         if problem is not None or not task.images:
             return problem
-        from rftbus.ground.images import ImageRefusal, image_bytes, images_refusal
+        from rftbus.ground.images import verified_refusal
 
-        bad = images_refusal(task.images, self.cfg)
-        if bad is None:
-            try:
-                for img in task.images:
-                    image_bytes(img, self.cfg)  # read and hashed now: the sha256 is checked before generating
-            except ImageRefusal as e:
-                bad = e
+        bad = verified_refusal(task.images, self.cfg)  # read and hashed now: the sha256 is checked before generating
         if bad is not None:
             return bad.reason, f"task {task.task_id[:80]}: {bad.detail}"
         if self.prompt.vision is None or not self.engine.reads_images:

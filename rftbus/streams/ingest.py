@@ -21,25 +21,8 @@ from rftbus.streams.outputs import H_EXP, H_KIND, H_RESEND, H_SAMPLE, H_SRC, H_T
 from rftbus.streams.topology import OUTPUT_ROLES
 from rftbus.ground.schemas.verify import Drop, Verdict, needs_feedback, placement, read_group, sample_drops
 from rftbus.ground.schemas.view import GroupReader, GroupView
+from rftbus.ground.images import verified_refusal
 from rftbus.ground.weights.staleness import bound, is_stale
-
-
-def image_refusal(images: list, cfg) -> Any:
-    """Why a group's images are refused at ingest (rftbus/ground/images/: over the bounds, a uri that is not the
-    store's, a referenced file missing or of another size, inline bytes that do not hash to the recorded sha256),
-    or None. A referenced image's bytes are hashed by the trainer when it reads them."""
-    import hashlib
-
-    from rftbus.ground.images import ImageRefusal, images_refusal
-
-    bad = images_refusal(images, cfg)
-    if bad is None:
-        for k, img in enumerate(images):
-            if img.data is not None and hashlib.sha256(img.data).hexdigest() != img.sha256:
-                return ImageRefusal("image_refused", f"image {k}: the inline bytes do not hash to the recorded "
-                                                     f"sha256 {img.sha256[:16]}...")
-    return bad
-
 
 
 def output_partitions(emit, join_topic: str, spans_topic: str | None = None) -> Any:
@@ -114,7 +97,9 @@ class Ingest:
             await self._reject_whole(Verdict(g, "bad_key", misplaced), src, data, key, p, landed)
             return
         if g.images:
-            bad = image_refusal(g.images, self.cfg)
+            # over the bounds, a uri not the store's, a referenced file missing or of another size, inline bytes
+            # that do not hash to their sha256; a referenced image's bytes are hashed by the trainer that reads them
+            bad = verified_refusal(g.images, self.cfg, read_references=False)
             if bad is not None:
                 await self._reject_whole(Verdict(g, bad.reason, bad.detail), src, data, key, p, landed)
                 return

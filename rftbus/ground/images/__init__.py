@@ -5,7 +5,7 @@ copies of the same records, so both read the same bytes: `image_bytes` checks th
 """
 
 from rftbus.ground.images.refs import (ImageRefusal, data_uri, from_data_uri, image_bytes, image_of, images_refusal,
-                                       pil_image, pil_images, refusal)
+                                       pil_image, pil_images, refusal, verified_refusal)
 
 __all__ = ["ImageRefusal", "data_uri", "from_data_uri", "image_bytes", "image_of", "images_refusal", "pil_image",
-           "pil_images", "refusal"]
+           "pil_images", "refusal", "verified_refusal"]

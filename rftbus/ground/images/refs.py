@@ -126,6 +126,22 @@ def images_refusal(images: list[Image], cfg: Config, look: bool = True) -> Image
     return None
 
 
+def verified_refusal(images: list[Image], cfg: Config, read_references: bool = True) -> ImageRefusal | None:
+    """The first refusal of a record's images once their bytes are hashed (`images_refusal`, then `image_bytes`):
+    every image's, or with `read_references` False only the inline ones' (a referenced file is looked at, not read:
+    the streams leave its bytes to the trainer). Each file is looked at once."""
+    bad = images_refusal(images, cfg, look=not read_references)
+    if bad is not None:
+        return bad
+    for k, img in enumerate(images):
+        if read_references or img.data is not None:
+            try:
+                image_bytes(img, cfg)
+            except ImageRefusal as e:
+                return ImageRefusal(e.reason, f"image {k}: {e.detail}")
+    return None
+
+
 def image_bytes(img: Image, cfg: Config) -> bytes:
     """The image's bytes, admitted and hash-checked (ImageRefusal otherwise): what every reader uses."""
     bad = refusal(img, cfg)
