@@ -14,7 +14,7 @@ import torch
 
 from rftbus.ground.config.explorer import SamplingConfig
 from rftbus.ground.models.prompt import PromptFormat
-from rftbus.ground.models.vision import image_token_of
+from rftbus.ground.models.vision import image_token_of, pixel_inputs, stacked
 
 
 def components(scored) -> dict[str, float]:
@@ -39,8 +39,7 @@ def policy_greedy(model, pad: int, stop_ids) -> Greedy:
     @torch.no_grad()
     def generate(prompts: list[list[int]], max_new_tokens: int, images=None) -> list[list[int]]:
         device = next(model.parameters()).device
-        shown = [i.values for i in images or () if i is not None]
-        seen = {"pixel_values": torch.cat(shown).to(device, dtype=next(model.parameters()).dtype)} if shown else {}
+        seen = pixel_inputs(model, stacked(images))
         width = max(len(p) for p in prompts)  # left-padded, as decoder-only generation needs
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)

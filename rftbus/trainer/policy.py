@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rftbus.ground.models.loading import hidden_size_of, takes_logits_to_keep
-from rftbus.ground.models.vision import image_token_of
+from rftbus.ground.models.vision import image_token_of, pixel_inputs
 from rftbus.trainer import shared_prompt
 from rftbus.trainer.losses.base import TrainBatch
 
@@ -45,8 +45,8 @@ class PolicyWithValue(nn.Module):
             if plan is not None:
                 logits = shared_prompt.forward(self.lm, input_ids, attention_mask, prompt_lengths, first, plan)
                 return suppressed(logits, self.suppress), None
-        seen = {"pixel_values": pixel_values.to(next(self.lm.parameters()).dtype)} if pixel_values is not None else {}
-        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False, **seen,
+        out = self.lm(input_ids=input_ids, attention_mask=attention_mask, use_cache=False,
+                      **pixel_inputs(self.lm, pixel_values),
                       output_hidden_states=self.value_head is not None, **keep_kwargs(self.lm, input_ids, first))
         values = None
         if self.value_head is not None:
@@ -99,9 +99,8 @@ def token_logp_entropy(logits: torch.Tensor, batch: TrainBatch, first: int = 0) 
 @torch.no_grad()
 def reference_logp(ref: nn.Module, batch: TrainBatch) -> torch.Tensor:
     first = first_trained(batch)
-    pixels = batch.shown_pixels()
-    seen = {"pixel_values": pixels.to(next(ref.parameters()).dtype)} if pixels is not None else {}
-    out = ref(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False, **seen,
+    out = ref(input_ids=batch.input_ids, attention_mask=batch.attention_mask, use_cache=False,
+              **pixel_inputs(ref, batch.shown_pixels()),
               **keep_kwargs(ref, batch.input_ids, first))
     logits = suppressed(_predicted(out.logits, batch.input_ids, first), image_token_of(ref))
     logp, _ = token_logp_entropy(logits, batch, first)

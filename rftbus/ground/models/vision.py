@@ -17,7 +17,7 @@ the projector and the tiny Llama, with the character tokenizer plus one `<image>
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,27 @@ class Pixels:
 
     key: str
     values: Any
+
+
+def stacked(images: Sequence[Pixels | None] | None) -> Any:
+    """The pixel values of a batch's prompts' images in row order (a VLM fills its image tokens with them in that
+    order), or None when no prompt shows one."""
+    shown = [i.values for i in images or () if i is not None]
+    if not shown:
+        return None
+    import torch
+
+    return torch.cat(shown)
+
+
+def pixel_inputs(model: Any, values: Any) -> dict[str, Any]:
+    """The model's `pixel_values` keyword, on its device and in its dtype; {} when no image is shown."""
+    if values is None:
+        return {}
+    p = next(model.parameters())
+    return {"pixel_values": values.to(p.device, dtype=p.dtype)}
+
+
 EXTRA_KEYS_REFUSED = ("image_grid_thw", "pixel_attention_mask", "image_sizes", "aspect_ratio_ids")
 
 

@@ -28,7 +28,7 @@ from rftbus.ground.models.loading import context_of, load_policy, takes_logits_t
 from rftbus.ground.models.lora import Adapter, load_version
 from rftbus.ground.models.prompt import PromptFormat, prompt_format
 from rftbus.ground.models.devices import resolve
-from rftbus.ground.models.vision import Pixels, image_token_of
+from rftbus.ground.models.vision import Pixels, image_token_of, pixel_inputs, stacked
 from rftbus.ground.profile import phase
 from rftbus.ground.config.explorer import SamplingConfig
 from rftbus.producers.engines.base import Completion, RolloutEngine, StepCallback
@@ -83,13 +83,10 @@ class TransformersEngine(RolloutEngine):
         input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompts], device=self.device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         raw = sampling.logprobs == "raw"
-        shown = [i.values for i in images or () if i is not None]
-        seen: dict = {}
-        if shown:  # the rows' images in row order: the model fills its image tokens with them in that order
-            seen["pixel_values"] = torch.cat(shown).to(self.device, dtype=next(self.model.parameters()).dtype)
+        seen = pixel_inputs(self.model, stacked(images))
         out = self.model.generate(
             input_ids=input_ids, attention_mask=attention, **seen,
-            past_key_values=None if shown else self.shared_prefill(input_ids, attention),
+            past_key_values=None if seen else self.shared_prefill(input_ids, attention),
             do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
             max_new_tokens=limit, return_dict_in_generate=True,
             min_new_tokens=min(sampling.min_new_tokens, limit) or None,
