@@ -33,7 +33,10 @@ CODEC = make_codec(None)
 
 
 def _tagged(broker: Config, tag: str) -> Config:
-    topics = broker.topics.model_copy(update={k: spec.model_copy(update={"name": f"e2e{tag}.{spec.name}"})
+    """The run's own topics; tasks on one partition, so the bad tasks written first are the first the explorer
+    reads (on four, it read one partition's tasks ahead of another's and once stopped before reaching one)."""
+    topics = broker.topics.model_copy(update={k: spec.model_copy(update={"name": f"e2e{tag}.{spec.name}"}
+                                                                  | ({"partitions": 1} if k == "tasks" else {}))
                                               for k, spec in broker.topics.all().items()})
     return broker.model_copy(update={"topics": topics})
 
@@ -69,7 +72,7 @@ def test_a_vlm_trains_on_the_bus_from_records_that_carry_its_images(broker, tmp_
     create_topics(cfg, make_admin(cfg))
     state = tmp_path / "state"
     expect = _poison(cfg)
-    env = {**_env(broker, tag), "RFTBUS_RUN__TASKS": "400"}
+    env = {**_env(broker, tag), "RFTBUS_RUN__TASKS": "400", "RFTBUS_TOPICS__TASKS__PARTITIONS": "1"}
     out = rftbus_cli(None, "--state-dir", str(state), "run", str(REPO / "configs" / "vision.yaml"),
                      "--max-steps", "48", "--minutes", "6", "--summary-json", str(tmp_path / "s.json"),
                      env=env, timeout=600)
